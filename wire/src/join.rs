@@ -1,0 +1,417 @@
+//! Joining: agent and probe records in, one row per broadcast out, each with the
+//! receipts of every connection that got it and the connections that should have
+//! but did not.
+//!
+//! With an agent log, a receipt is matched to its broadcast by sequence number
+//! (test messages) or by the agent's connection id plus the payload hash and its
+//! occurrence on that connection; the broadcast's target list says who should
+//! have received it. Without one (a foreign server), broadcasts are the distinct
+//! message keys the probes saw, and a connection misses a broadcast that arrived
+//! elsewhere while it was connected.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::clock::Stamp;
+use crate::record::{AgentRecord, MessageKey, ProbeRecord, SendOrder, SendOutcome};
+
+/// One probe connection, as the report numbers them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Connection {
+    /// Index of the probe log (in input order).
+    pub probe: usize,
+    /// Connection index within that probe.
+    pub conn: u32,
+    /// The agent's id for this connection, when the server was a skewscope agent.
+    pub agent_conn: Option<u64>,
+    /// Wall time the connection opened, if recorded.
+    pub opened_wall_ns: Option<u64>,
+    /// Wall time after which the connection no longer listened: its close record,
+    /// else the probe's last record.
+    pub until_wall_ns: u64,
+}
+
+/// A probe log's identity.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Probe {
+    /// Its `--name`.
+    pub name: String,
+    /// The device's host name.
+    pub host: String,
+}
+
+/// The agent run's identity.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Agent {
+    /// The server's host name.
+    pub host: String,
+    /// Fan-out shards.
+    pub shards: u16,
+    /// Send order.
+    pub order: SendOrder,
+    /// Whether per-client send times were recorded.
+    pub per_client_times: bool,
+}
+
+/// How a broadcast is known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum BroadcastKey {
+    /// By the agent's broadcast id.
+    Agent(u64),
+    /// By what the probes saw (no agent log).
+    Message(MessageKey),
+}
+
+/// One connection's receipt of one broadcast.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct JoinedReceipt {
+    /// Index into [`Joined::connections`].
+    pub connection: usize,
+    /// Wall time of receipt, on the device's clock.
+    pub wall_ns: u64,
+}
+
+/// The agent's side of one broadcast.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AgentSide {
+    /// Broadcast start.
+    pub start: Stamp,
+    /// Clients targeted, over all shards.
+    pub targets: u32,
+    /// Clients whose copy was queued because their send buffer was full.
+    pub queued: u32,
+    /// Clients dropped or failed during this broadcast.
+    pub dropped: u32,
+    /// Start to the last completed write, on the agent's monotonic clock.
+    pub fanout_span_ns: Option<u64>,
+}
+
+/// One broadcast with everything known about its delivery.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JoinedBroadcast {
+    /// Its identity.
+    pub key: BroadcastKey,
+    /// The agent's side, when an agent log was given.
+    pub agent: Option<AgentSide>,
+    /// One receipt per connection that got it (duplicates are counted, not kept).
+    pub receipts: Vec<JoinedReceipt>,
+    /// Connections (indices into [`Joined::connections`]) that should have got it
+    /// and did not.
+    pub missing: Vec<usize>,
+}
+
+impl JoinedBroadcast {
+    /// max − min receipt wall time over the connections that got it; `None` with
+    /// fewer than two receipts.
+    pub fn skew_ns(&self) -> Option<u64> {
+        if self.receipts.len() < 2 {
+            return None;
+        }
+        let min = self.receipts.iter().map(|r| r.wall_ns).min()?;
+        let max = self.receipts.iter().map(|r| r.wall_ns).max()?;
+        Some(max - min)
+    }
+}
+
+/// The joined run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Joined {
+    /// The agent run, if an agent log was given.
+    pub agent: Option<Agent>,
+    /// The probe logs, in input order.
+    pub probes: Vec<Probe>,
+    /// Every probe connection.
+    pub connections: Vec<Connection>,
+    /// Every broadcast, in start order.
+    pub broadcasts: Vec<JoinedBroadcast>,
+    /// Receipts of a broadcast a connection had already received.
+    pub duplicates: u64,
+    /// Receipts that match no broadcast in the agent log (another run's traffic,
+    /// or a payload the agent did not send).
+    pub unmatched: u64,
+}
+
+struct AgentBroadcast {
+    seq: Option<u64>,
+    hash: u64,
+    start: Stamp,
+    /// conn → (outcome, monotonic time the write finished, if it did).
+    slots: HashMap<u64, (SendOutcome, Option<u64>)>,
+}
+
+#[cfg(test)]
+mod tests;
+
+/// Joins one agent run (optional) with any number of probe logs.
+pub fn join(agent: Option<&[AgentRecord]>, probes: &[&[ProbeRecord]]) -> Joined {
+    let (connections, probe_infos, receipts) = collect_probes(probes);
+    let mut joined = Joined {
+        agent: None,
+        probes: probe_infos,
+        connections,
+        broadcasts: Vec::new(),
+        duplicates: 0,
+        unmatched: 0,
+    };
+    match agent {
+        Some(records) => join_with_agent(&mut joined, records, &receipts),
+        None => join_probes_only(&mut joined, &receipts),
+    }
+    joined
+}
+
+struct RawReceipt {
+    connection: usize,
+    key: MessageKey,
+    hash: u64,
+    wall_ns: u64,
+}
+
+fn collect_probes(probes: &[&[ProbeRecord]]) -> (Vec<Connection>, Vec<Probe>, Vec<RawReceipt>) {
+    let mut connections: Vec<Connection> = Vec::new();
+    let mut infos = Vec::new();
+    let mut receipts = Vec::new();
+    for (p, records) in probes.iter().enumerate() {
+        let mut index: BTreeMap<u32, usize> = BTreeMap::new();
+        let mut info = Probe::default();
+        let mut last_wall = 0u64;
+        let mut closed: HashMap<u32, u64> = HashMap::new();
+        let mut conn_index = |conn: u32, connections: &mut Vec<Connection>| -> usize {
+            *index.entry(conn).or_insert_with(|| {
+                connections.push(Connection {
+                    probe: p,
+                    conn,
+                    agent_conn: None,
+                    opened_wall_ns: None,
+                    until_wall_ns: 0,
+                });
+                connections.len() - 1
+            })
+        };
+        for record in records.iter() {
+            match record {
+                ProbeRecord::Started(s) => {
+                    info.name = s.name.clone();
+                    info.host = s.host.clone();
+                    last_wall = last_wall.max(s.at.wall_ns);
+                }
+                ProbeRecord::ConnectionOpened(o) => {
+                    let i = conn_index(o.conn, &mut connections);
+                    connections[i].agent_conn = o.agent_conn;
+                    connections[i].opened_wall_ns = Some(o.at.wall_ns);
+                    last_wall = last_wall.max(o.at.wall_ns);
+                }
+                ProbeRecord::ConnectionFailed(f) => last_wall = last_wall.max(f.at.wall_ns),
+                ProbeRecord::ConnectionClosed(c) => {
+                    closed.insert(c.conn, c.at.wall_ns);
+                    last_wall = last_wall.max(c.at.wall_ns);
+                }
+                ProbeRecord::Receipt(r) => {
+                    let connection = conn_index(r.conn, &mut connections);
+                    receipts.push(RawReceipt {
+                        connection,
+                        key: r.key,
+                        hash: r.hash,
+                        wall_ns: r.at.wall_ns,
+                    });
+                    last_wall = last_wall.max(r.at.wall_ns);
+                }
+                ProbeRecord::Stopped(at) => last_wall = last_wall.max(at.wall_ns),
+            }
+        }
+        for (&conn, &i) in &index {
+            connections[i].until_wall_ns = closed.get(&conn).copied().unwrap_or(last_wall);
+        }
+        infos.push(info);
+    }
+    (connections, infos, receipts)
+}
+
+fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[RawReceipt]) {
+    let mut broadcasts: BTreeMap<u64, AgentBroadcast> = BTreeMap::new();
+    for record in records {
+        match record {
+            AgentRecord::Started(s) => {
+                joined.agent = Some(Agent {
+                    host: s.host.clone(),
+                    shards: s.shards,
+                    order: s.order,
+                    per_client_times: s.per_client_times,
+                })
+            }
+            AgentRecord::Broadcast(b) => {
+                broadcasts.insert(
+                    b.id,
+                    AgentBroadcast {
+                        seq: b.seq,
+                        hash: b.hash,
+                        start: b.at,
+                        slots: HashMap::new(),
+                    },
+                );
+            }
+            AgentRecord::ShardSends(s) => {
+                if let Some(b) = broadcasts.get_mut(&s.broadcast) {
+                    for slot in &s.slots {
+                        let done = (slot.outcome == SendOutcome::Written && slot.mono_ns != 0)
+                            .then_some(slot.mono_ns);
+                        b.slots.insert(slot.conn, (slot.outcome, done));
+                    }
+                }
+            }
+            AgentRecord::SendCompleted(c) => {
+                if let Some(slot) = broadcasts
+                    .get_mut(&c.broadcast)
+                    .and_then(|b| b.slots.get_mut(&c.conn))
+                {
+                    slot.1 = Some(c.mono_ns);
+                }
+            }
+            AgentRecord::ConnectionOpened(_)
+            | AgentRecord::ConnectionClosed(_)
+            | AgentRecord::Stopped(_) => {}
+        }
+    }
+
+    let by_seq: HashMap<u64, u64> = broadcasts
+        .iter()
+        .filter_map(|(&id, b)| b.seq.map(|s| (s, id)))
+        .collect();
+    // (agent conn, hash) → the broadcasts with that payload sent to that conn, in order.
+    let mut by_conn_hash: HashMap<(u64, u64), Vec<u64>> = HashMap::new();
+    for (&id, b) in &broadcasts {
+        for &conn in b.slots.keys() {
+            by_conn_hash.entry((conn, b.hash)).or_default().push(id);
+        }
+    }
+    for ids in by_conn_hash.values_mut() {
+        ids.sort_unstable();
+    }
+    let by_agent_conn: HashMap<u64, usize> = joined
+        .connections
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| c.agent_conn.map(|a| (a, i)))
+        .collect();
+
+    let mut got: HashMap<u64, BTreeMap<usize, u64>> = HashMap::new();
+    for r in receipts {
+        let agent_conn = joined.connections[r.connection].agent_conn;
+        let id = match r.key {
+            MessageKey::Seq(seq) => by_seq
+                .get(&seq)
+                .copied()
+                .filter(|id| broadcasts[id].hash == r.hash),
+            MessageKey::Hash { hash, occurrence } => agent_conn.and_then(|a| {
+                by_conn_hash
+                    .get(&(a, hash))
+                    .and_then(|ids| ids.get(occurrence as usize).copied())
+            }),
+        };
+        let Some(id) = id else {
+            joined.unmatched += 1;
+            continue;
+        };
+        let entry = got.entry(id).or_default();
+        keep_first(entry, r, &mut joined.duplicates);
+    }
+
+    for (id, b) in &broadcasts {
+        let receipts_of = got.remove(id).unwrap_or_default();
+        let mut missing: Vec<usize> = b
+            .slots
+            .keys()
+            .filter_map(|a| by_agent_conn.get(a).copied())
+            // The agent saw it connected; the probe's own clock only says when it
+            // stopped listening (a probe that stopped early is not missing later ones).
+            .filter(|&i| {
+                !receipts_of.contains_key(&i)
+                    && b.start.wall_ns <= joined.connections[i].until_wall_ns
+            })
+            .collect();
+        // Probe connections the agent could not name: judge them by their window.
+        missing.extend(
+            joined
+                .connections
+                .iter()
+                .enumerate()
+                .filter(|(i, c)| {
+                    c.agent_conn.is_none()
+                        && !receipts_of.contains_key(i)
+                        && listening(c, b.start.wall_ns)
+                })
+                .map(|(i, _)| i),
+        );
+        missing.sort_unstable();
+        let last_done = b.slots.values().filter_map(|s| s.1).max();
+        let count = |o: SendOutcome| b.slots.values().filter(|s| s.0 == o).count() as u32;
+        joined.broadcasts.push(JoinedBroadcast {
+            key: BroadcastKey::Agent(*id),
+            agent: Some(AgentSide {
+                start: b.start,
+                targets: b.slots.len() as u32,
+                queued: count(SendOutcome::Queued),
+                dropped: count(SendOutcome::Dropped) + count(SendOutcome::Failed),
+                fanout_span_ns: last_done.map(|t| t.saturating_sub(b.start.mono_ns)),
+            }),
+            receipts: receipts_of
+                .into_iter()
+                .map(|(connection, wall_ns)| JoinedReceipt {
+                    connection,
+                    wall_ns,
+                })
+                .collect(),
+            missing,
+        });
+    }
+}
+
+/// Keeps a connection's first receipt of a broadcast; later ones are duplicates.
+fn keep_first(receipts_of: &mut BTreeMap<usize, u64>, r: &RawReceipt, duplicates: &mut u64) {
+    match receipts_of.entry(r.connection) {
+        std::collections::btree_map::Entry::Occupied(_) => *duplicates += 1,
+        std::collections::btree_map::Entry::Vacant(v) => {
+            v.insert(r.wall_ns);
+        }
+    }
+}
+
+/// Whether a connection was open and listening at wall time `t`.
+fn listening(c: &Connection, t: u64) -> bool {
+    c.opened_wall_ns.is_some_and(|o| o <= t) && t <= c.until_wall_ns
+}
+
+fn join_probes_only(joined: &mut Joined, receipts: &[RawReceipt]) {
+    let mut got: BTreeMap<MessageKey, BTreeMap<usize, u64>> = BTreeMap::new();
+    for r in receipts {
+        let entry = got.entry(r.key).or_default();
+        keep_first(entry, r, &mut joined.duplicates);
+    }
+    let mut rows: Vec<(u64, JoinedBroadcast)> = got
+        .into_iter()
+        .map(|(key, receipts_of)| {
+            let first = receipts_of.values().copied().min().unwrap_or(0);
+            let missing = joined
+                .connections
+                .iter()
+                .enumerate()
+                .filter(|(i, c)| !receipts_of.contains_key(i) && listening(c, first))
+                .map(|(i, _)| i)
+                .collect();
+            let row = JoinedBroadcast {
+                key: BroadcastKey::Message(key),
+                agent: None,
+                receipts: receipts_of
+                    .into_iter()
+                    .map(|(connection, wall_ns)| JoinedReceipt {
+                        connection,
+                        wall_ns,
+                    })
+                    .collect(),
+                missing,
+            };
+            (first, row)
+        })
+        .collect();
+    rows.sort_by_key(|(first, row)| (*first, row.key));
+    joined.broadcasts = rows.into_iter().map(|(_, row)| row).collect();
+}

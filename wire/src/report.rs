@@ -1,0 +1,248 @@
+//! The report: counts and distributions computed from a [`Joined`] run, in the
+//! shape the JSON output documents. Rendering for people lives in the collector.
+
+use serde::Serialize;
+
+use crate::join::{BroadcastKey, Joined, JoinedBroadcast};
+use crate::record::{MessageKey, SendOrder};
+use crate::stats::Summary;
+
+/// How much a log file contributed, and what was lost reading it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct InputSummary {
+    /// The file as given on the command line.
+    pub file: String,
+    /// `"agent"` or `"probe"`.
+    pub kind: &'static str,
+    /// Intact records read.
+    pub records: u64,
+    /// Bytes not part of an intact record.
+    pub skipped_bytes: u64,
+    /// The file ends mid-record (its writer was killed mid-write).
+    pub torn_tail: bool,
+}
+
+/// Which clocks the cross-connection figures were measured with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClockBasis {
+    /// Every receipt (and the agent, if present) came from one host: one clock,
+    /// so skew carries no clock-offset error.
+    SingleHost,
+    /// Receipts came from several hosts whose wall clocks were taken as they are:
+    /// skew includes their offsets, which this report does not bound.
+    UncorrectedDeviceClocks,
+}
+
+/// The agent run, as reported.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AgentSummary {
+    /// Server host name.
+    pub host: String,
+    /// Fan-out shards.
+    pub shards: u16,
+    /// Send order.
+    pub order: &'static str,
+    /// Copies queued because a client's send buffer was full.
+    pub queued: u64,
+    /// Clients dropped or failed during broadcasts.
+    pub dropped: u64,
+}
+
+/// Per-probe figures.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ProbeSummary {
+    /// Probe name.
+    pub name: String,
+    /// Device host name.
+    pub host: String,
+    /// Connections it opened.
+    pub connections: u64,
+    /// Broadcasts its connections received.
+    pub receipts: u64,
+    /// Broadcasts its connections missed.
+    pub missing: u64,
+}
+
+/// One broadcast among the worst by skew.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BroadcastSummary {
+    /// `"id 12"` (agent), `"seq 12"` or `"hash 0123abcd… #0"` (probes only).
+    pub broadcast: String,
+    /// Connections that received it.
+    pub receipts: u64,
+    /// Connections that missed it.
+    pub missing: u64,
+    /// Its skew.
+    pub skew_ns: Option<u64>,
+    /// Start to last completed write, when the agent recorded it.
+    pub fanout_ns: Option<u64>,
+}
+
+/// Everything `skewscope report` prints, in the shape of its JSON output.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    /// The logs read.
+    pub inputs: Vec<InputSummary>,
+    /// The agent run, when an agent log was given.
+    pub agent: Option<AgentSummary>,
+    /// Which clocks the skew was measured with.
+    pub clock_basis: ClockBasis,
+    /// Broadcasts seen (agent log) or distinct messages received (probes only).
+    pub broadcasts: u64,
+    /// Probe connections.
+    pub connections: u64,
+    /// Receipts joined to a broadcast, duplicates excluded.
+    pub receipts: u64,
+    /// (broadcast, connection) pairs where a connection that was listening did not
+    /// receive the broadcast.
+    pub missing: u64,
+    /// Receipts of a broadcast already received on that connection.
+    pub duplicates: u64,
+    /// Receipts matching no broadcast in the agent log.
+    pub unmatched: u64,
+    /// Skew per broadcast: max − min receipt time over connections that got it.
+    pub skew_ns: Option<Summary>,
+    /// Per receipt: receipt time − broadcast start (needs the agent log).
+    pub latency_ns: Option<Summary>,
+    /// Per broadcast: start to the last completed write on the agent.
+    pub fanout_ns: Option<Summary>,
+    /// Per-probe breakdown.
+    pub probes: Vec<ProbeSummary>,
+    /// The five broadcasts with the largest skew.
+    pub worst_broadcasts: Vec<BroadcastSummary>,
+}
+
+impl Report {
+    /// Computes the report of a joined run.
+    pub fn build(joined: &Joined, inputs: Vec<InputSummary>) -> Report {
+        let skews: Vec<i64> = joined
+            .broadcasts
+            .iter()
+            .filter_map(|b| b.skew_ns())
+            .map(|s| s as i64)
+            .collect();
+        let latencies: Vec<i64> = joined
+            .broadcasts
+            .iter()
+            .filter_map(|b| b.agent.map(|a| (a, &b.receipts)))
+            .flat_map(|(a, receipts)| {
+                receipts
+                    .iter()
+                    .map(move |r| (r.wall_ns as i128 - a.start.wall_ns as i128) as i64)
+            })
+            .collect();
+        let fanouts: Vec<i64> = joined
+            .broadcasts
+            .iter()
+            .filter_map(|b| b.agent.and_then(|a| a.fanout_span_ns))
+            .map(|s| s as i64)
+            .collect();
+
+        let mut probes: Vec<ProbeSummary> = joined
+            .probes
+            .iter()
+            .map(|p| ProbeSummary {
+                name: p.name.clone(),
+                host: p.host.clone(),
+                connections: 0,
+                receipts: 0,
+                missing: 0,
+            })
+            .collect();
+        for c in &joined.connections {
+            probes[c.probe].connections += 1;
+        }
+        for b in &joined.broadcasts {
+            for r in &b.receipts {
+                probes[joined.connections[r.connection].probe].receipts += 1;
+            }
+            for &m in &b.missing {
+                probes[joined.connections[m].probe].missing += 1;
+            }
+        }
+
+        let mut worst: Vec<&JoinedBroadcast> = joined.broadcasts.iter().collect();
+        worst.sort_by_key(|b| std::cmp::Reverse(b.skew_ns()));
+        let worst_broadcasts = worst
+            .into_iter()
+            .take(5)
+            .map(|b| BroadcastSummary {
+                broadcast: describe(b.key),
+                receipts: b.receipts.len() as u64,
+                missing: b.missing.len() as u64,
+                skew_ns: b.skew_ns(),
+                fanout_ns: b.agent.and_then(|a| a.fanout_span_ns),
+            })
+            .collect();
+
+        let agent = joined.agent.as_ref().map(|a| AgentSummary {
+            host: a.host.clone(),
+            shards: a.shards,
+            order: match a.order {
+                SendOrder::Fixed => "fixed",
+                SendOrder::Rotate => "rotate",
+                SendOrder::Shuffle => "shuffle",
+            },
+            queued: joined
+                .broadcasts
+                .iter()
+                .filter_map(|b| b.agent.map(|a| a.queued as u64))
+                .sum(),
+            dropped: joined
+                .broadcasts
+                .iter()
+                .filter_map(|b| b.agent.map(|a| a.dropped as u64))
+                .sum(),
+        });
+
+        Report {
+            inputs,
+            agent,
+            clock_basis: clock_basis(joined),
+            broadcasts: joined.broadcasts.len() as u64,
+            connections: joined.connections.len() as u64,
+            receipts: joined
+                .broadcasts
+                .iter()
+                .map(|b| b.receipts.len() as u64)
+                .sum(),
+            missing: joined
+                .broadcasts
+                .iter()
+                .map(|b| b.missing.len() as u64)
+                .sum(),
+            duplicates: joined.duplicates,
+            unmatched: joined.unmatched,
+            skew_ns: Summary::of(&skews),
+            latency_ns: Summary::of(&latencies),
+            fanout_ns: Summary::of(&fanouts),
+            probes,
+            worst_broadcasts,
+        }
+    }
+}
+
+fn clock_basis(joined: &Joined) -> ClockBasis {
+    let mut hosts = joined
+        .probes
+        .iter()
+        .map(|p| p.host.as_str())
+        .chain(joined.agent.as_ref().map(|a| a.host.as_str()));
+    let first = hosts.next();
+    if hosts.all(|h| Some(h) == first) {
+        ClockBasis::SingleHost
+    } else {
+        ClockBasis::UncorrectedDeviceClocks
+    }
+}
+
+fn describe(key: BroadcastKey) -> String {
+    match key {
+        BroadcastKey::Agent(id) => format!("id {id}"),
+        BroadcastKey::Message(MessageKey::Seq(seq)) => format!("seq {seq}"),
+        BroadcastKey::Message(MessageKey::Hash { hash, occurrence }) => {
+            format!("hash {hash:016x} #{occurrence}")
+        }
+    }
+}
