@@ -1,0 +1,103 @@
+//! The agent's command line: every knob, with why it exists.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use wire::record::SendOrder;
+
+/// Send order within each shard's loop, as given on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OrderArg {
+    /// Connection order every time: the first client connected is always first.
+    Fixed,
+    /// Start one place further along each broadcast, sharing the cost of being last.
+    Rotate,
+    /// A fresh random order per broadcast.
+    Shuffle,
+}
+
+impl From<OrderArg> for SendOrder {
+    fn from(o: OrderArg) -> SendOrder {
+        match o {
+            OrderArg::Fixed => SendOrder::Fixed,
+            OrderArg::Rotate => SendOrder::Rotate,
+            OrderArg::Shuffle => SendOrder::Shuffle,
+        }
+    }
+}
+
+/// skewscope-agent: a WebSocket broadcast hub that records when every client's
+/// copy of every broadcast was written.
+///
+/// One port serves `GET /ws` (WebSocket; `?probe=NAME` labels a probe),
+/// `POST /publish` (broadcasts the body), `GET /start_test` (broadcasts the
+/// built-in test message) and `GET /healthz`.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "skewscope-agent", version)]
+pub struct AgentConfig {
+    /// Address to listen on (port 0 picks a free port; the chosen address is printed).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// Directory for the record log (created if missing); one file per run.
+    #[arg(long, default_value = "skewscope-data")]
+    pub data_dir: PathBuf,
+
+    /// File holding a bearer token that /publish and /start_test then require.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+
+    /// Order in which each shard writes to its clients; recorded so lateness can
+    /// be attributed to position.
+    #[arg(long, value_enum, default_value_t = OrderArg::Rotate)]
+    pub order: OrderArg,
+
+    /// Fan-out shards (threads); default one per core.
+    #[arg(long)]
+    pub shards: Option<usize>,
+
+    /// Largest frame or fragmented message a client may send; larger closes it (1009).
+    #[arg(long, default_value_t = 64 * 1024)]
+    pub max_frame: usize,
+
+    /// Bytes a slow client may have pending before it is dropped (and the drop recorded).
+    #[arg(long, default_value_t = 1024 * 1024)]
+    pub max_queue_bytes: usize,
+
+    /// Largest /publish body accepted.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    pub max_publish: usize,
+
+    /// Seconds a client has to send a request head or body.
+    #[arg(long, default_value_t = 10)]
+    pub request_timeout_secs: u64,
+
+    /// Do not read the clock or record per-client send times (only to measure
+    /// what recording costs).
+    #[arg(long)]
+    pub no_send_times: bool,
+}
+
+impl AgentConfig {
+    /// The defaults, listening on loopback port 0 and writing to `data_dir`:
+    /// what `skewscope demo`, tests and benchmarks start from.
+    pub fn local(data_dir: PathBuf) -> AgentConfig {
+        let mut c = AgentConfig::parse_from(["skewscope-agent", "--listen", "127.0.0.1:0"]);
+        c.data_dir = data_dir;
+        c
+    }
+
+    /// Shards to start: `--shards`, else one per available core.
+    pub fn shard_count(&self) -> usize {
+        self.shards
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1)
+    }
+
+    /// `--request-timeout-secs` as a duration.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_secs(self.request_timeout_secs)
+    }
+}

@@ -1,0 +1,156 @@
+//! skewscope-agent: a WebSocket broadcast hub whose fan-out engine is built for
+//! a 2-core server, recording every broadcast's per-client send times.
+//!
+//! The parts, each in its module: [`server`] accepts and answers HTTP, [`upgrade`]
+//! does the WebSocket handshake, [`hub`] starts broadcasts across the [`shard`]s,
+//! each of which writes one pre-encoded frame to all its [`client`]s; [`inbound`]
+//! parses what clients send; [`recorder`] writes the log off the hot path;
+//! [`trigger`] is the small HTTP client demos and tests use.
+
+pub mod client;
+pub mod config;
+pub mod http;
+pub mod hub;
+pub mod inbound;
+pub mod recorder;
+pub mod server;
+pub mod shard;
+pub mod trigger;
+pub mod upgrade;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use wire::Stamp;
+use wire::record::{AgentRecord, AgentStarted};
+
+pub use config::AgentConfig;
+
+use crate::hub::Hub;
+use crate::recorder::RecorderThread;
+use crate::server::Context;
+use crate::shard::ShardConfig;
+
+/// Pending connections the kernel holds for us: 10,000 clients reconnecting at
+/// once must not be refused.
+const LISTEN_BACKLOG: i32 = 4096;
+
+/// A running agent: its address, its log, and the way to stop it.
+pub struct RunningAgent {
+    /// The address it listens on (the real port when 0 was asked for).
+    pub addr: SocketAddr,
+    /// The record log being written.
+    pub log_path: PathBuf,
+    hub: Arc<Hub>,
+    recorder: RecorderThread,
+    stop: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl RunningAgent {
+    /// Binds, starts the shards and the recorder, and serves on the current
+    /// tokio runtime.
+    pub async fn start(config: AgentConfig) -> anyhow::Result<RunningAgent> {
+        let token = match &config.token_file {
+            Some(path) => Some(read_token(path)?),
+            None => None,
+        };
+        let listener =
+            bind(config.listen).with_context(|| format!("cannot listen on {}", config.listen))?;
+        let addr = listener.local_addr()?;
+        let recorder = RecorderThread::start(&config.data_dir).with_context(|| {
+            format!(
+                "cannot create a record log in {}",
+                config.data_dir.display()
+            )
+        })?;
+        let shards = config.shard_count();
+        let order = config.order.into();
+        recorder.handle().record(AgentRecord::Started(AgentStarted {
+            host: hostname(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            at: Stamp::now(),
+            shards: shards as u16,
+            order,
+            per_client_times: !config.no_send_times,
+        }));
+        let hub = Arc::new(Hub::start(
+            shards,
+            ShardConfig {
+                order,
+                record_send_times: !config.no_send_times,
+                max_frame: config.max_frame,
+                max_queue_bytes: config.max_queue_bytes,
+            },
+            recorder.handle(),
+        )?);
+        let context = Arc::new(Context {
+            hub: hub.clone(),
+            token,
+            max_publish: config.max_publish,
+            request_timeout: config.request_timeout(),
+        });
+        let (stop, stopped) = watch::channel(false);
+        let server = tokio::spawn(server::serve(listener, context, stopped));
+        Ok(RunningAgent {
+            addr,
+            log_path: recorder.path.clone(),
+            hub,
+            recorder,
+            stop,
+            server,
+        })
+    }
+
+    /// Connected WebSocket clients.
+    pub fn clients(&self) -> usize {
+        self.hub.clients()
+    }
+
+    /// Stops accepting, closes every client, and flushes and syncs the log.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(true);
+        let _ = self.server.await;
+        let hub = self.hub;
+        let recorder = self.recorder;
+        tokio::task::spawn_blocking(move || {
+            hub.shutdown();
+            recorder.finish();
+        })
+        .await
+        .context("agent shutdown panicked")
+    }
+}
+
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    TcpListener::from_std(socket.into())
+}
+
+fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
+    let token = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read --token-file {}", path.display()))?;
+    let token = token.trim().to_owned();
+    anyhow::ensure!(
+        !token.is_empty(),
+        "--token-file {} is empty; put the bearer token in it",
+        path.display()
+    );
+    Ok(token)
+}
+
+/// The host name, so reports can tell which records share a clock.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".into())
+}

@@ -1,0 +1,506 @@
+//! The agent against real clients on 127.0.0.1:0: broadcasts, bad input, and the
+//! record log it leaves behind.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream as StdTcpStream};
+use std::time::Duration;
+
+use agent::trigger::{request, start_test};
+use agent::{AgentConfig, RunningAgent};
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, connect_async};
+use wire::log::{AnyLog, read_file};
+use wire::record::{AgentRecord, CloseReason, SendOutcome};
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+async fn start(dir: &tempfile::TempDir, tweak: impl FnOnce(&mut AgentConfig)) -> RunningAgent {
+    let mut config = AgentConfig::local(dir.path().to_owned());
+    tweak(&mut config);
+    RunningAgent::start(config).await.expect("agent starts")
+}
+
+async fn connect(agent: &RunningAgent, n: usize) -> Vec<Ws> {
+    let mut clients = Vec::new();
+    for _ in 0..n {
+        let (ws, _) = connect_async(format!("ws://{}/ws?probe=t", agent.addr))
+            .await
+            .unwrap();
+        clients.push(ws);
+    }
+    wait_for_clients(agent, n).await;
+    clients
+}
+
+async fn wait_for_clients(agent: &RunningAgent, n: usize) {
+    tokio::time::timeout(WAIT, async {
+        while agent.clients() != n {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("agent has {} clients, expected {n}", agent.clients()));
+}
+
+async fn next_data(ws: &mut Ws) -> Message {
+    loop {
+        let m = tokio::time::timeout(WAIT, ws.next())
+            .await
+            .expect("message in time");
+        match m.expect("stream open").expect("valid message") {
+            m @ (Message::Text(_) | Message::Binary(_)) => return m,
+            _ => continue,
+        }
+    }
+}
+
+fn agent_records(path: &std::path::Path) -> Vec<AgentRecord> {
+    match read_file(path).unwrap() {
+        AnyLog::Agent(d) => {
+            assert_eq!(d.skipped_bytes, 0);
+            d.records
+        }
+        AnyLog::Probe(_) => panic!("agent wrote a probe log"),
+    }
+}
+
+async fn publish(addr: SocketAddr, body: &[u8]) -> agent::trigger::Response {
+    request(addr, "POST", "/publish", body, None).await.unwrap()
+}
+
+#[tokio::test]
+async fn every_client_gets_the_same_bytes_and_the_log_has_every_send() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |_| {}).await;
+    let mut clients = connect(&agent, 5).await;
+
+    let health = request(agent.addr, "GET", "/healthz", b"", None)
+        .await
+        .unwrap();
+    assert_eq!(health.status, 200);
+    assert!(health.body.contains("\"clients\":5"), "{}", health.body);
+
+    let r = publish(agent.addr, b"hello everyone").await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.contains("\"clients\":5"), "{}", r.body);
+    let r = publish(agent.addr, &[0xff, 0x00, 0x80]).await;
+    assert_eq!(r.status, 200);
+    let r = start_test(agent.addr, None).await.unwrap();
+    assert!(r.body.contains("\"seq\":1"), "{}", r.body);
+    for ws in &mut clients {
+        assert_eq!(next_data(ws).await, Message::text("hello everyone"));
+        assert_eq!(next_data(ws).await, Message::binary(vec![0xff, 0x00, 0x80]));
+        let Message::Text(t) = next_data(ws).await else {
+            panic!("test message is text")
+        };
+        let test = wire::identity::parse_test_message(t.as_bytes()).expect("a test message");
+        assert_eq!(test.seq, 1);
+        assert_eq!(t.len(), wire::identity::TEST_MESSAGE_LEN);
+    }
+    let log = agent.log_path.clone();
+    agent.shutdown().await.unwrap();
+
+    let records = agent_records(&log);
+    assert!(matches!(records.first(), Some(AgentRecord::Started(_))));
+    assert!(matches!(records.last(), Some(AgentRecord::Stopped(_))));
+    let opened = records
+        .iter()
+        .filter(
+            |r| matches!(r, AgentRecord::ConnectionOpened(o) if o.label.as_deref() == Some("t")),
+        )
+        .count();
+    assert_eq!(opened, 5);
+    let broadcasts: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            AgentRecord::Broadcast(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(broadcasts.len(), 3);
+    assert_eq!(broadcasts[2].seq, Some(1));
+    assert!(broadcasts[0].text && !broadcasts[1].text);
+    for b in &broadcasts {
+        let slots: Vec<_> = records
+            .iter()
+            .filter_map(|r| match r {
+                AgentRecord::ShardSends(s) if s.broadcast == b.id => Some(&s.slots),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(slots.len(), 5, "broadcast {}", b.id);
+        for s in slots {
+            assert_eq!(s.outcome, SendOutcome::Written);
+            assert!(
+                s.mono_ns >= b.at.mono_ns,
+                "write done before the broadcast started"
+            );
+        }
+    }
+    let shutdowns = records
+        .iter()
+        .filter(
+            |r| matches!(r, AgentRecord::ConnectionClosed(c) if c.reason == CloseReason::Shutdown),
+        )
+        .count();
+    assert_eq!(shutdowns, 5);
+}
+
+#[tokio::test]
+async fn fixed_order_writes_in_connection_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |c| {
+        c.order = agent::config::OrderArg::Fixed;
+        c.shards = Some(1);
+    })
+    .await;
+    let _clients = connect(&agent, 4).await;
+    for _ in 0..3 {
+        start_test(agent.addr, None).await.unwrap();
+    }
+    let log = agent.log_path.clone();
+    agent.shutdown().await.unwrap();
+    for r in agent_records(&log) {
+        if let AgentRecord::ShardSends(s) = r {
+            let conns: Vec<u64> = s.slots.iter().map(|s| s.conn).collect();
+            let mut sorted = conns.clone();
+            sorted.sort();
+            assert_eq!(conns, sorted);
+            let times: Vec<u64> = s.slots.iter().map(|s| s.mono_ns).collect();
+            assert!(times.windows(2).all(|w| w[0] <= w[1]));
+        }
+    }
+}
+
+#[tokio::test]
+async fn token_is_required_when_configured_and_nothing_is_broadcast_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").unwrap();
+    let agent = start(&dir, |c| c.token_file = Some(token_file.clone())).await;
+    let mut clients = connect(&agent, 1).await;
+
+    assert_eq!(start_test(agent.addr, None).await.unwrap().status, 401);
+    assert_eq!(
+        start_test(agent.addr, Some("wrong")).await.unwrap().status,
+        401
+    );
+    let r = request(agent.addr, "POST", "/publish", b"x", Some("s3cre"))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 401);
+    let r = request(agent.addr, "POST", "/publish", b"allowed", Some("s3cret"))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    // The first thing the client sees is the authorised broadcast.
+    assert_eq!(next_data(&mut clients[0]).await, Message::text("allowed"));
+    agent.shutdown().await.unwrap();
+}
+
+/// Sends raw bytes and returns everything the server answers until it closes.
+fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> String {
+    let mut s = StdTcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_http_gets_an_error_and_others_keep_being_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |c| c.max_publish = 1000).await;
+    let mut clients = connect(&agent, 2).await;
+    let addr = agent.addr;
+
+    let cases: Vec<(&[u8], &str)> = vec![
+        (b"\x00\x01garbage\r\n\r\n", "HTTP/1.1 400"),
+        (b"GET /ws HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 400"),
+        (b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 8\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", "HTTP/1.1 426"),
+        (b"POST /publish HTTP/1.1\r\nContent-Length: 5000\r\n\r\n", "HTTP/1.1 413"),
+        (b"POST /publish HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", "HTTP/1.1 411"),
+        (b"DELETE /publish HTTP/1.1\r\n\r\n", "HTTP/1.1 405"),
+        (b"GET /nope HTTP/1.1\r\n\r\n", "HTTP/1.1 404"),
+    ];
+    for (bytes, expect) in cases {
+        let bytes = bytes.to_vec();
+        let answer = tokio::task::spawn_blocking(move || raw_exchange(addr, &bytes))
+            .await
+            .unwrap();
+        assert!(
+            answer.starts_with(expect),
+            "expected {expect}, got {answer:?}"
+        );
+    }
+    let huge_head = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000));
+    let answer = tokio::task::spawn_blocking(move || raw_exchange(addr, huge_head.as_bytes()))
+        .await
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer:?}");
+
+    // A publisher vanishing mid-body broadcasts nothing.
+    tokio::task::spawn_blocking(move || {
+        let mut s = StdTcpStream::connect(addr).unwrap();
+        s.write_all(b"POST /publish HTTP/1.1\r\nContent-Length: 100\r\n\r\nhalf")
+            .unwrap();
+    })
+    .await
+    .unwrap();
+
+    assert_eq!(publish(addr, b"still here").await.status, 200);
+    for ws in &mut clients {
+        assert_eq!(next_data(ws).await, Message::text("still here"));
+    }
+    agent.shutdown().await.unwrap();
+}
+
+/// Upgrades a raw socket and returns it, with the agent's connection id.
+fn raw_upgrade(addr: SocketAddr) -> (StdTcpStream, u64) {
+    let mut s = StdTcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.write_all(b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    let conn = head
+        .lines()
+        .find_map(|l| l.strip_prefix("X-Skewscope-Conn: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("connection id header");
+    (s, conn)
+}
+
+/// Reads until the server closes; returns the close code if a close frame came.
+fn close_code_from(mut s: StdTcpStream) -> Option<u16> {
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    // Server frames are unmasked: 0x88, length, code.
+    let at = out.windows(2).position(|w| w[0] == 0x88 && w[1] >= 2)?;
+    Some(u16::from_be_bytes([out[at + 2], out[at + 3]]))
+}
+
+fn masked(opcode_byte: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![opcode_byte];
+    let mask = [9u8, 8, 7, 6];
+    match payload.len() {
+        n if n < 126 => f.push(0x80 | n as u8),
+        n if n < 65536 => {
+            f.push(0x80 | 126);
+            f.extend((n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(0x80 | 127);
+            f.extend((n as u64).to_be_bytes());
+        }
+    }
+    f.extend(mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    f
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misbehaving_clients_are_closed_and_recorded_while_others_are_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |c| c.max_frame = 1000).await;
+    let mut good = connect(&agent, 2).await;
+    let addr = agent.addr;
+
+    let (codes, conns) = tokio::task::spawn_blocking(move || {
+        let mut codes = Vec::new();
+        let mut conns = Vec::new();
+        // Garbage after the upgrade.
+        let (mut s, c) = raw_upgrade(addr);
+        s.write_all(b"this is not a websocket frame").unwrap();
+        codes.push(close_code_from(s));
+        conns.push(c);
+        // One oversized frame.
+        let (mut s, c) = raw_upgrade(addr);
+        s.write_all(&masked(0x82, &vec![1u8; 2000])).unwrap();
+        codes.push(close_code_from(s));
+        conns.push(c);
+        // A fragmented message that never ends.
+        let (mut s, c) = raw_upgrade(addr);
+        s.write_all(&masked(0x02, &[1u8; 400])).unwrap();
+        for _ in 0..10 {
+            if s.write_all(&masked(0x00, &[1u8; 400])).is_err() {
+                break;
+            }
+        }
+        codes.push(close_code_from(s));
+        conns.push(c);
+        // A ping is answered, then a clean close.
+        let (mut s, c) = raw_upgrade(addr);
+        s.write_all(&masked(0x89, b"p")).unwrap();
+        s.write_all(&masked(0x88, &1000u16.to_be_bytes())).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        assert!(out.starts_with(&[0x8a, 1, b'p']), "pong first: {out:?}");
+        codes.push(Some(u16::from_be_bytes([out[5], out[6]])));
+        conns.push(c);
+        (codes, conns)
+    })
+    .await
+    .unwrap();
+    assert_eq!(codes, vec![Some(1002), Some(1009), Some(1009), Some(1000)]);
+
+    wait_for_clients(&agent, 2).await;
+    assert!(
+        publish(addr, b"after the trouble")
+            .await
+            .body
+            .contains("\"clients\":2")
+    );
+    for ws in &mut good {
+        assert_eq!(next_data(ws).await, Message::text("after the trouble"));
+    }
+    // A well-behaved client closing gets the close handshake.
+    good[0].close(None).await.unwrap();
+    let log = agent.log_path.clone();
+    agent.shutdown().await.unwrap();
+
+    let reasons: Vec<(u64, CloseReason)> = agent_records(&log)
+        .into_iter()
+        .filter_map(|r| match r {
+            AgentRecord::ConnectionClosed(c) => Some((c.conn, c.reason)),
+            _ => None,
+        })
+        .collect();
+    let reason_of = |conn| {
+        reasons
+            .iter()
+            .find(|(c, _)| *c == conn)
+            .map(|(_, r)| r.clone())
+    };
+    assert!(matches!(
+        reason_of(conns[0]),
+        Some(CloseReason::ProtocolError(_))
+    ));
+    assert_eq!(reason_of(conns[1]), Some(CloseReason::FrameTooLarge));
+    assert_eq!(reason_of(conns[2]), Some(CloseReason::FrameTooLarge));
+    assert_eq!(reason_of(conns[3]), Some(CloseReason::ClientClosed));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_queued_then_dropped_without_delaying_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |c| {
+        c.max_queue_bytes = 256 * 1024;
+        c.max_publish = 64 * 1024;
+    })
+    .await;
+    let mut good = connect(&agent, 1).await;
+    let addr = agent.addr;
+    // Upgrades and then never reads: its receive and send buffers fill up.
+    let (stalled, stalled_conn) = tokio::task::spawn_blocking(move || raw_upgrade(addr))
+        .await
+        .unwrap();
+    wait_for_clients(&agent, 2).await;
+
+    let payload = vec![b'x'; 60 * 1024];
+    let mut rounds = 0;
+    // Bounded: the stalled client is dropped long before 400 rounds (24 MB).
+    while agent.clients() == 2 && rounds < 400 {
+        let r = publish(addr, &payload).await;
+        assert_eq!(r.status, 200);
+        // The healthy client keeps receiving every broadcast.
+        assert_eq!(
+            next_data(&mut good[0]).await,
+            Message::text(String::from_utf8(payload.clone()).unwrap())
+        );
+        rounds += 1;
+    }
+    assert_eq!(
+        agent.clients(),
+        1,
+        "stalled client never dropped after {rounds} rounds"
+    );
+    drop(stalled);
+    let log = agent.log_path.clone();
+    agent.shutdown().await.unwrap();
+
+    let records = agent_records(&log);
+    let outcomes: Vec<SendOutcome> = records
+        .iter()
+        .filter_map(|r| match r {
+            AgentRecord::ShardSends(s) => Some(
+                s.slots
+                    .iter()
+                    .filter(|s| s.conn == stalled_conn)
+                    .map(|s| s.outcome)
+                    .collect::<Vec<_>>(),
+            ),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert!(outcomes.contains(&SendOutcome::Queued), "{outcomes:?}");
+    assert_eq!(outcomes.last(), Some(&SendOutcome::Dropped));
+    assert!(records.iter().any(|r| matches!(r, AgentRecord::ConnectionClosed(c) if c.conn == stalled_conn && c.reason == CloseReason::QueueOverflow)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_vanishing_mid_write_are_closed_and_others_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |_| {}).await;
+    let mut good = connect(&agent, 1).await;
+    let addr = agent.addr;
+    // Ten clients that upgrade and then reset their connections (SO_LINGER 0).
+    tokio::task::spawn_blocking(move || {
+        for _ in 0..10 {
+            let (s, _) = raw_upgrade(addr);
+            let sock = socket2::SockRef::from(&s);
+            sock.set_linger(Some(Duration::ZERO)).unwrap();
+            drop(s);
+        }
+    })
+    .await
+    .unwrap();
+    for i in 0..20 {
+        let r = publish(addr, format!("m{i}").as_bytes()).await;
+        assert_eq!(r.status, 200);
+    }
+    for i in 0..20 {
+        assert_eq!(
+            next_data(&mut good[0]).await,
+            Message::text(format!("m{i}"))
+        );
+    }
+    wait_for_clients(&agent, 1).await;
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn close_code_of_a_normal_client_is_echoed() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |_| {}).await;
+    let mut clients = connect(&agent, 1).await;
+    clients[0]
+        .send(Message::Close(Some(
+            tokio_tungstenite::tungstenite::protocol::CloseFrame {
+                code: CloseCode::Away,
+                reason: "".into(),
+            },
+        )))
+        .await
+        .unwrap();
+    let reply = tokio::time::timeout(WAIT, clients[0].next()).await.unwrap();
+    match reply {
+        Some(Ok(Message::Close(Some(f)))) => assert_eq!(f.code, CloseCode::Away),
+        other => panic!("expected a close reply, got {other:?}"),
+    }
+    wait_for_clients(&agent, 0).await;
+    agent.shutdown().await.unwrap();
+}
