@@ -59,6 +59,8 @@ impl RunningAgent {
             Some(path) => Some(read_token(path)?),
             None => None,
         };
+        // Every client is a socket: make the whole hard limit available.
+        wire::sys::raise_open_file_limit().context("cannot raise the open-file limit")?;
         let listener =
             bind(config.listen).with_context(|| format!("cannot listen on {}", config.listen))?;
         let addr = listener.local_addr()?;
@@ -71,7 +73,7 @@ impl RunningAgent {
         let shards = config.shard_count();
         let order = config.order.into();
         recorder.handle().record(AgentRecord::Started(AgentStarted {
-            host: hostname(),
+            host: wire::sys::host_name(),
             version: env!("CARGO_PKG_VERSION").into(),
             at: Stamp::now(),
             shards: shards as u16,
@@ -104,6 +106,12 @@ impl RunningAgent {
             stop,
             server,
         })
+    }
+
+    /// Broadcasts the built-in test message without going through HTTP: for
+    /// in-process benchmarks that time the fan-out alone.
+    pub async fn start_test(&self) -> hub::Broadcasted {
+        self.hub.start_test().await
     }
 
     /// Connected WebSocket clients.
@@ -146,11 +154,4 @@ fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
         path.display()
     );
     Ok(token)
-}
-
-/// The host name, so reports can tell which records share a clock.
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "unknown".into())
 }

@@ -1,4 +1,4 @@
-//! The one place the shared core reads the clock.
+//! Timestamps: what every record carries. The clocks are read through [`crate::sys`].
 //!
 //! Every timestamp skewscope records is a [`Stamp`]: the wall clock
 //! (`CLOCK_REALTIME`, comparable across hosts once their offsets are known) and
@@ -6,6 +6,8 @@
 //! clock steps), read back to back.
 
 use serde::{Deserialize, Serialize};
+
+use crate::sys::read_clock as read;
 
 /// A pair of clock readings taken together, in nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -36,17 +38,6 @@ impl Stamp {
 /// Reads `CLOCK_MONOTONIC` alone: the cheapest stamp, used per client on the hot path.
 pub fn mono_ns() -> u64 {
     read(libc::CLOCK_MONOTONIC)
-}
-
-fn read(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; both clock ids exist on every Linux.
-    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
-    debug_assert_eq!(rc, 0, "clock_gettime failed");
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! format they are written in, and the pure math that turns records into a
 //! skew report.
 //!
-//! Everything except [`clock`] and the file helpers in [`log`] is sans-IO: it takes
+//! Everything except [`sys`] (clocks, host name, file limit) and the file helpers
+//! in [`log`] is sans-IO: it takes
 //! timestamps and records as arguments, so the joining and skew math can be
 //! unit-tested with hand-built records.
 
@@ -13,5 +14,6 @@ pub mod log;
 pub mod record;
 pub mod report;
 pub mod stats;
+pub mod sys;
 
 pub use clock::Stamp;

@@ -122,7 +122,11 @@ impl LogWriter<BufWriter<File>> {
     /// Creates (or truncates) a log file and writes its header.
     pub fn create(path: &Path, kind: LogKind) -> io::Result<Self> {
         let file = File::create(path)?;
-        LogWriter::new(BufWriter::with_capacity(256 * 1024, file), kind)
+        let mut writer = LogWriter::new(BufWriter::with_capacity(256 * 1024, file), kind)?;
+        // On disk at once: a writer killed before its first flush still leaves a
+        // file that reads as an (empty) log rather than as a foreign file.
+        writer.flush()?;
+        Ok(writer)
     }
 
     /// Flushes buffered records and asks the OS to make them durable.
