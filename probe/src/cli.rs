@@ -1,0 +1,213 @@
+//! The `skewscope-probe` command line, turned into a [`ProbeConfig`].
+//!
+//! Lives in the library (not the binary) so its parsers are unit-tested and the
+//! collector can reuse the same flags.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::config::ProbeConfig;
+
+/// Receives a server's WebSocket broadcasts on one or many connections and
+/// records when each message arrived, for skewscope's skew report.
+#[derive(Debug, Parser)]
+#[command(name = "skewscope-probe", version)]
+pub struct Args {
+    /// WebSocket URL of the broadcast server, like ws://server:8080/ws. Any server
+    /// works; a skewscope agent also labels the connection so both logs can be joined.
+    #[arg(long)]
+    pub url: String,
+
+    /// Connections to open, all receiving the same broadcasts. Connections on one
+    /// device share its clock, so their spread is measured without clock error.
+    #[arg(long, short = 'n', value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub connections: u32,
+
+    /// This probe's name in reports, sent to the server as ?probe=NAME. Defaults
+    /// to the host name, so devices are told apart without configuration.
+    #[arg(long)]
+    pub name: Option<String>,
+
+    /// Record log to write (created, or truncated if it exists). The collector
+    /// reads it together with the agent's log.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub out: PathBuf,
+
+    /// Close each connection after it received K messages, so a run against a
+    /// known number of broadcasts ends by itself. With --duration, whichever
+    /// comes first.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
+
+    /// Stop after this long (like 30s, 500ms, 2m, 1h), counted from start, for
+    /// unattended runs against a server that broadcasts forever. Without --count
+    /// or --duration the probe runs until SIGINT/SIGTERM or the server goes away.
+    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+
+    /// Give up on a connection whose TCP connect and WebSocket upgrade take longer
+    /// than this, so an unreachable server fails the run instead of hanging it.
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+
+    /// Largest message or frame accepted (bytes, or with a KiB/MiB/GiB suffix); a
+    /// larger one closes that connection, so a misbehaving server cannot exhaust
+    /// the device's memory.
+    #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = parse_size)]
+    pub max_message: usize,
+}
+
+impl Args {
+    /// The run these flags describe; the name defaults to this host's name.
+    pub fn into_config(self) -> ProbeConfig {
+        ProbeConfig {
+            url: self.url,
+            connections: self.connections,
+            name: self.name.unwrap_or_else(wire::sys::host_name),
+            out: self.out,
+            count: self.count,
+            duration: self.duration,
+            connect_timeout: self.connect_timeout,
+            max_message: self.max_message,
+        }
+    }
+}
+
+/// Parses a duration written as a number and a unit: `500ms`, `30s`, `1.5s`,
+/// `2m`, `1h` (also `ns`, `us`). A bare number is refused: `--duration 30`
+/// could mean seconds or minutes.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    const HINT: &str = "use a number and a unit, like 500ms, 30s or 2m";
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("`{text}` has no unit; {HINT}"))?;
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration; {HINT}"))?;
+    let seconds_per_unit = match unit.trim() {
+        "ns" => 1e-9,
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        other => return Err(format!("`{other}` is not a time unit; {HINT}")),
+    };
+    Duration::try_from_secs_f64(value * seconds_per_unit)
+        .map_err(|_| format!("`{text}` is out of range; {HINT}"))
+}
+
+/// Parses a size in bytes, optionally with a binary suffix: `65536`, `64KiB`,
+/// `16MiB`, `1GiB` (`K`, `M`, `G` mean the same).
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    const HINT: &str = "use a byte count, optionally with KiB, MiB or GiB, like 16MiB";
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size; {HINT}"))?;
+    let multiplier: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        other => return Err(format!("`{other}` is not a size unit; {HINT}")),
+    };
+    value
+        .checked_mul(multiplier)
+        .and_then(|bytes| usize::try_from(bytes).ok())
+        .filter(|&bytes| bytes > 0)
+        .ok_or_else(|| format!("`{text}` is zero or too large; {HINT}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn durations_take_the_usual_units() {
+        let cases = [
+            ("30s", Duration::from_secs(30)),
+            ("500ms", Duration::from_millis(500)),
+            ("2m", Duration::from_secs(120)),
+            ("1h", Duration::from_secs(3600)),
+            ("1.5s", Duration::from_millis(1500)),
+            ("250us", Duration::from_micros(250)),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_duration(text), Ok(want), "{text}");
+        }
+    }
+
+    #[test]
+    fn bad_durations_explain_the_format() {
+        for text in ["30", "s", "3x", "", "1..2s", "-1s"] {
+            let err = parse_duration(text).unwrap_err();
+            assert!(err.contains("like 500ms"), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_size("65536"), Ok(65536));
+        assert_eq!(parse_size("64KiB"), Ok(64 * 1024));
+        assert_eq!(parse_size("16MiB"), Ok(16 * 1024 * 1024));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        for text in ["", "0", "16TB", "MiB", "99999999999999999999"] {
+            assert!(parse_size(text).is_err(), "{text}");
+        }
+    }
+
+    #[test]
+    fn flags_build_the_config_with_defaults() {
+        let args = Args::try_parse_from([
+            "skewscope-probe",
+            "--url",
+            "ws://127.0.0.1:9/ws",
+            "--out",
+            "p.sklog",
+            "--duration",
+            "2m",
+        ])
+        .unwrap();
+        let config = args.into_config();
+        assert_eq!(config.connections, 1);
+        assert_eq!(config.duration, Some(Duration::from_secs(120)));
+        assert_eq!(config.connect_timeout, Duration::from_secs(10));
+        assert_eq!(config.max_message, 16 * 1024 * 1024);
+        assert_eq!(config.name, wire::sys::host_name());
+        assert_eq!(config.count, None);
+    }
+
+    #[test]
+    fn zero_connections_and_zero_count_are_refused() {
+        let base = ["skewscope-probe", "--url", "ws://h:1/", "--out", "p"];
+        for extra in [["--connections", "0"], ["--count", "0"]] {
+            let argv = base.iter().chain(extra.iter());
+            assert!(Args::try_parse_from(argv).is_err(), "{extra:?}");
+        }
+    }
+
+    #[test]
+    fn every_flag_is_documented() {
+        Args::command().debug_assert();
+        for arg in Args::command().get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "help" || id == "version" {
+                continue;
+            }
+            let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            assert!(help.len() > 40, "--{id} needs a help text saying why");
+        }
+    }
+}

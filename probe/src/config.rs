@@ -1,0 +1,113 @@
+//! What one probe run does: the settings shared by the command line and by
+//! callers that run a probe in-process (the collector's demo, the tests).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::ProbeError;
+
+/// Default `--connect-timeout`: long enough for a busy server's accept queue,
+/// short enough that a dead address fails the run promptly.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default `--max-message`: far above any broadcast worth measuring, low enough
+/// that a misbehaving server cannot make the probe allocate without bound.
+pub const DEFAULT_MAX_MESSAGE: usize = 16 * 1024 * 1024;
+
+/// Settings for one probe run.
+#[derive(Clone, Debug)]
+pub struct ProbeConfig {
+    /// The `ws://` URL of the broadcast server (a skewscope agent or any other).
+    pub url: String,
+    /// How many WebSocket connections to hold open, all receiving the same broadcasts.
+    pub connections: u32,
+    /// The probe's label: sent as `?probe=NAME` and written to the log, so a report
+    /// can name the device.
+    pub name: String,
+    /// The record log to create (truncated if it exists).
+    pub out: PathBuf,
+    /// Stop each connection after this many messages.
+    pub count: Option<u64>,
+    /// Stop the whole run this long after it started (connecting included).
+    pub duration: Option<Duration>,
+    /// Give up on a connection whose TCP connect and upgrade take longer than this.
+    pub connect_timeout: Duration,
+    /// Largest message or frame accepted; a larger one closes that connection.
+    pub max_message: usize,
+}
+
+impl ProbeConfig {
+    /// One connection to `url`, named after this host, no stop condition, the
+    /// default timeout and size limit: what a caller usually starts from.
+    pub fn new(url: impl Into<String>, out: impl Into<PathBuf>) -> ProbeConfig {
+        ProbeConfig {
+            url: url.into(),
+            connections: 1,
+            name: wire::sys::host_name(),
+            out: out.into(),
+            count: None,
+            duration: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            max_message: DEFAULT_MAX_MESSAGE,
+        }
+    }
+
+    /// Rejects settings that would make a run meaningless, before anything is opened.
+    pub(crate) fn validate(&self) -> Result<(), ProbeError> {
+        let problem = if self.connections == 0 {
+            "connections must be at least 1"
+        } else if self.count == Some(0) {
+            "count must be at least 1 (leave it out to receive until stopped)"
+        } else if self.duration == Some(Duration::ZERO) {
+            "duration must be longer than zero"
+        } else if self.connect_timeout.is_zero() {
+            "connect timeout must be longer than zero"
+        } else if self.max_message == 0 {
+            "max message size must be at least 1 byte"
+        } else if self.name.is_empty() {
+            "name must not be empty"
+        } else {
+            return Ok(());
+        };
+        Err(ProbeError::Config(problem.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        let config = ProbeConfig::new("ws://127.0.0.1:1/", "/tmp/x.sklog");
+        assert!(config.validate().is_ok());
+        assert_eq!(config.connections, 1);
+        assert!(!config.name.is_empty());
+    }
+
+    #[test]
+    fn zero_values_are_rejected() {
+        let base = ProbeConfig::new("ws://127.0.0.1:1/", "/tmp/x.sklog");
+        let cases = [
+            ProbeConfig {
+                connections: 0,
+                ..base.clone()
+            },
+            ProbeConfig {
+                count: Some(0),
+                ..base.clone()
+            },
+            ProbeConfig {
+                duration: Some(Duration::ZERO),
+                ..base.clone()
+            },
+            ProbeConfig {
+                max_message: 0,
+                ..base.clone()
+            },
+        ];
+        for config in cases {
+            assert!(matches!(config.validate(), Err(ProbeError::Config(_))));
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! One probe connection, from connect to close: dial (through the handshake
+//! gate), stamp and record every message, and close cleanly.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::net::TcpStream;
+use tokio::sync::{Semaphore, watch};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use wire::Stamp;
+use wire::identity::Identifier;
+use wire::record::{
+    ProbeConnectionClosed, ProbeConnectionFailed, ProbeConnectionOpened, ProbeRecord, Receipt,
+};
+
+use crate::recorder::Recorder;
+use crate::request;
+use crate::shutdown::Shutdown;
+
+/// Most WebSocket handshakes in flight at once: 10,000 simultaneous connects
+/// would overflow a server's accept backlog and turn into retries and timeouts.
+pub const MAX_HANDSHAKES_IN_FLIGHT: usize = 256;
+
+/// How long a closing connection keeps reading for the server's close reply.
+/// Messages the server sent before it saw our close arrive in this window and
+/// are recorded; a server that never replies costs at most this long.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// How far connecting has got, for [`crate::RunningProbe::connected`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Attempts {
+    /// Connections whose upgrade completed.
+    pub opened: u32,
+    /// Connections that could not be made (refused, timed out, stopped first).
+    pub failed: u32,
+}
+
+/// Connection progress shared by all connections of a run.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Progress {
+    pub(crate) attempts: Attempts,
+    /// The first failure's text, for the "none opened" error.
+    pub(crate) first_error: Option<String>,
+}
+
+/// What every connection of a run dials and how.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    /// The URL with `?probe=NAME` appended.
+    pub(crate) url: String,
+    pub(crate) ws_config: WebSocketConfig,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) count: Option<u64>,
+    /// Bounds handshakes in flight to [`MAX_HANDSHAKES_IN_FLIGHT`].
+    pub(crate) gate: Semaphore,
+}
+
+/// One connection's task state.
+pub(crate) struct Connection {
+    /// Index within this probe, from 0: the `conn` of its records.
+    pub(crate) index: u32,
+    pub(crate) settings: Arc<Settings>,
+    pub(crate) recorder: Recorder,
+    pub(crate) shutdown: Shutdown,
+    pub(crate) progress: watch::Sender<Progress>,
+}
+
+impl Connection {
+    /// Connects, receives until a stop condition, and records how it went.
+    pub(crate) async fn run(self) {
+        let Connection {
+            index,
+            settings,
+            recorder,
+            mut shutdown,
+            progress,
+        } = self;
+
+        let dialed = tokio::select! {
+            biased;
+            reason = shutdown.wait() => Err(format!("{reason} before the connection was made")),
+            dialed = dial(&settings) => dialed,
+        };
+        let mut ws = match dialed {
+            Ok((ws, agent_conn, at)) => {
+                recorder.record(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
+                    conn: index,
+                    agent_conn,
+                    at,
+                }));
+                progress.send_modify(|p| p.attempts.opened += 1);
+                ws
+            }
+            Err(error) => {
+                recorder.record(ProbeRecord::ConnectionFailed(ProbeConnectionFailed {
+                    conn: index,
+                    at: Stamp::now(),
+                    error: error.clone(),
+                }));
+                progress.send_modify(|p| {
+                    p.attempts.failed += 1;
+                    p.first_error.get_or_insert(error);
+                });
+                return;
+            }
+        };
+        let mut receipts = Receipts {
+            conn: index,
+            identifier: Identifier::default(),
+            received: 0,
+            recorder,
+        };
+        let reason = receive(&mut ws, &mut receipts, &mut shutdown, settings.count).await;
+        receipts
+            .recorder
+            .record(ProbeRecord::ConnectionClosed(ProbeConnectionClosed {
+                conn: index,
+                at: Stamp::now(),
+                reason,
+            }));
+    }
+}
+
+/// Opens one connection once the handshake gate lets it: TCP connect and
+/// WebSocket upgrade within the connect timeout. Returns the stream, the agent's
+/// id for it, and when the upgrade completed.
+async fn dial(settings: &Settings) -> Result<(Ws, Option<u64>, Stamp), String> {
+    let _permit = settings
+        .gate
+        .acquire()
+        .await
+        .map_err(|_| "the probe is shutting down".to_owned())?;
+    let connect = tokio_tungstenite::connect_async_with_config(
+        settings.url.as_str(),
+        Some(settings.ws_config),
+        true,
+    );
+    match tokio::time::timeout(settings.connect_timeout, connect).await {
+        Ok(Ok((ws, response))) => Ok((ws, request::agent_conn(&response), Stamp::now())),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!(
+            "no WebSocket upgrade within the connect timeout ({:?})",
+            settings.connect_timeout
+        )),
+    }
+}
+
+/// One connection's receipts: message identity state and progress toward `--count`.
+struct Receipts {
+    conn: u32,
+    identifier: Identifier,
+    received: u64,
+    recorder: Recorder,
+}
+
+impl Receipts {
+    /// Identifies a payload stamped `at` and queues its receipt.
+    fn record(&mut self, payload: &[u8], at: Stamp) {
+        let (key, hash) = self.identifier.identify(payload);
+        self.recorder.record(ProbeRecord::Receipt(Receipt {
+            conn: self.conn,
+            key,
+            hash,
+            len: u32::try_from(payload.len()).unwrap_or(u32::MAX),
+            at,
+        }));
+        self.received += 1;
+    }
+}
+
+/// The payload of a data message; `None` for control frames, which are not receipts.
+fn payload(message: &Message) -> Option<&[u8]> {
+    match message {
+        Message::Text(text) => Some(text.as_bytes()),
+        Message::Binary(bytes) => Some(bytes),
+        _ => None,
+    }
+}
+
+/// Receives until the count is reached, the server goes, or the run stops;
+/// returns the close reason for the log.
+async fn receive(
+    ws: &mut Ws,
+    receipts: &mut Receipts,
+    shutdown: &mut Shutdown,
+    count: Option<u64>,
+) -> String {
+    let stopped = shutdown.wait();
+    tokio::pin!(stopped);
+    loop {
+        tokio::select! {
+            next = ws.next() => {
+                // The frame is complete: stamp before anything else touches it.
+                let at = Stamp::now();
+                match next {
+                    Some(Ok(Message::Close(frame))) => {
+                        finish_close(ws).await;
+                        return server_closed(frame.as_ref());
+                    }
+                    Some(Ok(message)) => {
+                        let Some(data) = payload(&message) else { continue };
+                        receipts.record(data, at);
+                        if count.is_some_and(|k| receipts.received >= k) {
+                            close(ws, CloseCode::Normal, "count reached", None).await;
+                            return "count reached".to_owned();
+                        }
+                    }
+                    Some(Err(e)) => return e.to_string(),
+                    None => return "server closed".to_owned(),
+                }
+            }
+            reason = &mut stopped => {
+                close(ws, CloseCode::Away, "probe stopped", Some(receipts)).await;
+                return reason.to_string();
+            }
+        }
+    }
+}
+
+/// Sends a close frame, then reads until the server's close reply (at most
+/// [`CLOSE_GRACE`]). Data that arrives meanwhile was sent before the server saw
+/// our close: it is recorded when `keep` is given (a stop must lose nothing
+/// received) and dropped otherwise (the count is already reached).
+async fn close(ws: &mut Ws, code: CloseCode, why: &'static str, mut keep: Option<&mut Receipts>) {
+    let frame = CloseFrame {
+        code,
+        reason: Utf8Bytes::from_static(why),
+    };
+    // A failure here means the socket is already gone; the drain below ends at once.
+    let _ = ws.close(Some(frame)).await;
+    let drain = async {
+        while let Some(Ok(message)) = ws.next().await {
+            let at = Stamp::now();
+            if let (Some(receipts), Some(data)) = (keep.as_deref_mut(), payload(&message)) {
+                receipts.record(data, at);
+            }
+        }
+    };
+    let _ = tokio::time::timeout(CLOSE_GRACE, drain).await;
+}
+
+/// Completes a close the server started: tungstenite queued our reply, and
+/// reading on until the stream ends sends it.
+async fn finish_close(ws: &mut Ws) {
+    let drain = async { while ws.next().await.is_some() {} };
+    let _ = tokio::time::timeout(CLOSE_GRACE, drain).await;
+}
+
+/// The close reason for a close frame from the server.
+fn server_closed(frame: Option<&CloseFrame>) -> String {
+    match frame {
+        None => "server closed".to_owned(),
+        Some(frame) if frame.reason.is_empty() => {
+            format!("server closed (code {})", u16::from(frame.code))
+        }
+        Some(frame) => format!(
+            "server closed (code {}: {})",
+            u16::from(frame.code),
+            frame.reason.as_str()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_data_messages_have_payloads() {
+        assert_eq!(payload(&Message::text("hi")), Some(&b"hi"[..]));
+        assert_eq!(payload(&Message::binary(vec![1, 2])), Some(&[1u8, 2][..]));
+        assert_eq!(payload(&Message::Ping(Default::default())), None);
+        assert_eq!(payload(&Message::Pong(Default::default())), None);
+        assert_eq!(payload(&Message::Close(None)), None);
+    }
+
+    #[test]
+    fn close_reasons_name_the_server_code() {
+        assert_eq!(server_closed(None), "server closed");
+        let bye = CloseFrame {
+            code: CloseCode::Away,
+            reason: Utf8Bytes::from_static("restart"),
+        };
+        assert_eq!(
+            server_closed(Some(&bye)),
+            "server closed (code 1001: restart)"
+        );
+    }
+}

@@ -1,0 +1,70 @@
+//! Everything that can stop a probe run, each with what to do about it.
+//!
+//! OS errors are kept as `source()`, not repeated in the message: print the
+//! chain (`{:#}` with anyhow) to see both.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Why a probe could not start or did not finish cleanly.
+///
+/// A library error type (not `anyhow`) so the collector's demo and the tests can
+/// tell a server that was never reachable from a disk that filled up.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// The configuration asks for something the probe cannot do.
+    #[error("invalid probe configuration: {0}")]
+    Config(String),
+
+    /// The URL is not a plain `ws://` WebSocket URL this build can connect to.
+    #[error("{url}: {reason}")]
+    Url {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it and what to use instead.
+        reason: String,
+    },
+
+    /// The process may not open enough files for the requested connections.
+    #[error("{0}; or use fewer --connections")]
+    FileLimit(#[from] wire::sys::FileLimitError),
+
+    /// The record log could not be created.
+    #[error(
+        "cannot create the record log {path} (check that its directory exists and is writable)"
+    )]
+    CreateLog {
+        /// The `--out` file.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+
+    /// Writing or syncing the record log failed part way; the run was stopped.
+    #[error(
+        "writing the record log {path} failed, so the run was stopped (check free space and permissions; \
+         the records before the failure are in the file)"
+    )]
+    WriteLog {
+        /// The `--out` file.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+
+    /// The run ended without a single connection: nothing was measured.
+    #[error(
+        "none of the {attempted} connection(s) to {url} could be opened (first error: {first_error}); \
+         check that the server is running and the URL is right; the failures are recorded in {out}"
+    )]
+    NoneOpened {
+        /// The URL probed.
+        url: String,
+        /// Connections attempted.
+        attempted: u32,
+        /// The first failure, for people.
+        first_error: String,
+        /// The record log.
+        out: PathBuf,
+    },
+}

@@ -1,0 +1,259 @@
+//! skewscope's probe: holds one or many WebSocket connections to any broadcast
+//! server and records, per connection, when each message arrived.
+//!
+//! The binary is a thin shell around [`RunningProbe`]; the collector's `demo`
+//! and the tests run probes in-process through the same API:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), probe::ProbeError> {
+//! let mut config = probe::ProbeConfig::new("ws://127.0.0.1:8080/ws", "probe.sklog");
+//! config.connections = 100;
+//! config.count = Some(10);
+//! let probe = probe::RunningProbe::start(config).await?;
+//! let attempts = probe.connected().await;
+//! println!("{} connections up", attempts.opened);
+//! let summary = probe.finish().await?;
+//! println!("{summary}");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Modules: [`config`] and [`cli`] say what a run does, `request` builds the
+//! upgrade request, `connection` is one connection's receive loop, `recorder`
+//! writes the log off the receive path, `shutdown` is the stop signal and `sys`
+//! is the only code that calls the OS directly.
+
+pub mod cli;
+pub mod config;
+mod connection;
+mod error;
+mod recorder;
+mod request;
+mod shutdown;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use wire::Stamp;
+use wire::log::{LogKind, LogWriter};
+use wire::record::{ProbeRecord, ProbeStarted};
+
+pub use config::ProbeConfig;
+pub use connection::{Attempts, CLOSE_GRACE, MAX_HANDSHAKES_IN_FLIGHT};
+pub use error::ProbeError;
+pub use recorder::FLUSH_INTERVAL;
+pub use request::{AGENT_CONN_HEADER, PROBE_PARAM};
+pub use shutdown::StopHandle;
+
+use connection::{Connection, Progress, Settings};
+use recorder::Recorder;
+
+/// A probe run in progress: its connections are tasks on the current tokio
+/// runtime and its log is written by a dedicated thread.
+///
+/// Call [`RunningProbe::finish`] to wait for the end and get the log synced.
+/// Dropping it instead aborts the connections without a `Stopped` record (the
+/// records written so far are still flushed and synced).
+pub struct RunningProbe {
+    url: String,
+    out: PathBuf,
+    connections: u32,
+    tasks: JoinSet<()>,
+    stop: StopHandle,
+    progress: watch::Receiver<Progress>,
+    recorder: Recorder,
+    finished: recorder::Finished,
+}
+
+/// What a finished run did, counted from what was written to its log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeSummary {
+    /// Connections whose upgrade completed.
+    pub opened: u32,
+    /// Connections that could not be made.
+    pub failed: u32,
+    /// Messages recorded across all connections.
+    pub receipts: u64,
+    /// The record log.
+    pub out: PathBuf,
+}
+
+impl fmt::Display for ProbeSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} connection(s) opened, {} failed, {} receipt(s) written to {}",
+            self.opened,
+            self.failed,
+            self.receipts,
+            self.out.display()
+        )
+    }
+}
+
+impl RunningProbe {
+    /// Checks the configuration, creates the log (writing `Started`), raises
+    /// the open-file limit and starts connecting, on the current tokio runtime.
+    ///
+    /// Returns once the connection tasks are spawned, not once they are
+    /// connected: see [`RunningProbe::connected`].
+    pub async fn start(config: ProbeConfig) -> Result<RunningProbe, ProbeError> {
+        config.validate()?;
+        let url = request::labelled_url(&config.url, &config.name)?;
+        wire::sys::ensure_open_files(config.connections)?;
+        // Flush the header at once: a probe killed before its first record still
+        // leaves a readable (empty) log rather than an unrecognisable file.
+        let log = LogWriter::create(&config.out, LogKind::Probe)
+            .and_then(|mut log| log.flush().map(|()| log))
+            .map_err(|source| ProbeError::CreateLog {
+                path: config.out.clone(),
+                source,
+            })?;
+
+        let deadline = config.duration.map(|d| Instant::now() + d);
+        let (stop, shutdown) = shutdown::channel(deadline);
+        let (recorder, finished) =
+            recorder::spawn(log, stop.clone()).map_err(|source| ProbeError::WriteLog {
+                path: config.out.clone(),
+                source,
+            })?;
+        recorder.record(ProbeRecord::Started(ProbeStarted {
+            name: config.name.clone(),
+            host: wire::sys::host_name(),
+            url: config.url.clone(),
+            connections: config.connections,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            at: Stamp::now(),
+        }));
+
+        let settings = Arc::new(Settings {
+            url,
+            ws_config: WebSocketConfig::default()
+                .max_message_size(Some(config.max_message))
+                .max_frame_size(Some(config.max_message)),
+            connect_timeout: config.connect_timeout,
+            count: config.count,
+            gate: Semaphore::new(MAX_HANDSHAKES_IN_FLIGHT),
+        });
+        let (progress_tx, progress) = watch::channel(Progress::default());
+        let mut tasks = JoinSet::new();
+        for index in 0..config.connections {
+            let connection = Connection {
+                index,
+                settings: Arc::clone(&settings),
+                recorder: recorder.clone(),
+                shutdown: shutdown.clone(),
+                progress: progress_tx.clone(),
+            };
+            tasks.spawn(connection.run());
+        }
+
+        Ok(RunningProbe {
+            url: config.url,
+            out: config.out,
+            connections: config.connections,
+            tasks,
+            stop,
+            progress,
+            recorder,
+            finished,
+        })
+    }
+
+    /// Resolves once every connection attempt has finished, opened or failed:
+    /// the moment a caller can start broadcasting and expect every connection
+    /// to hear it.
+    pub async fn connected(&self) -> Attempts {
+        let mut progress = self.progress.clone();
+        let total = self.connections;
+        let done = progress
+            .wait_for(|p| p.attempts.opened + p.attempts.failed >= total)
+            .await
+            .map(|p| p.attempts);
+        // An error means every connection task has ended: nothing changes any more.
+        done.unwrap_or_else(|_| progress.borrow().attempts)
+    }
+
+    /// Asks every connection to close cleanly, as SIGINT/SIGTERM do. The run
+    /// then ends; [`RunningProbe::finish`] still has to be awaited.
+    pub fn stop(&self) {
+        self.stop.stop();
+    }
+
+    /// A handle that can stop this run from elsewhere (a signal handler task)
+    /// while [`RunningProbe::finish`] owns the probe.
+    pub fn stop_handle(&self) -> StopHandle {
+        self.stop.clone()
+    }
+
+    /// Waits for the run to end (count reached on every connection, duration
+    /// over, stopped, or every connection gone), writes `Stopped` and syncs the
+    /// log to disk: everything received is in the file when this returns.
+    ///
+    /// Errors if the log could not be written, or if no connection opened at all
+    /// (the log then records each failure).
+    pub async fn finish(self) -> Result<ProbeSummary, ProbeError> {
+        let RunningProbe {
+            url,
+            out,
+            connections,
+            mut tasks,
+            progress,
+            recorder,
+            finished,
+            ..
+        } = self;
+        let mut panicked = None;
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Err(e) if e.is_panic() => {
+                    panicked.get_or_insert(e.into_panic());
+                }
+                _ => {}
+            }
+        }
+
+        recorder.record(ProbeRecord::Stopped(Stamp::now()));
+        // The last sender: the writer drains the queue, syncs and reports.
+        drop(recorder);
+        let written = match finished.await {
+            Ok(result) => result,
+            Err(_) => Err(std::io::Error::other(
+                "the record log writer thread ended unexpectedly",
+            )),
+        };
+        if let Some(payload) = panicked {
+            // A bug in a connection task: surface it, now that the log is safe.
+            std::panic::resume_unwind(payload);
+        }
+        let totals = written.map_err(|source| ProbeError::WriteLog {
+            path: out.clone(),
+            source,
+        })?;
+
+        if totals.opened == 0 {
+            let first_error = progress
+                .borrow()
+                .first_error
+                .clone()
+                .unwrap_or_else(|| "unknown".to_owned());
+            return Err(ProbeError::NoneOpened {
+                url,
+                attempted: connections,
+                first_error,
+                out,
+            });
+        }
+        Ok(ProbeSummary {
+            opened: totals.opened,
+            failed: totals.failed,
+            receipts: totals.receipts,
+            out,
+        })
+    }
+}

@@ -1,0 +1,48 @@
+//! `skewscope-probe`: parse the flags, run one probe, stop it on SIGINT/SIGTERM,
+//! print a one-line summary. Everything else lives in the `probe` library.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use probe::RunningProbe;
+use probe::cli::Args;
+use tokio::signal::unix::{SignalKind, signal};
+
+fn main() -> ExitCode {
+    let config = Args::parse().into_config();
+    match run(config) {
+        Ok(summary) => {
+            eprintln!("skewscope-probe: {summary}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("skewscope-probe: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(config: probe::ProbeConfig) -> anyhow::Result<probe::ProbeSummary> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("skewscope-probe")
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        // Install the handlers before connecting, so a signal can never kill the
+        // process with received messages still unwritten.
+        let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+        let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+        let probe = RunningProbe::start(config).await?;
+        let stop = probe.stop_handle();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            stop.stop();
+        });
+        Ok(probe.finish().await?)
+    })
+}

@@ -1,0 +1,149 @@
+//! The upgrade request a probe sends and what it reads back from the response.
+//!
+//! The probe labels itself with `?probe=NAME` so a skewscope agent can name the
+//! connection in its log; a skewscope agent answers with `X-Skewscope-Conn`, its
+//! own id for the connection, so the collector can join both sides. Any other
+//! server ignores the query and sends no such header.
+
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::handshake::client::Response;
+
+use crate::error::ProbeError;
+
+/// The response header in which a skewscope agent names the connection.
+pub const AGENT_CONN_HEADER: &str = "X-Skewscope-Conn";
+
+/// The query parameter that carries the probe's name.
+pub const PROBE_PARAM: &str = "probe";
+
+/// Returns `url` with `probe=NAME` appended to its query string, after checking
+/// that it is a `ws://` URL with a host, so a typo fails before any connection.
+pub fn labelled_url(url: &str, name: &str) -> Result<String, ProbeError> {
+    let invalid = |reason: &str| ProbeError::Url {
+        url: url.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let (scheme, _) = url
+        .split_once("://")
+        .ok_or_else(|| invalid("not a URL; give one like ws://server:8080/ws"))?;
+    match scheme.to_ascii_lowercase().as_str() {
+        "ws" => {}
+        "wss" => {
+            return Err(invalid(
+                "wss:// (TLS) is not supported by this build; use ws://",
+            ));
+        }
+        _ => {
+            return Err(invalid(
+                "only ws:// URLs are supported, like ws://server:8080/ws",
+            ));
+        }
+    }
+    // WebSocket URLs have no fragment (RFC 6455 §3); keep one out of the query.
+    let (base, fragment) = match url.split_once('#') {
+        Some((base, fragment)) => (base, Some(fragment)),
+        None => (url, None),
+    };
+    let separator = match base.split_once('?') {
+        None => "?",
+        Some((_, "")) => "",
+        Some((_, query)) if query.ends_with('&') => "",
+        Some(_) => "&",
+    };
+    let mut labelled = format!("{base}{separator}{PROBE_PARAM}={}", percent_encode(name));
+    if let Some(fragment) = fragment {
+        labelled.push('#');
+        labelled.push_str(fragment);
+    }
+    let request = labelled
+        .as_str()
+        .into_client_request()
+        .map_err(|e| invalid(&format!("not a valid WebSocket URL: {e}")))?;
+    if request.uri().host().is_none_or(str::is_empty) {
+        return Err(invalid(
+            "the URL names no host; give one like ws://server:8080/ws",
+        ));
+    }
+    Ok(labelled)
+}
+
+/// The agent's connection id from an upgrade response, if the server is a
+/// skewscope agent; `None` for any other server or an unreadable value.
+pub fn agent_conn(response: &Response) -> Option<u64> {
+    response
+        .headers()
+        .get(AGENT_CONN_HEADER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters, so any name
+/// survives as one query value.
+fn percent_encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appends_the_label_to_any_query() {
+        let cases = [
+            ("ws://h:1/ws", "ws://h:1/ws?probe=dev-1"),
+            ("ws://h:1", "ws://h:1?probe=dev-1"),
+            ("ws://h:1/ws?room=a", "ws://h:1/ws?room=a&probe=dev-1"),
+            ("ws://h:1/ws?", "ws://h:1/ws?probe=dev-1"),
+            ("ws://h:1/ws?room=a&", "ws://h:1/ws?room=a&probe=dev-1"),
+            ("ws://h:1/ws#frag", "ws://h:1/ws?probe=dev-1#frag"),
+        ];
+        for (url, want) in cases {
+            assert_eq!(labelled_url(url, "dev-1").unwrap(), want, "{url}");
+        }
+    }
+
+    #[test]
+    fn names_are_percent_encoded() {
+        assert_eq!(
+            labelled_url("ws://h:1/", "kitchen pi/2&x=ü").unwrap(),
+            "ws://h:1/?probe=kitchen%20pi%2F2%26x%3D%C3%BC"
+        );
+    }
+
+    #[test]
+    fn non_websocket_urls_are_rejected_with_advice() {
+        for url in ["http://h/", "wss://h/", "h:8080", "ws://"] {
+            let err = labelled_url(url, "p").unwrap_err();
+            assert!(matches!(err, ProbeError::Url { .. }), "{url}");
+            assert!(err.to_string().contains(url), "{err}");
+        }
+        let err = labelled_url("wss://h/", "p").unwrap_err();
+        assert!(err.to_string().contains("use ws://"));
+    }
+
+    #[test]
+    fn reads_the_agent_connection_header() {
+        let with = |value: &str| {
+            let mut response = Response::new(None);
+            response
+                .headers_mut()
+                .insert(AGENT_CONN_HEADER, value.parse().unwrap());
+            response
+        };
+        assert_eq!(agent_conn(&with("42")), Some(42));
+        assert_eq!(agent_conn(&with(" 7 ")), Some(7));
+        assert_eq!(agent_conn(&with("x")), None);
+        assert_eq!(agent_conn(&Response::new(None)), None);
+    }
+}

@@ -1,0 +1,366 @@
+//! The probe library against real WebSocket servers on 127.0.0.1.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{BroadcastServer, assert_framed, closed, opened, read_probe_log, receipts, within};
+use probe::{ProbeConfig, ProbeError, RunningProbe};
+use tokio_tungstenite::tungstenite::Message;
+use wire::Stamp;
+use wire::identity::{TestMessage, encode_test_message, payload_hash};
+use wire::record::{MessageKey, ProbeRecord};
+
+fn config(url: String, out: &Path, connections: u32) -> ProbeConfig {
+    let mut config = ProbeConfig::new(url, out);
+    config.connections = connections;
+    config.name = "test-probe".to_owned();
+    config
+}
+
+fn log_path(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().join("probe.sklog")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_server_payloads_are_keyed_by_hash_and_occurrence() {
+    let server = BroadcastServer::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = log_path(&dir);
+    let mut config = config(server.url(), &out, 3);
+    config.count = Some(7);
+    let probe = RunningProbe::start(config).await.unwrap();
+    assert_eq!(within("connecting", probe.connected()).await.opened, 3);
+    server.wait_for_clients(3).await;
+
+    let distinct = ["alpha", "bravo", "charlie", "delta", "echo"];
+    let repeated = "go!";
+    for payload in distinct {
+        server.broadcast(Message::text(payload));
+    }
+    server.broadcast(Message::text(repeated));
+    server.broadcast(Message::text(repeated));
+
+    // --count 7 ends the run without a stop.
+    let summary = within("the probe finishing", probe.finish()).await.unwrap();
+    assert_eq!(
+        (summary.opened, summary.failed, summary.receipts),
+        (3, 0, 21)
+    );
+
+    let records = read_probe_log(&out);
+    assert_framed(&records);
+    let ProbeRecord::Started(started) = &records[0] else {
+        unreachable!()
+    };
+    assert_eq!(started.name, "test-probe");
+    assert_eq!(started.url, server.url());
+    assert_eq!(started.connections, 3);
+    assert_eq!(started.version, env!("CARGO_PKG_VERSION"));
+
+    let opened = opened(&records);
+    assert_eq!(opened.len(), 3);
+    assert!(opened.iter().all(|o| o.agent_conn.is_none()));
+
+    let receipts = receipts(&records);
+    assert_eq!(receipts.len(), 21);
+    let repeated_hash = payload_hash(repeated.as_bytes());
+    for conn in 0..3 {
+        let mine: Vec<_> = receipts.iter().filter(|r| r.conn == conn).collect();
+        assert_eq!(mine.len(), 7, "connection {conn}");
+        let mut keys = Vec::new();
+        for receipt in &mine {
+            let MessageKey::Hash { hash, occurrence } = receipt.key else {
+                panic!("foreign payload keyed by sequence: {receipt:?}");
+            };
+            assert_eq!(hash, receipt.hash);
+            assert!((3..=7).contains(&receipt.len), "{receipt:?}");
+            keys.push((hash, occurrence));
+        }
+        for payload in distinct {
+            assert!(
+                keys.contains(&(payload_hash(payload.as_bytes()), 0)),
+                "{payload}"
+            );
+        }
+        assert!(keys.contains(&(repeated_hash, 0)));
+        assert!(keys.contains(&(repeated_hash, 1)));
+    }
+    let closed = closed(&records);
+    assert_eq!(closed.len(), 3);
+    assert!(
+        closed.iter().all(|c| c.reason == "count reached"),
+        "{closed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_messages_are_keyed_by_sequence() {
+    let server = BroadcastServer::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = log_path(&dir);
+    let mut config = config(server.url(), &out, 2);
+    config.count = Some(3);
+    let probe = RunningProbe::start(config).await.unwrap();
+    within("connecting", probe.connected()).await;
+    server.wait_for_clients(2).await;
+    for seq in 1..=3 {
+        let text = encode_test_message(TestMessage {
+            seq,
+            sent_wall_ns: Stamp::now().wall_ns,
+        });
+        server.broadcast(Message::text(text));
+    }
+    within("the probe finishing", probe.finish()).await.unwrap();
+
+    let records = read_probe_log(&out);
+    assert_framed(&records);
+    let mut seqs: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    for receipt in receipts(&records) {
+        let MessageKey::Seq(seq) = receipt.key else {
+            panic!("test message keyed by hash: {receipt:?}");
+        };
+        assert_eq!(receipt.len as usize, wire::identity::TEST_MESSAGE_LEN);
+        seqs.entry(receipt.conn).or_default().push(seq);
+    }
+    assert_eq!(seqs.len(), 2);
+    for seqs in seqs.values() {
+        assert_eq!(seqs, &[1, 2, 3]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_header_and_probe_label_are_exchanged() {
+    let server = BroadcastServer::start(Some(1000)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = log_path(&dir);
+    let mut config = config(server.url(), &out, 2);
+    config.name = "kitchen pi".to_owned();
+    let probe = RunningProbe::start(config).await.unwrap();
+    assert_eq!(within("connecting", probe.connected()).await.opened, 2);
+    probe.stop();
+    within("the probe finishing", probe.finish()).await.unwrap();
+
+    let records = read_probe_log(&out);
+    assert_framed(&records);
+    let agent_conns: BTreeSet<_> = opened(&records).iter().map(|o| o.agent_conn).collect();
+    assert_eq!(agent_conns, BTreeSet::from([Some(1000), Some(1001)]));
+    let targets = server.request_targets();
+    assert_eq!(targets.len(), 2);
+    assert!(
+        targets.iter().all(|t| t == "/ws?probe=kitchen%20pi"),
+        "{targets:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_keeps_every_receipt_and_writes_stopped() {
+    let server = BroadcastServer::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = log_path(&dir);
+    let before = Stamp::now();
+    let probe = RunningProbe::start(config(server.url(), &out, 4))
+        .await
+        .unwrap();
+    within("connecting", probe.connected()).await;
+    server.wait_for_clients(4).await;
+    for i in 0..4u8 {
+        server.broadcast(Message::binary(vec![i; 100]));
+    }
+    server.wait_sent(16).await;
+    probe.stop();
+    let summary = within("the probe finishing", probe.finish()).await.unwrap();
+    let after = Stamp::now();
+    assert_eq!(summary.receipts, 16);
+
+    let records = read_probe_log(&out);
+    assert_framed(&records);
+    let receipts = receipts(&records);
+    assert_eq!(receipts.len(), 16);
+    for r in &receipts {
+        assert!(before.wall_ns <= r.at.wall_ns && r.at.wall_ns <= after.wall_ns);
+        assert!(before.mono_ns <= r.at.mono_ns && r.at.mono_ns <= after.mono_ns);
+        assert_eq!(r.len, 100);
+    }
+    let closed = closed(&records);
+    assert_eq!(closed.len(), 4);
+    assert!(closed.iter().all(|c| c.reason == "stopped"), "{closed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_server_ends_the_run() {
+    let server = BroadcastServer::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = log_path(&dir);
+    let probe = RunningProbe::start(config(server.url(), &out, 2))
+        .await
+        .unwrap();
+    within("connecting", probe.connected()).await;
+    server.wait_for_clients(2).await;
+    server.broadcast(Message::text("before"));
+    server.wait_sent(2).await;
+    server.vanish();
+
+    // No stop, no count: the run must end because both connections are gone.
+    let summary = within("the probe finishing", probe.finish()).await.unwrap();
+    assert_eq!((summary.opened, summary.receipts), (2, 2));
+    let records = read_probe_log(&out);
+    assert_framed(&records);
+    let closed = closed(&records);
+    assert_eq!(closed.len(), 2);
+    for c in &closed {
+        assert!(c.reason.contains("without closing handshake"), "{c:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_close_frame_is_recorded_with_its_code() {
+    let server = BroadcastServer::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = log_path(&dir);
+    let probe = RunningProbe::start(config(server.url(), &out, 2))
+        .await
+        .unwrap();
+    within("connecting", probe.connected()).await;
+    server.wait_for_clients(2).await;
+    server.broadcast(Message::text("last words"));
+    server.close_all("restart");
+
+    let summary = within("the probe finishing", probe.finish()).await.unwrap();
+    assert_eq!(summary.receipts, 2);
+    let records = read_probe_log(&out);
+    assert_framed(&records);
+    let closed = closed(&records);
+    assert_eq!(closed.len(), 2);
+    assert!(
+        closed
+            .iter()
+            .all(|c| c.reason == "server closed (code 1001: restart)"),
+        "{closed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_connections_are_recorded_and_none_opened_is_an_error() {
+    // A port that was just free: nothing listens there.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let url = format!("ws://{addr}/ws");
+    let dir = tempfile::tempdir().unwrap();
+    let out = log_path(&dir);
+    let probe = RunningProbe::start(config(url.clone(), &out, 2))
+        .await
+        .unwrap();
+    let attempts = within("connecting", probe.connected()).await;
+    assert_eq!((attempts.opened, attempts.failed), (0, 2));
+
+    let err = within("the probe finishing", probe.finish())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ProbeError::NoneOpened { attempted: 2, .. }),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(message.contains(&url), "{message}");
+    assert!(message.contains("server is running"), "{message}");
+
+    let records = read_probe_log(&out);
+    assert_framed(&records);
+    let failed: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            ProbeRecord::ConnectionFailed(f) => Some(f),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed.len(), 2);
+    assert!(
+        failed.iter().all(|f| f.error.contains("refused")),
+        "{failed:?}"
+    );
+    assert!(opened(&records).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_upgrades_hits_the_connect_timeout() {
+    // Bound and listening (the kernel completes TCP handshakes) but never accepting.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/ws", silent.local_addr().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let out = log_path(&dir);
+    let mut config = config(url, &out, 1);
+    config.connect_timeout = Duration::from_millis(300);
+    let probe = RunningProbe::start(config).await.unwrap();
+    let err = within("the probe finishing", probe.finish())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("connect timeout"), "{err}");
+    drop(silent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duration_ends_the_run() {
+    let server = BroadcastServer::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = log_path(&dir);
+    let mut config = config(server.url(), &out, 2);
+    config.duration = Some(Duration::from_millis(300));
+    let probe = RunningProbe::start(config).await.unwrap();
+    within("connecting", probe.connected()).await;
+    server.wait_for_clients(2).await;
+    server.broadcast(Message::text("during"));
+    server.wait_sent(2).await;
+    let summary = within("the probe finishing", probe.finish()).await.unwrap();
+    assert_eq!(summary.receipts, 2);
+    let records = read_probe_log(&out);
+    assert_framed(&records);
+    assert!(closed(&records).iter().all(|c| c.reason == "duration over"));
+}
+
+#[tokio::test]
+async fn bad_urls_fail_before_anything_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = log_path(&dir);
+    let result = RunningProbe::start(config("http://127.0.0.1:1/".to_owned(), &out, 1)).await;
+    assert!(matches!(result, Err(ProbeError::Url { .. })));
+    assert!(!out.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handshakes_in_flight_are_bounded_and_the_rest_follow() {
+    let gate = probe::MAX_HANDSHAKES_IN_FLIGHT;
+    let n = gate as u32 + 44;
+    let server = BroadcastServer::start_holding_upgrades().await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = log_path(&dir);
+    let mut config = config(server.url(), &out, n);
+    config.count = Some(2);
+    let probe = RunningProbe::start(config).await.unwrap();
+
+    // The server answers no upgrade yet: only the gate's worth may even connect.
+    server.wait_for_accepted(gate).await;
+    tokio::time::sleep(Duration::from_millis(200)).await; // window for extra connects
+    assert_eq!(
+        server.accepted(),
+        gate,
+        "more handshakes in flight than the gate allows"
+    );
+
+    server.allow_upgrades();
+    let attempts = within("connecting", probe.connected()).await;
+    assert_eq!((attempts.opened, attempts.failed), (n, 0));
+    server.wait_for_clients(n as usize).await;
+    server.broadcast(Message::text("one"));
+    server.broadcast(Message::text("two"));
+    let summary = within("the probe finishing", probe.finish()).await.unwrap();
+    assert_eq!(summary.receipts, 2 * u64::from(n));
+    let records = read_probe_log(&out);
+    assert_framed(&records);
+    let conns: BTreeSet<u32> = receipts(&records).iter().map(|r| r.conn).collect();
+    assert_eq!(conns.len(), n as usize);
+}
