@@ -1,0 +1,227 @@
+//! `skewscope-bench fanout`: the agent's fan-out span for N connections, with
+//! recording on and off, beside the single-thread floor, all in one run with
+//! their rounds interleaved so machine noise hits every column alike.
+
+mod drain;
+mod floor;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use agent::{AgentConfig, RunningAgent};
+use anyhow::{Context, ensure};
+use clap::{Parser, Subcommand};
+use wire::clock::mono_ns;
+use wire::identity::{TestMessage, encode_test_message};
+use wire::log::{AnyLog, read_file};
+use wire::stats::Summary;
+
+use crate::drain::Drain;
+
+#[derive(Parser)]
+#[command(name = "skewscope-bench", version, about = "skewscope benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Fan-out span for N connections: floor vs agent with and without recording.
+    Fanout {
+        /// Connection counts to measure.
+        #[arg(long, value_delimiter = ',', default_value = "100,1000")]
+        sizes: Vec<usize>,
+        /// Broadcasts per configuration and size.
+        #[arg(long, default_value_t = 300)]
+        rounds: usize,
+        /// Pause between broadcasts, in milliseconds, so receivers drain.
+        #[arg(long, default_value_t = 2)]
+        pause_ms: u64,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Fanout {
+            sizes,
+            rounds,
+            pause_ms,
+        } => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(fanout(&sizes, rounds, Duration::from_millis(pause_ms)))
+        }
+    }
+}
+
+/// One size's results, in nanoseconds.
+struct Row {
+    clients: usize,
+    floor: Summary,
+    recording: Summary,
+    not_recording: Summary,
+    recorded_span: Option<Summary>,
+}
+
+async fn fanout(sizes: &[usize], rounds: usize, pause: Duration) -> anyhow::Result<()> {
+    let most = sizes.iter().copied().max().unwrap_or(0) as u32;
+    // Per size: agent sockets on both ends for two agents, plus floor pairs.
+    wire::sys::ensure_open_files(most * 6)?;
+    let frame = test_frame();
+    let mut rows = Vec::new();
+    for &n in sizes {
+        eprintln!("bench: {n} connections, {rounds} rounds");
+        rows.push(measure(n, rounds, pause, &frame).await?);
+    }
+    print_table(&rows, rounds, frame.len());
+    Ok(())
+}
+
+/// The exact frame the agent sends for a test broadcast.
+fn test_frame() -> Vec<u8> {
+    let text = encode_test_message(TestMessage {
+        seq: 1,
+        sent_wall_ns: 1_764_000_000_000_000_000,
+    });
+    let mut frame = vec![0x81, 126];
+    frame.extend((text.len() as u16).to_be_bytes());
+    frame.extend(text.as_bytes());
+    frame
+}
+
+async fn measure(n: usize, rounds: usize, pause: Duration, frame: &[u8]) -> anyhow::Result<Row> {
+    let dir = tempfile::tempdir()?;
+    let recording = RunningAgent::start(AgentConfig::local(dir.path().join("on"))).await?;
+    let mut config = AgentConfig::local(dir.path().join("off"));
+    config.no_send_times = true;
+    let not_recording = RunningAgent::start(config).await?;
+
+    let mut receivers = Vec::with_capacity(3 * n);
+    for agent in [&recording, &not_recording] {
+        // Blocking handshakes off the runtime thread, which serves the agent's accepts.
+        let addr = agent.addr;
+        let clients = tokio::task::spawn_blocking(move || {
+            (0..n)
+                .map(|_| upgrade(addr))
+                .collect::<anyhow::Result<Vec<_>>>()
+        })
+        .await??;
+        receivers.extend(clients);
+        wait_for(agent, n).await?;
+    }
+    let (mut senders, floor_receivers) = floor::socket_pairs(n)?;
+    receivers.extend(floor_receivers);
+    let _drain = Drain::start(receivers)?;
+
+    let mut floor_spans = Vec::with_capacity(rounds);
+    let mut on_spans = Vec::with_capacity(rounds);
+    let mut off_spans = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        floor_spans.push(floor::write_all_once(&mut senders, frame)? as i64);
+        tokio::time::sleep(pause).await;
+        on_spans.push(broadcast_span(&recording).await? as i64);
+        tokio::time::sleep(pause).await;
+        off_spans.push(broadcast_span(&not_recording).await? as i64);
+        tokio::time::sleep(pause).await;
+    }
+    let log = recording.log_path.clone();
+    recording.shutdown().await?;
+    not_recording.shutdown().await?;
+    Ok(Row {
+        clients: n,
+        floor: Summary::of(&floor_spans).context("no rounds")?,
+        recording: Summary::of(&on_spans).context("no rounds")?,
+        not_recording: Summary::of(&off_spans).context("no rounds")?,
+        recorded_span: recorded_spans(&log)?,
+    })
+}
+
+/// Time from asking the hub to broadcast until every shard has finished its loop.
+async fn broadcast_span(agent: &RunningAgent) -> anyhow::Result<u64> {
+    let start = mono_ns();
+    let sent = agent.start_test().await;
+    let span = mono_ns() - start;
+    ensure!(sent.clients > 0, "broadcast reached no clients");
+    Ok(span)
+}
+
+/// The agent's own record: broadcast start to the last write, per broadcast.
+fn recorded_spans(log: &std::path::Path) -> anyhow::Result<Option<Summary>> {
+    let AnyLog::Agent(decoded) = read_file(log)? else {
+        anyhow::bail!("{} is not an agent log", log.display());
+    };
+    let joined = wire::join::join(Some(&decoded.records), &[]);
+    let spans: Vec<i64> = joined
+        .broadcasts
+        .iter()
+        .filter_map(|b| b.agent.and_then(|a| a.fanout_span_ns))
+        .map(|s| s as i64)
+        .collect();
+    Ok(Summary::of(&spans))
+}
+
+async fn wait_for(agent: &RunningAgent, n: usize) -> anyhow::Result<()> {
+    for _ in 0..5_000 {
+        if agent.clients() >= n {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    anyhow::bail!("agent serves {} of {n} connections", agent.clients())
+}
+
+/// A raw WebSocket client: upgrade, then leave the socket to the drain.
+fn upgrade(addr: SocketAddr) -> anyhow::Result<TcpStream> {
+    let mut s = TcpStream::connect(addr)?;
+    s.write_all(
+        b"GET /ws?probe=bench HTTP/1.1\r\nHost: bench\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    )?;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut byte)?;
+        head.push(byte[0]);
+        ensure!(head.len() < 4096, "upgrade response too long");
+    }
+    ensure!(head.starts_with(b"HTTP/1.1 101"), "upgrade refused");
+    Ok(s)
+}
+
+fn us(ns: i64) -> String {
+    format!("{:.1} µs", ns as f64 / 1e3)
+}
+
+fn print_table(rows: &[Row], rounds: usize, frame_len: usize) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "fan-out span, {cores} cores, {frame_len}-byte frame, {rounds} broadcasts per cell; median (p90)\n"
+    );
+    println!(
+        "| clients | floor: 1 thread writes | agent, recording | ÷ floor | agent, not recording | ÷ floor | recording cost | agent's own record: start → last write |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
+        let ratio = |s: &Summary| s.p50 as f64 / r.floor.p50 as f64;
+        let cost = r.recording.p50 as f64 / r.not_recording.p50 as f64 - 1.0;
+        println!(
+            "| {} | {} ({}) | {} ({}) | {:.2} | {} ({}) | {:.2} | {:+.1} % | {} |",
+            r.clients,
+            us(r.floor.p50),
+            us(r.floor.p90),
+            us(r.recording.p50),
+            us(r.recording.p90),
+            ratio(&r.recording),
+            us(r.not_recording.p50),
+            us(r.not_recording.p90),
+            ratio(&r.not_recording),
+            cost * 100.0,
+            r.recorded_span
+                .map(|s| format!("{} ({})", us(s.p50), us(s.p90)))
+                .unwrap_or_else(|| "-".into()),
+        );
+    }
+}
