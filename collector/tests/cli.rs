@@ -1,0 +1,354 @@
+//! The binaries as a person runs them: `skewscope demo`, `skewscope report` on
+//! good and damaged logs, and agent + probes as separate processes.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const SKEWSCOPE: &str = env!("CARGO_BIN_EXE_skewscope");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(SKEWSCOPE)
+        .args(args)
+        .output()
+        .expect("skewscope runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A demo with kept logs: the agent log and the probe log.
+fn kept_demo(dir: &Path) -> (PathBuf, PathBuf) {
+    let keep = dir.join("demo");
+    let json = dir.join("demo.json");
+    let o = run(&[
+        "demo",
+        "--clients",
+        "12",
+        "--broadcasts",
+        "6",
+        "--interval",
+        "20ms",
+        "--json",
+        json.to_str().unwrap(),
+        "--keep",
+        keep.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "demo failed: {}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("broadcasts 6   connections 12   receipts 72   missing 0   duplicates 0"),
+        "{out}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for key in [
+        "broadcasts",
+        "connections",
+        "receipts",
+        "missing",
+        "duplicates",
+    ] {
+        assert!(report[key].is_u64(), "{key} in {report}");
+    }
+    assert_eq!(report["receipts"], 72);
+    for key in ["skew_ns", "latency_ns", "fanout_ns"] {
+        for field in ["p50", "p90", "p99", "p999", "max"] {
+            assert!(report[key][field].is_i64(), "{key}.{field} in {report}");
+        }
+    }
+    let mut agent = None;
+    let mut probe = None;
+    for entry in std::fs::read_dir(&keep).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("agent-") {
+            agent = Some(path);
+        } else if name.starts_with("probe-") {
+            probe = Some(path);
+        }
+    }
+    (
+        agent.expect("agent log kept"),
+        probe.expect("probe log kept"),
+    )
+}
+
+#[test]
+fn demo_then_report_gives_the_same_counts_and_damage_is_recovered() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, probe) = kept_demo(dir.path());
+    let o = run(&[
+        "report",
+        agent.to_str().unwrap(),
+        probe.to_str().unwrap(),
+        "--json",
+        "-",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("receipts 72   missing 0"),
+        "{}",
+        stdout(&o)
+    );
+
+    // A probe killed mid-write: the file ends inside its last record.
+    let bytes = std::fs::read(&probe).unwrap();
+    let torn = dir.path().join("torn.sklog");
+    std::fs::write(&torn, &bytes[..bytes.len() - 3]).unwrap();
+    let o = run(&["report", agent.to_str().unwrap(), torn.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("torn tail"), "{out}");
+    assert!(
+        out.contains("receipts 72"),
+        "the torn record was the last, not a receipt: {out}"
+    );
+
+    // Corruption in the middle loses only the records it touches.
+    let mut bytes = bytes.clone();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    let corrupt = dir.path().join("corrupt.sklog");
+    std::fs::write(&corrupt, &bytes).unwrap();
+    let o = run(&[
+        "report",
+        agent.to_str().unwrap(),
+        corrupt.to_str().unwrap(),
+        "--json",
+        "-",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("damaged bytes"), "{out}");
+    let json: serde_json::Value = serde_json::from_str(&out[out.find("{\n").unwrap()..]).unwrap();
+    let receipts = json["receipts"].as_u64().unwrap();
+    assert!(
+        (70..72).contains(&receipts),
+        "one damaged receipt lost, not more: {receipts}"
+    );
+    assert!(json["inputs"][1]["skipped_bytes"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn files_that_are_not_logs_are_errors_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, "not a log at all").unwrap();
+    let o = run(&["report", notes.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains(notes.to_str().unwrap()),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains("not a skewscope record log"),
+        "{}",
+        stderr(&o)
+    );
+
+    let missing = dir.path().join("missing.sklog");
+    let o = run(&["report", missing.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("missing.sklog"), "{}", stderr(&o));
+
+    let (agent, _) = kept_demo(dir.path());
+    let mut bytes = std::fs::read(&agent).unwrap();
+    bytes[8] = 9; // format version 9
+    let future = dir.path().join("future.sklog");
+    std::fs::write(&future, &bytes).unwrap();
+    let o = run(&["report", future.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("future.sklog") && stderr(&o).contains("version 9"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = run(&["report", agent.to_str().unwrap(), agent.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("one agent run at a time"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// The agent and probe binaries, built next to this test's own binary.
+fn sibling_binary(name: &str) -> PathBuf {
+    let dir = Path::new(SKEWSCOPE).parent().unwrap().to_owned();
+    let path = dir.join(name);
+    if !path.exists() {
+        let profile = if dir.ends_with("release") {
+            vec!["--release"]
+        } else {
+            vec![]
+        };
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--bin", name])
+            .args(profile)
+            .status()
+            .unwrap();
+        assert!(status.success(), "building {name}");
+    }
+    path
+}
+
+/// Kills the child if the test fails before it is reaped.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: plain kill(2) on a child we own.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+}
+
+fn records_in(path: &Path) -> usize {
+    match wire::log::read_file(path).unwrap() {
+        wire::log::AnyLog::Probe(d) => d.records.len(),
+        wire::log::AnyLog::Agent(d) => d.records.len(),
+    }
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{what} did not happen in 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn trigger(addr: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let r = runtime
+        .block_on(agent::trigger::start_test(addr.parse().unwrap(), None))
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+#[test]
+fn separate_processes_and_a_probe_killed_mid_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("agent");
+    let mut agent = Reaped(
+        Command::new(sibling_binary("skewscope-agent"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                data.to_str().unwrap(),
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(agent.0.stdout.take().unwrap()).lines();
+    let addr = lines
+        .next()
+        .unwrap()
+        .unwrap()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_owned();
+    let agent_log = PathBuf::from(
+        lines
+            .next()
+            .unwrap()
+            .unwrap()
+            .strip_prefix("recording to ")
+            .unwrap(),
+    );
+    let url = format!("ws://{addr}/ws");
+
+    let probe_bin = sibling_binary("skewscope-probe");
+    let (a_log, b_log) = (dir.path().join("a.sklog"), dir.path().join("b.sklog"));
+    let a = Reaped(
+        Command::new(&probe_bin)
+            .args([
+                "--url",
+                &url,
+                "--connections",
+                "3",
+                "--name",
+                "a",
+                "--count",
+                "10",
+            ])
+            .args(["--out", a_log.to_str().unwrap()])
+            .spawn()
+            .unwrap(),
+    );
+    let b = Reaped(
+        Command::new(&probe_bin)
+            .args(["--url", &url, "--connections", "2", "--name", "b"])
+            .args(["--out", b_log.to_str().unwrap()])
+            .spawn()
+            .unwrap(),
+    );
+    // Started + 3 or 2 ConnectionOpened records on disk: every connection is up.
+    wait_until("probe a connected", || {
+        a_log.exists() && records_in(&a_log) >= 4
+    });
+    wait_until("probe b connected", || {
+        b_log.exists() && records_in(&b_log) >= 3
+    });
+
+    for _ in 0..5 {
+        trigger(&addr);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Once b's ten receipts are on disk, kill it without warning.
+    wait_until("probe b flushed", || records_in(&b_log) >= 3 + 10);
+    signal(&b.0, libc::SIGKILL);
+    let mut b = b;
+    b.0.wait().unwrap();
+    for _ in 0..5 {
+        trigger(&addr);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut a = a;
+    assert!(
+        a.0.wait().unwrap().success(),
+        "probe a ends by itself after --count"
+    );
+    signal(&agent.0, libc::SIGTERM);
+    assert!(agent.0.wait().unwrap().success());
+
+    let o = run(&[
+        "report",
+        agent_log.to_str().unwrap(),
+        a_log.to_str().unwrap(),
+        b_log.to_str().unwrap(),
+        "--json",
+        "-",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let json: serde_json::Value = serde_json::from_str(&out[out.find("{\n").unwrap()..]).unwrap();
+    assert_eq!(json["broadcasts"], 10);
+    assert_eq!(json["connections"], 5);
+    // a: 3 × 10; b: 2 × 5 before it was killed, and not "missing" afterwards.
+    assert_eq!(json["receipts"], 40, "{out}");
+    assert_eq!(json["missing"], 0, "{out}");
+    assert_eq!(json["duplicates"], 0);
+    assert_eq!(json["probes"][1]["receipts"], 10);
+}
