@@ -119,13 +119,16 @@ async fn measure(n: usize, rounds: usize, pause: Duration, frame: &[u8]) -> anyh
     let mut floor_spans = Vec::with_capacity(rounds);
     let mut on_spans = Vec::with_capacity(rounds);
     let mut off_spans = Vec::with_capacity(rounds);
-    for _ in 0..rounds {
-        floor_spans.push(floor::write_all_once(&mut senders, frame)? as i64);
-        tokio::time::sleep(pause).await;
-        on_spans.push(broadcast_span(&recording).await? as i64);
-        tokio::time::sleep(pause).await;
-        off_spans.push(broadcast_span(&not_recording).await? as i64);
-        tokio::time::sleep(pause).await;
+    for round in 0..rounds {
+        // Rotate which configuration goes first, so none always follows another.
+        for which in (0..3).map(|i| (round + i) % 3) {
+            match which {
+                0 => floor_spans.push(floor::write_all_once(&mut senders, frame)? as i64),
+                1 => on_spans.push(broadcast_span(&recording).await? as i64),
+                _ => off_spans.push(broadcast_span(&not_recording).await? as i64),
+            }
+            tokio::time::sleep(pause).await;
+        }
     }
     let log = recording.log_path.clone();
     recording.shutdown().await?;
