@@ -104,6 +104,12 @@ pub fn render(r: &Report) -> String {
                 "  clocks: every record came from one host, so skew carries no clock-offset error."
             );
         }
+        ClockBasis::CorrectedToAgent => {
+            let _ = writeln!(
+                out,
+                "  clocks: every receipt was mapped into the agent's timebase with a bound."
+            );
+        }
         ClockBasis::UncorrectedDeviceClocks => {
             let _ = writeln!(
                 out,

@@ -169,6 +169,7 @@ impl Receipts {
             hash,
             len: u32::try_from(payload.len()).unwrap_or(u32::MAX),
             at,
+            kernel_delay_ns: None,
         }));
         self.received += 1;
     }

@@ -136,6 +136,7 @@ mod tests {
             hash: 9,
             len: 3,
             at: Stamp::now(),
+            kernel_delay_ns: None,
         })
     }
 

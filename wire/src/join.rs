@@ -12,7 +12,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::clock::Stamp;
-use crate::record::{AgentRecord, MessageKey, ProbeRecord, SendOrder, SendOutcome};
+use crate::record::{
+    AgentRecord, ClockState, MessageKey, ProbeRecord, SendOrder, SendOutcome, TimeSample,
+    TimeServiceCounters, TxKind,
+};
 
 /// One probe connection, as the report numbers them.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,13 +33,19 @@ pub struct Connection {
     pub until_wall_ns: u64,
 }
 
-/// A probe log's identity.
+/// A probe log's identity and its clock's records.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Probe {
     /// Its `--name`.
     pub name: String,
     /// The device's host name.
     pub host: String,
+    /// Every stamp it recorded, for finding clock steps.
+    pub stamps: Vec<Stamp>,
+    /// Its time exchanges with the agent.
+    pub samples: Vec<TimeSample>,
+    /// What its clock claimed, over the run.
+    pub clock_states: Vec<ClockState>,
 }
 
 /// The agent run's identity.
@@ -50,6 +59,12 @@ pub struct Agent {
     pub order: SendOrder,
     /// Whether per-client send times were recorded.
     pub per_client_times: bool,
+    /// What the server clock claimed, over the run.
+    pub clock_states: Vec<ClockState>,
+    /// The time port's last counters.
+    pub time_service: Option<TimeServiceCounters>,
+    /// Broadcast start stamps, for finding steps of the server's clock.
+    pub stamps: Vec<Stamp>,
 }
 
 /// How a broadcast is known.
@@ -66,8 +81,23 @@ pub enum BroadcastKey {
 pub struct JoinedReceipt {
     /// Index into [`Joined::connections`].
     pub connection: usize,
-    /// Wall time of receipt, on the device's clock.
+    /// Wall time of receipt (userspace), on the device's clock.
     pub wall_ns: u64,
+    /// Monotonic time of receipt, on the device's clock.
+    pub mono_ns: u64,
+    /// How long before `wall_ns` the kernel had the frame, if it said.
+    pub kernel_delay_ns: Option<u64>,
+    /// Agent wall time its write of this copy completed, when recorded.
+    pub sent_wall_ns: Option<u64>,
+    /// Agent wall time of the kernel's software TX stamp, when recorded.
+    pub tx_wall_ns: Option<u64>,
+}
+
+impl JoinedReceipt {
+    /// The best receipt time on the device's clock: the kernel's when known.
+    pub fn arrival_wall_ns(&self) -> u64 {
+        self.wall_ns - self.kernel_delay_ns.unwrap_or(0).min(self.wall_ns)
+    }
 }
 
 /// The agent's side of one broadcast.
@@ -100,14 +130,22 @@ pub struct JoinedBroadcast {
 }
 
 impl JoinedBroadcast {
-    /// max − min receipt wall time over the connections that got it; `None` with
-    /// fewer than two receipts.
+    /// max − min receipt time (kernel arrival where known) over the connections
+    /// that got it, raw device clocks; `None` with fewer than two receipts.
     pub fn skew_ns(&self) -> Option<u64> {
         if self.receipts.len() < 2 {
             return None;
         }
-        let min = self.receipts.iter().map(|r| r.wall_ns).min()?;
-        let max = self.receipts.iter().map(|r| r.wall_ns).max()?;
+        let min = self
+            .receipts
+            .iter()
+            .map(JoinedReceipt::arrival_wall_ns)
+            .min()?;
+        let max = self
+            .receipts
+            .iter()
+            .map(JoinedReceipt::arrival_wall_ns)
+            .max()?;
         Some(max - min)
     }
 }
@@ -134,8 +172,17 @@ struct AgentBroadcast {
     seq: Option<u64>,
     hash: u64,
     start: Stamp,
-    /// conn → (outcome, monotonic time the write finished, if it did).
-    slots: HashMap<u64, (SendOutcome, Option<u64>)>,
+    slots: HashMap<u64, Slot>,
+}
+
+/// One target's copy as the agent recorded it.
+#[derive(Clone, Copy)]
+struct Slot {
+    outcome: SendOutcome,
+    /// Monotonic time the write finished, if it did.
+    done_mono: Option<u64>,
+    /// Monotonic time of the kernel's software TX stamp, if taken.
+    tx_mono: Option<u64>,
 }
 
 #[cfg(test)]
@@ -163,7 +210,8 @@ struct RawReceipt {
     connection: usize,
     key: MessageKey,
     hash: u64,
-    wall_ns: u64,
+    at: Stamp,
+    kernel_delay_ns: Option<u64>,
 }
 
 fn collect_probes(probes: &[&[ProbeRecord]]) -> (Vec<Connection>, Vec<Probe>, Vec<RawReceipt>) {
@@ -188,6 +236,9 @@ fn collect_probes(probes: &[&[ProbeRecord]]) -> (Vec<Connection>, Vec<Probe>, Ve
             })
         };
         for record in records.iter() {
+            if let Some(at) = stamp_of(record) {
+                info.stamps.push(at);
+            }
             match record {
                 ProbeRecord::Started(s) => {
                     info.name = s.name.clone();
@@ -211,11 +262,14 @@ fn collect_probes(probes: &[&[ProbeRecord]]) -> (Vec<Connection>, Vec<Probe>, Ve
                         connection,
                         key: r.key,
                         hash: r.hash,
-                        wall_ns: r.at.wall_ns,
+                        at: r.at,
+                        kernel_delay_ns: r.kernel_delay_ns,
                     });
                     last_wall = last_wall.max(r.at.wall_ns);
                 }
                 ProbeRecord::Stopped(at) => last_wall = last_wall.max(at.wall_ns),
+                ProbeRecord::ClockState(c) => info.clock_states.push(c.clone()),
+                ProbeRecord::TimeSample(t) => info.samples.push(*t),
             }
         }
         for (&conn, &i) in &index {
@@ -224,6 +278,21 @@ fn collect_probes(probes: &[&[ProbeRecord]]) -> (Vec<Connection>, Vec<Probe>, Ve
         infos.push(info);
     }
     (connections, infos, receipts)
+}
+
+/// The stamp a probe record carries, for clock-step detection.
+fn stamp_of(record: &ProbeRecord) -> Option<Stamp> {
+    match record {
+        ProbeRecord::Started(s) => Some(s.at),
+        ProbeRecord::ConnectionOpened(o) => Some(o.at),
+        ProbeRecord::ConnectionFailed(f) => Some(f.at),
+        ProbeRecord::ConnectionClosed(c) => Some(c.at),
+        ProbeRecord::Receipt(r) => Some(r.at),
+        ProbeRecord::Stopped(at) => Some(*at),
+        ProbeRecord::ClockState(c) => Some(c.at),
+        // Its two stamps are checked by the exchange itself.
+        ProbeRecord::TimeSample(t) => Some(t.t4),
+    }
 }
 
 fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[RawReceipt]) {
@@ -236,9 +305,15 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
                     shards: s.shards,
                     order: s.order,
                     per_client_times: s.per_client_times,
+                    clock_states: Vec::new(),
+                    time_service: None,
+                    stamps: Vec::new(),
                 })
             }
             AgentRecord::Broadcast(b) => {
+                if let Some(a) = joined.agent.as_mut() {
+                    a.stamps.push(b.at);
+                }
                 broadcasts.insert(
                     b.id,
                     AgentBroadcast {
@@ -252,9 +327,16 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
             AgentRecord::ShardSends(s) => {
                 if let Some(b) = broadcasts.get_mut(&s.broadcast) {
                     for slot in &s.slots {
-                        let done = (slot.outcome == SendOutcome::Written && slot.mono_ns != 0)
+                        let done_mono = (slot.outcome == SendOutcome::Written && slot.mono_ns != 0)
                             .then_some(slot.mono_ns);
-                        b.slots.insert(slot.conn, (slot.outcome, done));
+                        b.slots.insert(
+                            slot.conn,
+                            Slot {
+                                outcome: slot.outcome,
+                                done_mono,
+                                tx_mono: None,
+                            },
+                        );
                     }
                 }
             }
@@ -263,11 +345,30 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
                     .get_mut(&c.broadcast)
                     .and_then(|b| b.slots.get_mut(&c.conn))
                 {
-                    slot.1 = Some(c.mono_ns);
+                    slot.done_mono = Some(c.mono_ns);
+                }
+            }
+            AgentRecord::TxStamp(t) if t.kind == TxKind::Software => {
+                if let Some(slot) = broadcasts
+                    .get_mut(&t.broadcast)
+                    .and_then(|b| b.slots.get_mut(&t.conn))
+                {
+                    slot.tx_mono = Some(t.mono_ns);
+                }
+            }
+            AgentRecord::ClockState(c) => {
+                if let Some(a) = joined.agent.as_mut() {
+                    a.clock_states.push(c.clone());
+                }
+            }
+            AgentRecord::TimeService(t) => {
+                if let Some(a) = joined.agent.as_mut() {
+                    a.time_service = Some(*t);
                 }
             }
             AgentRecord::ConnectionOpened(_)
             | AgentRecord::ConnectionClosed(_)
+            | AgentRecord::TxStamp(_)
             | AgentRecord::Stopped(_) => {}
         }
     }
@@ -293,7 +394,7 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
         .filter_map(|(i, c)| c.agent_conn.map(|a| (a, i)))
         .collect();
 
-    let mut got: HashMap<u64, BTreeMap<usize, u64>> = HashMap::new();
+    let mut got: HashMap<u64, BTreeMap<usize, JoinedReceipt>> = HashMap::new();
     for r in receipts {
         let agent_conn = joined.connections[r.connection].agent_conn;
         let id = match r.key {
@@ -311,8 +412,16 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
             joined.unmatched += 1;
             continue;
         };
-        let entry = got.entry(id).or_default();
-        keep_first(entry, r, &mut joined.duplicates);
+        let b = &broadcasts[&id];
+        let slot = agent_conn.and_then(|a| b.slots.get(&a));
+        let mut joined_receipt = plain_receipt(r);
+        joined_receipt.sent_wall_ns = slot.and_then(|s| s.done_mono).map(|m| b.start.wall_at(m));
+        joined_receipt.tx_wall_ns = slot.and_then(|s| s.tx_mono).map(|m| b.start.wall_at(m));
+        keep_first(
+            got.entry(id).or_default(),
+            joined_receipt,
+            &mut joined.duplicates,
+        );
     }
 
     for (id, b) in &broadcasts {
@@ -342,8 +451,8 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
                 .map(|(i, _)| i),
         );
         missing.sort_unstable();
-        let last_done = b.slots.values().filter_map(|s| s.1).max();
-        let count = |o: SendOutcome| b.slots.values().filter(|s| s.0 == o).count() as u32;
+        let last_done = b.slots.values().filter_map(|s| s.done_mono).max();
+        let count = |o: SendOutcome| b.slots.values().filter(|s| s.outcome == o).count() as u32;
         joined.broadcasts.push(JoinedBroadcast {
             key: BroadcastKey::Agent(*id),
             agent: Some(AgentSide {
@@ -353,24 +462,34 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
                 dropped: count(SendOutcome::Dropped) + count(SendOutcome::Failed),
                 fanout_span_ns: last_done.map(|t| t.saturating_sub(b.start.mono_ns)),
             }),
-            receipts: receipts_of
-                .into_iter()
-                .map(|(connection, wall_ns)| JoinedReceipt {
-                    connection,
-                    wall_ns,
-                })
-                .collect(),
+            receipts: receipts_of.into_values().collect(),
             missing,
         });
     }
 }
 
+/// A receipt with what the probe knows; the agent's side is filled in by the caller.
+fn plain_receipt(r: &RawReceipt) -> JoinedReceipt {
+    JoinedReceipt {
+        connection: r.connection,
+        wall_ns: r.at.wall_ns,
+        mono_ns: r.at.mono_ns,
+        kernel_delay_ns: r.kernel_delay_ns,
+        sent_wall_ns: None,
+        tx_wall_ns: None,
+    }
+}
+
 /// Keeps a connection's first receipt of a broadcast; later ones are duplicates.
-fn keep_first(receipts_of: &mut BTreeMap<usize, u64>, r: &RawReceipt, duplicates: &mut u64) {
+fn keep_first(
+    receipts_of: &mut BTreeMap<usize, JoinedReceipt>,
+    r: JoinedReceipt,
+    duplicates: &mut u64,
+) {
     match receipts_of.entry(r.connection) {
         std::collections::btree_map::Entry::Occupied(_) => *duplicates += 1,
         std::collections::btree_map::Entry::Vacant(v) => {
-            v.insert(r.wall_ns);
+            v.insert(r);
         }
     }
 }
@@ -381,15 +500,18 @@ fn listening(c: &Connection, t: u64) -> bool {
 }
 
 fn join_probes_only(joined: &mut Joined, receipts: &[RawReceipt]) {
-    let mut got: BTreeMap<MessageKey, BTreeMap<usize, u64>> = BTreeMap::new();
+    let mut got: BTreeMap<MessageKey, BTreeMap<usize, JoinedReceipt>> = BTreeMap::new();
     for r in receipts {
-        let entry = got.entry(r.key).or_default();
-        keep_first(entry, r, &mut joined.duplicates);
+        keep_first(
+            got.entry(r.key).or_default(),
+            plain_receipt(r),
+            &mut joined.duplicates,
+        );
     }
     let mut rows: Vec<(u64, JoinedBroadcast)> = got
         .into_iter()
         .map(|(key, receipts_of)| {
-            let first = receipts_of.values().copied().min().unwrap_or(0);
+            let first = receipts_of.values().map(|r| r.wall_ns).min().unwrap_or(0);
             let missing = joined
                 .connections
                 .iter()
@@ -400,13 +522,7 @@ fn join_probes_only(joined: &mut Joined, receipts: &[RawReceipt]) {
             let row = JoinedBroadcast {
                 key: BroadcastKey::Message(key),
                 agent: None,
-                receipts: receipts_of
-                    .into_iter()
-                    .map(|(connection, wall_ns)| JoinedReceipt {
-                        connection,
-                        wall_ns,
-                    })
-                    .collect(),
+                receipts: receipts_of.into_values().collect(),
                 missing,
             };
             (first, row)

@@ -8,6 +8,7 @@
 //! unit-tested with hand-built records.
 
 pub mod clock;
+pub mod clockstate;
 pub mod identity;
 pub mod join;
 pub mod log;
@@ -15,5 +16,8 @@ pub mod record;
 pub mod report;
 pub mod stats;
 pub mod sys;
+pub mod timeproto;
+pub mod timesync;
+pub mod timing;
 
 pub use clock::Stamp;

@@ -315,6 +315,7 @@ mod tests {
                 wall_ns: 1_700_000_000_000_000_000 + i,
                 mono_ns: i,
             },
+            kernel_delay_ns: Some(i),
         })
     }
 

@@ -39,6 +39,13 @@ pub enum AgentRecord {
     SendCompleted(SendCompleted),
     /// Last record of a clean shutdown.
     Stopped(Stamp),
+    /// The server clock's own claim about its error, at start and periodically.
+    ClockState(ClockState),
+    /// Counters of the UDP time exchange, written periodically and at shutdown.
+    TimeService(TimeServiceCounters),
+    /// A kernel transmit timestamp for one client's copy of a broadcast
+    /// (`--tx-timestamps`).
+    TxStamp(TxStamp),
 }
 
 /// Identity and configuration of an agent run.
@@ -201,6 +208,10 @@ pub enum ProbeRecord {
     Receipt(Receipt),
     /// Last record of a clean stop.
     Stopped(Stamp),
+    /// The device clock's own claim about its error, at start and every few seconds.
+    ClockState(ClockState),
+    /// One completed time exchange with the agent.
+    TimeSample(TimeSample),
 }
 
 /// Identity of a probe run.
@@ -267,4 +278,126 @@ pub struct Receipt {
     pub len: u32,
     /// Userspace time the frame was complete.
     pub at: Stamp,
+    /// How long before `at` the kernel received the frame's last segment
+    /// (`SO_TIMESTAMPING` software RX stamp), measured on the kernel's own clock
+    /// so it stays right even when the process clock is shifted; `None` when the
+    /// kernel gave no stamp.
+    pub kernel_delay_ns: Option<u64>,
+}
+
+/// What a clock says about its own error: the kernel's NTP state and, when
+/// chronyd answers, its tracking figures.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClockState {
+    /// When it was read.
+    pub at: Stamp,
+    /// `adjtimex` with modes 0; `None` if the call failed.
+    pub kernel: Option<KernelClock>,
+    /// `chronyc -c tracking`; `None` when chronyd is absent or silent.
+    pub chrony: Option<ChronyTracking>,
+}
+
+/// The kernel's NTP discipline state (`adjtimex`, read only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelClock {
+    /// `STA_UNSYNC` is clear: a time daemon disciplines the clock.
+    pub synchronized: bool,
+    /// The raw status bits.
+    pub status: i32,
+    /// Maximum error the kernel claims, in nanoseconds.
+    pub max_error_ns: u64,
+    /// Estimated error the kernel claims, in nanoseconds.
+    pub est_error_ns: u64,
+    /// Current offset being slewed away, in nanoseconds.
+    pub offset_ns: i64,
+    /// Frequency correction, in parts per billion.
+    pub freq_ppb: i64,
+}
+
+/// chronyd's tracking report, the fields that bound the clock's error.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChronyTracking {
+    /// Reference (server) name or id.
+    pub reference: String,
+    /// Stratum of this clock.
+    pub stratum: u32,
+    /// Offset of the system clock from chrony's estimate of true time, in ns.
+    pub system_offset_ns: i64,
+    /// Last measured offset, in ns.
+    pub last_offset_ns: i64,
+    /// RMS of recent offsets, in ns.
+    pub rms_offset_ns: u64,
+    /// Root delay to the reference, in ns.
+    pub root_delay_ns: u64,
+    /// Root dispersion, in ns.
+    pub root_dispersion_ns: u64,
+    /// Leap status text ("Normal", "Not synchronised", ...).
+    pub leap: String,
+}
+
+impl ClockState {
+    /// The error bound the clock itself claims, if it claims one: chrony's
+    /// root dispersion plus half the root delay plus its system offset, else the
+    /// kernel's maximum error; `None` for an unsynchronised clock.
+    pub fn claimed_bound_ns(&self) -> Option<u64> {
+        if let Some(c) = &self.chrony
+            && c.leap != "Not synchronised"
+        {
+            return Some(
+                c.root_dispersion_ns + c.root_delay_ns / 2 + c.system_offset_ns.unsigned_abs(),
+            );
+        }
+        self.kernel
+            .filter(|k| k.synchronized)
+            .map(|k| k.max_error_ns)
+    }
+}
+
+/// One NTP-style exchange with the agent: the probe sent at `t1`, the agent
+/// received at `t2` and answered at `t3`, the probe received at `t4`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimeSample {
+    /// Probe clocks when the request left.
+    pub t1: Stamp,
+    /// Agent wall clock when the request arrived.
+    pub t2_wall_ns: u64,
+    /// Agent wall clock when the reply left.
+    pub t3_wall_ns: u64,
+    /// Probe clocks when the reply arrived.
+    pub t4: Stamp,
+}
+
+/// What the agent's time port did with the packets it got.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimeServiceCounters {
+    /// Requests answered.
+    pub answered: u64,
+    /// Dropped: shorter than a request, or not a request.
+    pub malformed: u64,
+    /// Dropped: longer than a request (answering could amplify).
+    pub oversized: u64,
+    /// Dropped: a request id seen recently.
+    pub replayed: u64,
+}
+
+/// Which kernel transmit timestamp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxKind {
+    /// The packet entered the queueing discipline (`SOF_TIMESTAMPING_TX_SCHED`).
+    Sched,
+    /// The packet left for the device driver (`SOF_TIMESTAMPING_TX_SOFTWARE`).
+    Software,
+}
+
+/// A kernel transmit timestamp for the last byte of one client's copy of a broadcast.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxStamp {
+    /// Broadcast id.
+    pub broadcast: u64,
+    /// Connection id.
+    pub conn: u64,
+    /// Which stamp.
+    pub kind: TxKind,
+    /// The stamp on the agent's monotonic clock.
+    pub mono_ns: u64,
 }

@@ -4,8 +4,9 @@
 use serde::Serialize;
 
 use crate::join::{BroadcastKey, Joined, JoinedBroadcast};
-use crate::record::{MessageKey, SendOrder};
+use crate::record::{ClockState, MessageKey, SendOrder, TimeServiceCounters};
 use crate::stats::Summary;
+use crate::timing::{BoundedSummary, DeviceClockSummary, StepSummary, timing};
 
 /// How much a log file contributed, and what was lost reading it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -26,11 +27,15 @@ pub struct InputSummary {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ClockBasis {
-    /// Every receipt (and the agent, if present) came from one host: one clock,
-    /// so skew carries no clock-offset error.
+    /// Every receipt (and the agent, if present) came from one host and nothing
+    /// measured says otherwise: one clock, so raw skew carries no clock error.
     SingleHost,
-    /// Receipts came from several hosts whose wall clocks were taken as they are:
-    /// skew includes their offsets, which this report does not bound.
+    /// Every receipt could be mapped into the agent's timebase with a bound:
+    /// `skew_corrected_ns` holds the defensible figures.
+    CorrectedToAgent,
+    /// Some receipts came from clocks that could not be bounded (no time
+    /// exchange): raw skew includes their offsets, and corrected figures leave
+    /// those receipts out.
     UncorrectedDeviceClocks,
 }
 
@@ -47,6 +52,12 @@ pub struct AgentSummary {
     pub queued: u64,
     /// Clients dropped or failed during broadcasts.
     pub dropped: u64,
+    /// The server clock's last claim about itself.
+    pub claim: Option<ClockState>,
+    /// The time port's counters (answered and dropped packets).
+    pub time_service: Option<TimeServiceCounters>,
+    /// Steps of the server's wall clock during the run.
+    pub clock_steps: Vec<StepSummary>,
 }
 
 /// Per-probe figures.
@@ -62,6 +73,9 @@ pub struct ProbeSummary {
     pub receipts: u64,
     /// Broadcasts its connections missed.
     pub missing: u64,
+    /// Its clock against the agent's.
+    #[serde(flatten)]
+    pub clock: DeviceClockSummary,
 }
 
 /// One broadcast among the worst by skew.
@@ -101,12 +115,33 @@ pub struct Report {
     pub duplicates: u64,
     /// Receipts matching no broadcast in the agent log.
     pub unmatched: u64,
-    /// Skew per broadcast: max − min receipt time over connections that got it.
+    /// Skew per broadcast: max − min receipt time over the connections that got
+    /// it, each device's wall clock as it is (raw). Receipt time is the kernel's
+    /// receive stamp where there is one.
     pub skew_ns: Option<Summary>,
-    /// Per receipt: receipt time − broadcast start (needs the agent log).
+    /// The same, at the userspace stamps: the difference is device delivery.
+    pub skew_userspace_ns: Option<Summary>,
+    /// Skew with every receipt mapped into the agent's timebase, with intervals.
+    pub skew_corrected_ns: Option<BoundedSummary>,
+    /// Skew among connections of one probe (one clock): no clock error.
+    pub skew_intra_device_ns: Option<Summary>,
+    /// Per receipt: receipt time − broadcast start, raw clocks (needs the agent log).
     pub latency_ns: Option<Summary>,
+    /// The same in the agent's timebase, with intervals.
+    pub latency_corrected_ns: Option<BoundedSummary>,
     /// Per broadcast: start to the last completed write on the agent.
     pub fanout_ns: Option<Summary>,
+    /// Latency split, per receipt: start to the agent's write of that copy.
+    pub fanout_position_ns: Option<Summary>,
+    /// Latency split: agent write (kernel TX stamp when recorded) to the device
+    /// kernel's receive stamp, across clocks, with intervals.
+    pub network_ns: Option<BoundedSummary>,
+    /// Latency split: device kernel receive to the probe's userspace stamp.
+    pub delivery_ns: Option<Summary>,
+    /// Receipts left out of corrected figures: no offset estimate for them.
+    pub uncorrected_receipts: u64,
+    /// Receipts with no kernel receive stamp (their userspace stamp is used).
+    pub receipts_without_kernel_stamp: u64,
     /// Per-probe breakdown.
     pub probes: Vec<ProbeSummary>,
     /// The five broadcasts with the largest skew.
@@ -122,6 +157,12 @@ impl Report {
             .filter_map(|b| b.skew_ns())
             .map(|s| s as i64)
             .collect();
+        let userspace_skews: Vec<i64> = joined
+            .broadcasts
+            .iter()
+            .filter_map(|b| spread(b.receipts.iter().map(|r| r.wall_ns)))
+            .map(|s| s as i64)
+            .collect();
         let latencies: Vec<i64> = joined
             .broadcasts
             .iter()
@@ -129,9 +170,10 @@ impl Report {
             .flat_map(|(a, receipts)| {
                 receipts
                     .iter()
-                    .map(move |r| (r.wall_ns as i128 - a.start.wall_ns as i128) as i64)
+                    .map(move |r| (r.arrival_wall_ns() as i128 - a.start.wall_ns as i128) as i64)
             })
             .collect();
+        let timing = timing(joined);
         let fanouts: Vec<i64> = joined
             .broadcasts
             .iter()
@@ -142,12 +184,14 @@ impl Report {
         let mut probes: Vec<ProbeSummary> = joined
             .probes
             .iter()
-            .map(|p| ProbeSummary {
+            .zip(&timing.devices)
+            .map(|(p, clock)| ProbeSummary {
                 name: p.name.clone(),
                 host: p.host.clone(),
                 connections: 0,
                 receipts: 0,
                 missing: 0,
+                clock: clock.clone(),
             })
             .collect();
         for c in &joined.connections {
@@ -194,12 +238,22 @@ impl Report {
                 .iter()
                 .filter_map(|b| b.agent.map(|a| a.dropped as u64))
                 .sum(),
+            claim: a.clock_states.last().cloned(),
+            time_service: a.time_service,
+            clock_steps: timing.agent_steps.clone(),
         });
+        let clock_basis = if timing.one_clock {
+            ClockBasis::SingleHost
+        } else if timing.uncorrected_receipts == 0 && timing.skew_corrected.is_some() {
+            ClockBasis::CorrectedToAgent
+        } else {
+            ClockBasis::UncorrectedDeviceClocks
+        };
 
         Report {
             inputs,
             agent,
-            clock_basis: clock_basis(joined),
+            clock_basis,
             broadcasts: joined.broadcasts.len() as u64,
             connections: joined.connections.len() as u64,
             receipts: joined
@@ -215,26 +269,29 @@ impl Report {
             duplicates: joined.duplicates,
             unmatched: joined.unmatched,
             skew_ns: Summary::of(&skews),
+            skew_userspace_ns: Summary::of(&userspace_skews),
+            skew_corrected_ns: timing.skew_corrected,
+            skew_intra_device_ns: timing.skew_intra_device,
             latency_ns: Summary::of(&latencies),
+            latency_corrected_ns: timing.latency_corrected,
             fanout_ns: Summary::of(&fanouts),
+            fanout_position_ns: timing.fanout_position,
+            network_ns: timing.network,
+            delivery_ns: timing.delivery,
+            uncorrected_receipts: timing.uncorrected_receipts,
+            receipts_without_kernel_stamp: timing.receipts_without_kernel_stamp,
             probes,
             worst_broadcasts,
         }
     }
 }
 
-fn clock_basis(joined: &Joined) -> ClockBasis {
-    let mut hosts = joined
-        .probes
-        .iter()
-        .map(|p| p.host.as_str())
-        .chain(joined.agent.as_ref().map(|a| a.host.as_str()));
-    let first = hosts.next();
-    if hosts.all(|h| Some(h) == first) {
-        ClockBasis::SingleHost
-    } else {
-        ClockBasis::UncorrectedDeviceClocks
+/// max − min of some times; `None` with fewer than two.
+fn spread(times: impl Iterator<Item = u64> + Clone) -> Option<u64> {
+    if times.clone().count() < 2 {
+        return None;
     }
+    Some(times.clone().max()? - times.min()?)
 }
 
 fn describe(key: BroadcastKey) -> String {

@@ -15,6 +15,53 @@ pub fn read_clock(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// `CLOCK_REALTIME` straight from the kernel, bypassing libc: the clock kernel
+/// timestamps (`SO_TIMESTAMPING`) are taken on. Intervals between a kernel stamp
+/// and now are measured with it, so they stay right even when the process's
+/// libc clock is shifted (as `faketime` does in tests).
+pub fn kernel_realtime_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: raw clock_gettime with a valid, writable timespec.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clock_gettime,
+            libc::CLOCK_REALTIME,
+            &mut ts as *mut libc::timespec,
+        )
+    };
+    debug_assert_eq!(rc, 0, "clock_gettime syscall failed");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The kernel's NTP discipline state, read with `adjtimex` (modes 0: read only).
+pub fn kernel_clock() -> Option<crate::record::KernelClock> {
+    // SAFETY: timex is plain data; all-zero (modes 0) asks only to read.
+    let mut tx: libc::timex = unsafe { std::mem::zeroed() };
+    // SAFETY: `tx` is a valid, writable timex.
+    let state = unsafe { libc::adjtimex(&mut tx) };
+    if state < 0 {
+        return None;
+    }
+    let nano = tx.status & libc::STA_NANO != 0;
+    let offset_ns = if nano {
+        tx.offset as i64
+    } else {
+        tx.offset as i64 * 1_000
+    };
+    Some(crate::record::KernelClock {
+        synchronized: tx.status & libc::STA_UNSYNC == 0 && state != libc::TIME_ERROR,
+        status: tx.status,
+        max_error_ns: (tx.maxerror as i64).max(0) as u64 * 1_000,
+        est_error_ns: (tx.esterror as i64).max(0) as u64 * 1_000,
+        offset_ns,
+        // freq is ppm with a 16-bit fraction.
+        freq_ppb: (tx.freq as i64 * 1_000) >> 16,
+    })
+}
+
 /// This host's name, so reports can tell which records share a clock.
 ///
 /// A missing name must not stop a measurement: falls back to `"unknown-host"`.
@@ -120,6 +167,19 @@ pub fn ensure_open_files(sockets: u32) -> Result<(), FileLimitError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_realtime_agrees_with_libc() {
+        let a = read_clock(libc::CLOCK_REALTIME);
+        let k = kernel_realtime_ns();
+        assert!(k.abs_diff(a) < 100_000_000, "{a} vs {k}");
+    }
+
+    #[test]
+    fn kernel_clock_state_is_readable() {
+        let k = kernel_clock().expect("adjtimex reads");
+        assert!(k.max_error_ns > 0 || k.synchronized);
+    }
 
     #[test]
     fn host_name_is_never_empty() {

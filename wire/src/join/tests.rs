@@ -42,6 +42,7 @@ impl ProbeLog {
             hash,
             len: 450,
             at: at(t),
+            kernel_delay_ns: None,
         }));
         self
     }
