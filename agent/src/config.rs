@@ -74,6 +74,15 @@ pub struct AgentConfig {
     #[arg(long, default_value_t = 10)]
     pub request_timeout_secs: u64,
 
+    /// UDP port of the time exchange probes use to measure their clock's offset
+    /// to this server's; default: the same number as the --listen port.
+    #[arg(long)]
+    pub time_port: Option<u16>,
+
+    /// Do not serve the time exchange (probes then cannot bound their clocks).
+    #[arg(long)]
+    pub no_time_exchange: bool,
+
     /// Do not read the clock or record per-client send times (only to measure
     /// what recording costs).
     #[arg(long)]

@@ -5,9 +5,12 @@
 //! does the WebSocket handshake, [`hub`] starts broadcasts across the [`shard`]s,
 //! each of which writes one pre-encoded frame to all its [`client`]s; [`inbound`]
 //! parses what clients send; [`recorder`] writes the log off the hot path;
+//! [`timeport`] answers the probes' time exchange and [`clockwatch`] records
+//! what the server clock claims about itself;
 //! [`trigger`] is the small HTTP client demos and tests use.
 
 pub mod client;
+pub mod clockwatch;
 pub mod config;
 pub mod http;
 pub mod hub;
@@ -15,6 +18,7 @@ pub mod inbound;
 pub mod recorder;
 pub mod server;
 pub mod shard;
+pub mod timeport;
 pub mod trigger;
 pub mod upgrade;
 
@@ -45,7 +49,10 @@ pub struct RunningAgent {
     pub addr: SocketAddr,
     /// The record log being written.
     pub log_path: PathBuf,
+    /// The UDP time port, unless disabled.
+    pub time_addr: Option<SocketAddr>,
     hub: Arc<Hub>,
+    time_port: Option<timeport::TimePort>,
     recorder: RecorderThread,
     stop: watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
@@ -90,17 +97,36 @@ impl RunningAgent {
             },
             recorder.handle(),
         )?);
+        let time_port =
+            if config.no_time_exchange {
+                None
+            } else {
+                let port = config.time_port.unwrap_or(addr.port());
+                let time_addr = SocketAddr::new(addr.ip(), port);
+                Some(timeport::TimePort::start(time_addr).with_context(|| {
+                    format!("cannot serve the time exchange on udp {time_addr}")
+                })?)
+            };
+        let counters = time_port.as_ref().map(|t| t.counters.clone());
         let context = Arc::new(Context {
             hub: hub.clone(),
+            time: counters.clone(),
             token,
             max_publish: config.max_publish,
             request_timeout: config.request_timeout(),
         });
         let (stop, stopped) = watch::channel(false);
+        tokio::spawn(clockwatch::watch(
+            recorder.handle(),
+            counters,
+            stop.subscribe(),
+        ));
         let server = tokio::spawn(server::serve(listener, context, stopped));
         Ok(RunningAgent {
             addr,
             log_path: recorder.path.clone(),
+            time_addr: time_port.as_ref().map(|t| t.addr),
+            time_port,
             hub,
             recorder,
             stop,
@@ -125,7 +151,14 @@ impl RunningAgent {
         let _ = self.server.await;
         let hub = self.hub;
         let recorder = self.recorder;
+        let mut time_port = self.time_port;
         tokio::task::spawn_blocking(move || {
+            if let Some(port) = time_port.as_mut() {
+                port.stop();
+                recorder
+                    .handle()
+                    .record(AgentRecord::TimeService(port.counters.snapshot()));
+            }
             hub.shutdown();
             recorder.finish();
         })

@@ -24,6 +24,8 @@ pub struct Context {
     pub max_publish: usize,
     /// Time allowed for a request head or body to arrive.
     pub request_timeout: Duration,
+    /// The time port's counters, when it runs.
+    pub time: Option<Arc<crate::timeport::TimeCounters>>,
 }
 
 /// Accepts until `stop` turns true.
@@ -63,13 +65,7 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, context: &Context) {
     };
     match (request.method.as_str(), request.path.as_str()) {
         (_, "/ws") => upgrade(stream, peer, request, context).await,
-        ("GET", "/healthz") => {
-            let body = format!(
-                "{{\"status\":\"ok\",\"clients\":{}}}\n",
-                context.hub.clients()
-            );
-            respond(&mut stream, 200, "", &body).await
-        }
+        ("GET", "/healthz") => respond(&mut stream, 200, "", &health(context)).await,
         ("POST", "/publish") => {
             if authorized(&mut stream, &request, context).await {
                 publish(stream, request, context).await
@@ -206,6 +202,23 @@ async fn publish(mut stream: TcpStream, request: Request, context: &Context) {
     }
     let sent = context.hub.publish(&body).await;
     respond(&mut stream, 200, "", &outcome_json(sent)).await
+}
+
+fn health(context: &Context) -> String {
+    let time = match &context.time {
+        Some(t) => {
+            let c = t.snapshot();
+            format!(
+                "{{\"answered\":{},\"malformed\":{},\"oversized\":{},\"replayed\":{}}}",
+                c.answered, c.malformed, c.oversized, c.replayed
+            )
+        }
+        None => "null".into(),
+    };
+    format!(
+        "{{\"status\":\"ok\",\"clients\":{},\"time\":{time}}}\n",
+        context.hub.clients()
+    )
 }
 
 fn outcome_json(sent: Broadcasted) -> String {
