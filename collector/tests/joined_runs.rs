@@ -104,14 +104,35 @@ async fn agent_and_two_probes_join_exactly() {
     // loopback everything arrives well within a second.
     assert!(latency.min > 0, "{latency:?}");
     assert!(latency.max < 1_000_000_000, "{latency:?}");
-    // Skew cannot exceed the spread of latencies; fan-out ends before the last receipt.
+    // Skew cannot exceed the spread of latencies.
     assert!(
         skew.max <= latency.max - latency.min,
         "{skew:?} {latency:?}"
     );
+    // (The last write can return after the kernel already delivered it: on
+    // loopback the receive path runs inside the sender's write.)
+    assert!(fanout.min > 0 && fanout.max < 1_000_000_000, "{fanout:?}");
+
+    // Kernel receive stamps on every receipt, never after the userspace stamp.
+    assert_eq!(r.receipts_without_kernel_stamp, 0);
+    let delivery = r.delivery_ns.expect("kernel stamps on loopback");
     assert!(
-        fanout.min > 0 && fanout.max < latency.max,
-        "{fanout:?} {latency:?}"
+        delivery.min >= 0 && delivery.count == 8 * total,
+        "{delivery:?}"
+    );
+    // Each probe measured its offset to the agent: one clock, so zero within the bound.
+    for p in &r.probes {
+        assert!(p.clock.time_samples >= 8, "{p:?}");
+        let (offset, bound) = (p.clock.offset_ns.unwrap(), p.clock.offset_bound_ns.unwrap());
+        assert!(
+            offset.unsigned_abs() <= bound,
+            "offset {offset} bound {bound}"
+        );
+    }
+    let corrected = r.skew_corrected_ns.expect("corrected skew");
+    assert!(
+        corrected.lo.max <= skew.max && skew.max <= corrected.hi.max,
+        "{corrected:?} {skew:?}"
     );
 }
 

@@ -58,6 +58,20 @@ pub struct Args {
     /// the device's memory.
     #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = parse_size)]
     pub max_message: usize,
+
+    /// HOST:PORT of the agent's UDP time exchange, used to measure this device's
+    /// clock offset to the server's. Defaults to the URL's host and port, where a
+    /// skewscope agent answers; a server that does not answer is left alone.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub time_server: Option<String>,
+
+    /// Pause between time exchanges after the first burst.
+    #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_duration)]
+    pub time_interval: Duration,
+
+    /// Do not run the time exchange (reports then cannot bound this device's clock).
+    #[arg(long)]
+    pub no_time_exchange: bool,
 }
 
 impl Args {
@@ -72,6 +86,9 @@ impl Args {
             duration: self.duration,
             connect_timeout: self.connect_timeout,
             max_message: self.max_message,
+            time_exchange: !self.no_time_exchange,
+            time_server: self.time_server,
+            time_interval: self.time_interval,
         }
     }
 }

@@ -14,6 +14,10 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// that a misbehaving server cannot make the probe allocate without bound.
 pub const DEFAULT_MAX_MESSAGE: usize = 16 * 1024 * 1024;
 
+/// Default pause between time exchanges: often enough that the nearest one is
+/// never far from a receipt, rare enough to cost nothing.
+pub const DEFAULT_TIME_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Settings for one probe run.
 #[derive(Clone, Debug)]
 pub struct ProbeConfig {
@@ -34,6 +38,12 @@ pub struct ProbeConfig {
     pub connect_timeout: Duration,
     /// Largest message or frame accepted; a larger one closes that connection.
     pub max_message: usize,
+    /// Measure the offset to the agent's clock over its UDP time exchange.
+    pub time_exchange: bool,
+    /// `HOST:PORT` of the time exchange; default the URL's host and port.
+    pub time_server: Option<String>,
+    /// Pause between time exchanges after the first burst.
+    pub time_interval: Duration,
 }
 
 impl ProbeConfig {
@@ -49,6 +59,9 @@ impl ProbeConfig {
             duration: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             max_message: DEFAULT_MAX_MESSAGE,
+            time_exchange: true,
+            time_server: None,
+            time_interval: DEFAULT_TIME_INTERVAL,
         }
     }
 
@@ -62,6 +75,8 @@ impl ProbeConfig {
             "duration must be longer than zero"
         } else if self.connect_timeout.is_zero() {
             "connect timeout must be longer than zero"
+        } else if self.time_interval.is_zero() {
+            "time interval must be longer than zero"
         } else if self.max_message == 0 {
             "max message size must be at least 1 byte"
         } else if self.name.is_empty() {

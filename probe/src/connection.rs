@@ -7,10 +7,11 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, watch};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use wire::Stamp;
 use wire::identity::Identifier;
 use wire::record::{
@@ -19,6 +20,7 @@ use wire::record::{
 
 use crate::recorder::Recorder;
 use crate::request;
+use crate::rx_stamp::{LastRx, RxStamped};
 use crate::shutdown::Shutdown;
 
 /// Most WebSocket handshakes in flight at once: 10,000 simultaneous connects
@@ -30,7 +32,7 @@ pub const MAX_HANDSHAKES_IN_FLIGHT: usize = 256;
 /// are recorded; a server that never replies costs at most this long.
 pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+type Ws = WebSocketStream<RxStamped>;
 
 /// How far connecting has got, for [`crate::RunningProbe::connected`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -87,15 +89,15 @@ impl Connection {
             reason = shutdown.wait() => Err(format!("{reason} before the connection was made")),
             dialed = dial(&settings) => dialed,
         };
-        let mut ws = match dialed {
-            Ok((ws, agent_conn, at)) => {
+        let (mut ws, last_rx) = match dialed {
+            Ok((ws, last_rx, agent_conn, at)) => {
                 recorder.record(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
                     conn: index,
                     agent_conn,
                     at,
                 }));
                 progress.send_modify(|p| p.attempts.opened += 1);
-                ws
+                (ws, last_rx)
             }
             Err(error) => {
                 recorder.record(ProbeRecord::ConnectionFailed(ProbeConnectionFailed {
@@ -115,6 +117,7 @@ impl Connection {
             identifier: Identifier::default(),
             received: 0,
             recorder,
+            last_rx,
         };
         let reason = receive(&mut ws, &mut receipts, &mut shutdown, settings.count).await;
         receipts
@@ -128,22 +131,38 @@ impl Connection {
 }
 
 /// Opens one connection once the handshake gate lets it: TCP connect and
-/// WebSocket upgrade within the connect timeout. Returns the stream, the agent's
-/// id for it, and when the upgrade completed.
-async fn dial(settings: &Settings) -> Result<(Ws, Option<u64>, Stamp), String> {
+/// WebSocket upgrade within the connect timeout. Returns the stream, its
+/// kernel-stamp handle, the agent's id for it, and when the upgrade completed.
+async fn dial(settings: &Settings) -> Result<(Ws, LastRx, Option<u64>, Stamp), String> {
     let _permit = settings
         .gate
         .acquire()
         .await
         .map_err(|_| "the probe is shutting down".to_owned())?;
-    let connect = tokio_tungstenite::connect_async_with_config(
-        settings.url.as_str(),
-        Some(settings.ws_config),
-        true,
-    );
+    let connect = async {
+        let request = settings
+            .url
+            .as_str()
+            .into_client_request()
+            .map_err(|e| e.to_string())?;
+        let (host, port) = request::host_port(&settings.url).map_err(|e| e.to_string())?;
+        let stream = TcpStream::connect((host.as_str(), port))
+            .await
+            .map_err(|e| e.to_string())?;
+        // Receipt time is the point: never let Nagle hold our close or pong back.
+        let _ = stream.set_nodelay(true);
+        let (stream, last_rx) = RxStamped::new(stream);
+        let (ws, response) =
+            tokio_tungstenite::client_async_with_config(request, stream, Some(settings.ws_config))
+                .await
+                .map_err(|e| e.to_string())?;
+        Ok::<_, String>((ws, last_rx, response))
+    };
     match tokio::time::timeout(settings.connect_timeout, connect).await {
-        Ok(Ok((ws, response))) => Ok((ws, request::agent_conn(&response), Stamp::now())),
-        Ok(Err(e)) => Err(e.to_string()),
+        Ok(Ok((ws, last_rx, response))) => {
+            Ok((ws, last_rx, request::agent_conn(&response), Stamp::now()))
+        }
+        Ok(Err(e)) => Err(e),
         Err(_) => Err(format!(
             "no WebSocket upgrade within the connect timeout ({:?})",
             settings.connect_timeout
@@ -157,11 +176,14 @@ struct Receipts {
     identifier: Identifier,
     received: u64,
     recorder: Recorder,
+    last_rx: LastRx,
 }
 
 impl Receipts {
     /// Identifies a payload stamped `at` and queues its receipt.
     fn record(&mut self, payload: &[u8], at: Stamp) {
+        // Read right after `at`: the interval since the kernel's stamp, on its clock.
+        let kernel_delay_ns = self.last_rx.delay_ns();
         let (key, hash) = self.identifier.identify(payload);
         self.recorder.record(ProbeRecord::Receipt(Receipt {
             conn: self.conn,
@@ -169,7 +191,7 @@ impl Receipts {
             hash,
             len: u32::try_from(payload.len()).unwrap_or(u32::MAX),
             at,
-            kernel_delay_ns: None,
+            kernel_delay_ns,
         }));
         self.received += 1;
     }

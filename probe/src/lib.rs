@@ -19,17 +19,22 @@
 //! ```
 //!
 //! Modules: [`config`] and [`cli`] say what a run does, `request` builds the
-//! upgrade request, `connection` is one connection's receive loop, `recorder`
-//! writes the log off the receive path, `shutdown` is the stop signal and `sys`
-//! is the only code that calls the OS directly.
+//! upgrade request, `connection` is one connection's receive loop over
+//! `rx_stamp` (the socket layer that reads kernel receive timestamps),
+//! `time_exchange` measures the offset to the agent's clock, `clockwatch`
+//! records what the device clock claims, `recorder` writes the log off the
+//! receive path and `shutdown` is the stop signal.
 
 pub mod cli;
+mod clockwatch;
 pub mod config;
 mod connection;
 mod error;
 mod recorder;
 mod request;
+mod rx_stamp;
 mod shutdown;
+mod time_exchange;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -68,6 +73,8 @@ pub struct RunningProbe {
     progress: watch::Receiver<Progress>,
     recorder: Recorder,
     finished: recorder::Finished,
+    /// The time exchange and clock watch: they end when the connections do.
+    helpers: JoinSet<()>,
 }
 
 /// What a finished run did, counted from what was written to its log.
@@ -140,6 +147,16 @@ impl RunningProbe {
             count: config.count,
             gate: Semaphore::new(MAX_HANDSHAKES_IN_FLIGHT),
         });
+        let mut helpers = JoinSet::new();
+        helpers.spawn(clockwatch::run(recorder.clone(), shutdown.clone()));
+        if let Some(target) = time_target(&config).await? {
+            helpers.spawn(time_exchange::run(
+                target,
+                config.time_interval,
+                recorder.clone(),
+                shutdown.clone(),
+            ));
+        }
         let (progress_tx, progress) = watch::channel(Progress::default());
         let mut tasks = JoinSet::new();
         for index in 0..config.connections {
@@ -162,6 +179,7 @@ impl RunningProbe {
             progress,
             recorder,
             finished,
+            helpers,
         })
     }
 
@@ -206,6 +224,7 @@ impl RunningProbe {
             progress,
             recorder,
             finished,
+            mut helpers,
             ..
         } = self;
         let mut panicked = None;
@@ -218,6 +237,9 @@ impl RunningProbe {
             }
         }
 
+        // Their work is only useful while connections receive.
+        helpers.abort_all();
+        while helpers.join_next().await.is_some() {}
         recorder.record(ProbeRecord::Stopped(Stamp::now()));
         // The last sender: the writer drains the queue, syncs and reports.
         drop(recorder);
@@ -255,5 +277,40 @@ impl RunningProbe {
             receipts: totals.receipts,
             out,
         })
+    }
+}
+
+/// Where to run the time exchange: `--time-server`, else the URL's host and
+/// port (a skewscope agent answers on the same port number); `None` when off.
+async fn time_target(config: &ProbeConfig) -> Result<Option<std::net::SocketAddr>, ProbeError> {
+    if !config.time_exchange {
+        return Ok(None);
+    }
+    let (host, port) = match &config.time_server {
+        Some(server) => {
+            let (host, port) = server
+                .rsplit_once(':')
+                .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
+                .ok_or_else(|| {
+                    ProbeError::Config(format!("--time-server {server}: give HOST:PORT"))
+                })?;
+            (
+                host.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_owned(),
+                port,
+            )
+        }
+        None => request::host_port(&config.url)?,
+    };
+    let found = tokio::net::lookup_host((host.as_str(), port)).await;
+    match found.ok().and_then(|mut addrs| addrs.next()) {
+        Some(addr) => Ok(Some(addr)),
+        None => {
+            eprintln!(
+                "skewscope-probe: cannot resolve the time server {host}:{port}; no offset estimate"
+            );
+            Ok(None)
+        }
     }
 }

@@ -67,6 +67,23 @@ pub fn labelled_url(url: &str, name: &str) -> Result<String, ProbeError> {
     Ok(labelled)
 }
 
+/// The host and port a `ws://` URL points at (port 80 when not given): where
+/// the TCP connection goes, and where the agent's time exchange answers.
+pub fn host_port(url: &str) -> Result<(String, u16), ProbeError> {
+    let request = url.into_client_request().map_err(|e| ProbeError::Url {
+        url: url.to_owned(),
+        reason: format!("not a valid WebSocket URL: {e}"),
+    })?;
+    let uri = request.uri();
+    let host = uri.host().unwrap_or_default();
+    // An IPv6 literal comes bracketed; sockets want it bare.
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    Ok((host, uri.port_u16().unwrap_or(80)))
+}
+
 /// The agent's connection id from an upgrade response, if the server is a
 /// skewscope agent; `None` for any other server or an unreadable value.
 pub fn agent_conn(response: &Response) -> Option<u64> {

@@ -1,0 +1,103 @@
+//! The probe's side of the time exchange with a skewscope agent: a burst at
+//! start, then one exchange per interval, every answer recorded as a
+//! [`TimeSample`]. A server that never answers the burst (not a skewscope agent)
+//! is left alone: the report then says it has no offset estimate.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::UdpSocket;
+use wire::Stamp;
+use wire::record::{ProbeRecord, TimeSample};
+use wire::timeproto::{PACKET_LEN, Reply, Request};
+
+use crate::recorder::Recorder;
+use crate::shutdown::Shutdown;
+
+/// Exchanges at start, to have an estimate before the first broadcast.
+pub const BURST: u32 = 8;
+/// Pause between the burst's exchanges.
+const BURST_GAP: Duration = Duration::from_millis(10);
+/// How long to wait for one answer.
+const ANSWER_WAIT: Duration = Duration::from_millis(300);
+
+/// Runs the exchange until the run stops.
+pub(crate) async fn run(
+    target: SocketAddr,
+    interval: Duration,
+    recorder: Recorder,
+    mut shutdown: Shutdown,
+) {
+    let bind: SocketAddr = if target.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        ([0u16; 8], 0).into()
+    };
+    let socket = match UdpSocket::bind(bind).await {
+        Ok(s) if s.connect(target).await.is_ok() => s,
+        _ => {
+            eprintln!("skewscope-probe: cannot reach the time exchange at udp {target}");
+            return;
+        }
+    };
+    let mut answered = 0;
+    for _ in 0..BURST {
+        if let Some(sample) = exchange(&socket).await {
+            recorder.record(ProbeRecord::TimeSample(sample));
+            answered += 1;
+        }
+        tokio::time::sleep(BURST_GAP).await;
+    }
+    if answered == 0 {
+        eprintln!(
+            "skewscope-probe: no answer from a time exchange at udp {target}; offsets to the server's clock cannot be estimated (is it a skewscope agent?)"
+        );
+        return;
+    }
+    let stopped = shutdown.wait();
+    tokio::pin!(stopped);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {
+                if let Some(sample) = exchange(&socket).await {
+                    recorder.record(ProbeRecord::TimeSample(sample));
+                }
+            }
+            _ = &mut stopped => return,
+        }
+    }
+}
+
+/// One request and its answer; `None` if none came in time.
+async fn exchange(socket: &UdpSocket) -> Option<TimeSample> {
+    let id = fastrand::u64(..);
+    let t1 = Stamp::now();
+    let request = Request {
+        id,
+        t1_wall_ns: t1.wall_ns,
+    };
+    socket.send(&request.encode()).await.ok()?;
+    let mut buf = [0u8; PACKET_LEN + 16];
+    let answer = async {
+        loop {
+            let n = socket.recv(&mut buf).await.ok()?;
+            let t4 = Stamp::now();
+            // A late answer to an earlier request, or junk: keep waiting.
+            match Reply::decode(&buf[..n]) {
+                Ok(r) if r.id == id && r.t1_wall_ns == t1.wall_ns => {
+                    return Some(TimeSample {
+                        t1,
+                        t2_wall_ns: r.t2_wall_ns,
+                        t3_wall_ns: r.t3_wall_ns,
+                        t4,
+                    });
+                }
+                _ => continue,
+            }
+        }
+    };
+    tokio::time::timeout(ANSWER_WAIT, answer)
+        .await
+        .ok()
+        .flatten()
+}
