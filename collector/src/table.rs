@@ -2,8 +2,9 @@
 
 use std::fmt::Write;
 
-use wire::report::{ClockBasis, Report};
+use wire::report::{ClockBasis, ProbeSummary, Report};
 use wire::stats::Summary;
+use wire::timing::{BoundedSummary, ClaimCheck};
 
 /// Formats nanoseconds at a readable scale.
 pub fn duration(ns: i64) -> String {
@@ -21,21 +22,110 @@ pub fn duration(ns: i64) -> String {
 }
 
 fn row(out: &mut String, name: &str, s: &Option<Summary>, absent: &str) {
-    match s {
-        Some(s) => {
+    let _ = match s {
+        Some(s) => writeln!(
+            out,
+            "  {name:<16} {:>10} {:>10} {:>10} {:>10} {:>10}   (n={})",
+            duration(s.p50),
+            duration(s.p90),
+            duration(s.p99),
+            duration(s.p999),
+            duration(s.max),
+            s.count
+        ),
+        None => writeln!(out, "  {name:<16} {absent}"),
+    };
+}
+
+fn bounded_row(out: &mut String, name: &str, s: &Option<BoundedSummary>, absent: &str) {
+    let cell =
+        |e: i64, lo: i64, hi: i64| format!("{} [{}, {}]", duration(e), duration(lo), duration(hi));
+    let _ = match s {
+        Some(b) => writeln!(
+            out,
+            "  {name:<16} p50 {}   p99 {}   max {}   (n={})",
+            cell(b.estimate.p50, b.lo.p50, b.hi.p50),
+            cell(b.estimate.p99, b.lo.p99, b.hi.p99),
+            cell(b.estimate.max, b.lo.max, b.hi.max),
+            b.estimate.count
+        ),
+        None => writeln!(out, "  {name:<16} {absent}"),
+    };
+}
+
+/// One line per probe: its offset to the agent, what its clock claims, steps.
+fn probe_clock_line(p: &ProbeSummary) -> String {
+    let c = &p.clock;
+    let offset = match (c.offset_ns, c.offset_bound_ns) {
+        (Some(o), Some(b)) => format!("offset {} ± {}", duration(o), duration(b as i64)),
+        _ if c.time_samples == 0 => "no offset estimate (no time exchange answered)".into(),
+        _ => "no usable time exchange".into(),
+    };
+    let drift = c
+        .drift_ppb
+        .map(|d| format!(", drift {:.2} ppm", d / 1000.0))
+        .unwrap_or_default();
+    let claim = match c.claim.as_ref() {
+        None => "clock state unknown".to_owned(),
+        Some(state) => match state.claimed_bound_ns() {
+            Some(b) => format!("clock claims ±{}", duration(b as i64)),
+            None => "clock NOT synchronised".to_owned(),
+        },
+    };
+    let check = match c.offset_vs_claim {
+        ClaimCheck::Exceeds => "; MEASURED OFFSET EXCEEDS WHAT THE CLOCKS CLAIM",
+        ClaimCheck::Consistent => "; within the claims",
+        ClaimCheck::Unknown => "",
+    };
+    let steps = if c.clock_steps.is_empty() {
+        String::new()
+    } else {
+        let sizes: Vec<String> = c.clock_steps.iter().map(|s| duration(s.size_ns)).collect();
+        format!("; CLOCK STEPPED by {}", sizes.join(", "))
+    };
+    format!(
+        "  {:<16} {offset}{drift} ({} exchanges); {claim}{check}{steps}",
+        p.name, c.time_samples
+    )
+}
+
+fn clocks_paragraph(out: &mut String, r: &Report) {
+    let _ = match r.clock_basis {
+        ClockBasis::SingleHost => writeln!(
+            out,
+            "  clocks: every record came from one host and no measurement says otherwise:\n  one clock, so raw skew carries no clock-offset error."
+        ),
+        ClockBasis::CorrectedToAgent => writeln!(
+            out,
+            "  clocks: several clocks; every receipt was mapped into the agent's timebase with a\n  bound. Trust the corrected figures and their intervals, not the raw skew."
+        ),
+        ClockBasis::UncorrectedDeviceClocks => writeln!(
+            out,
+            "  clocks: {} receipts come from clocks that could not be bounded; raw skew includes\n  their offsets and is NOT a true figure.",
+            r.uncorrected_receipts
+        ),
+    };
+    if r.receipts_without_kernel_stamp > 0 {
+        let _ = writeln!(
+            out,
+            "  {} receipts had no kernel receive stamp; their userspace stamp was used.",
+            r.receipts_without_kernel_stamp
+        );
+    }
+    if let Some(a) = &r.agent {
+        if let Some(t) = a.time_service {
             let _ = writeln!(
                 out,
-                "  {name:<10} {:>10} {:>10} {:>10} {:>10} {:>10}   (n={})",
-                duration(s.p50),
-                duration(s.p90),
-                duration(s.p99),
-                duration(s.p999),
-                duration(s.max),
-                s.count
+                "  agent time port: {} answered; dropped {} malformed, {} oversized, {} replayed",
+                t.answered, t.malformed, t.oversized, t.replayed
             );
         }
-        None => {
-            let _ = writeln!(out, "  {name:<10} {absent}");
+        if !a.clock_steps.is_empty() {
+            let _ = writeln!(
+                out,
+                "  THE AGENT'S CLOCK STEPPED {} time(s) during the run",
+                a.clock_steps.len()
+            );
         }
     }
 }
@@ -46,15 +136,12 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(out, "skewscope report");
     for i in &r.inputs {
         let damage = if i.skipped_bytes > 0 {
-            format!(
-                "; skipped {} damaged bytes{}",
-                i.skipped_bytes,
-                if i.torn_tail {
-                    " (torn tail: writer stopped mid-record)"
-                } else {
-                    ""
-                }
-            )
+            let torn = if i.torn_tail {
+                " (torn tail: writer stopped mid-record)"
+            } else {
+                ""
+            };
+            format!("; skipped {} damaged bytes{torn}", i.skipped_bytes)
         } else {
             String::new()
         };
@@ -80,42 +167,46 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "  {:<10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "  {:<16} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "", "p50", "p90", "p99", "p99.9", "max"
     );
+    let agent_log = "needs the agent's log";
     row(
         &mut out,
-        "skew",
+        "skew (raw)",
         &r.skew_ns,
-        "not measurable: no broadcast reached two connections",
+        "no broadcast reached two connections",
     );
-    row(&mut out, "latency", &r.latency_ns, "needs the agent's log");
+    row(&mut out, "  at userspace", &r.skew_userspace_ns, "-");
     row(
         &mut out,
-        "fan-out",
-        &r.fanout_ns,
-        "needs the agent's log (with send times)",
+        "skew in-device",
+        &r.skew_intra_device_ns,
+        "no probe had two connections",
+    );
+    row(&mut out, "latency (raw)", &r.latency_ns, agent_log);
+    row(&mut out, "fan-out span", &r.fanout_ns, agent_log);
+    row(&mut out, "  position", &r.fanout_position_ns, agent_log);
+    row(
+        &mut out,
+        "  delivery",
+        &r.delivery_ns,
+        "no kernel receive stamps",
     );
     let _ = writeln!(out);
-    match r.clock_basis {
-        ClockBasis::SingleHost => {
-            let _ = writeln!(
-                out,
-                "  clocks: every record came from one host, so skew carries no clock-offset error."
-            );
-        }
-        ClockBasis::CorrectedToAgent => {
-            let _ = writeln!(
-                out,
-                "  clocks: every receipt was mapped into the agent's timebase with a bound."
-            );
-        }
-        ClockBasis::UncorrectedDeviceClocks => {
-            let _ = writeln!(
-                out,
-                "  clocks: receipts come from several hosts and are NOT corrected for their clock\n  offsets; cross-device skew includes those offsets and is not bounded here."
-            );
-        }
+    let _ = writeln!(
+        out,
+        "  in the agent's timebase: estimate [interval that contains the truth]"
+    );
+    let no_offsets = "no offset estimates (no time exchange with an agent)";
+    bounded_row(&mut out, "skew corrected", &r.skew_corrected_ns, no_offsets);
+    bounded_row(&mut out, "latency", &r.latency_corrected_ns, no_offsets);
+    bounded_row(&mut out, "  network", &r.network_ns, no_offsets);
+    let _ = writeln!(out);
+    clocks_paragraph(&mut out, r);
+    let _ = writeln!(out);
+    for p in &r.probes {
+        let _ = writeln!(out, "{}", probe_clock_line(p));
     }
     if r.probes.len() > 1 {
         let _ = writeln!(out);
@@ -134,7 +225,7 @@ pub fn render(r: &Report) -> String {
     }
     if r.worst_broadcasts.iter().any(|b| b.skew_ns.is_some()) {
         let _ = writeln!(out);
-        let _ = writeln!(out, "  worst broadcasts by skew:");
+        let _ = writeln!(out, "  worst broadcasts by raw skew:");
         for b in r.worst_broadcasts.iter().filter(|b| b.skew_ns.is_some()) {
             let fanout = b
                 .fanout_ns
