@@ -1,10 +1,13 @@
 //! The binaries as a person runs them: `skewscope demo`, `skewscope report` on
 //! good and damaged logs, and agent + probes as separate processes.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::{Reaped, records_in, signal, start_agent, trigger, wait_until};
 
 const SKEWSCOPE: &str = env!("CARGO_BIN_EXE_skewscope");
 
@@ -181,105 +184,13 @@ fn files_that_are_not_logs_are_errors_naming_them() {
     );
 }
 
-/// The agent and probe binaries, built next to this test's own binary.
-fn sibling_binary(name: &str) -> PathBuf {
-    let dir = Path::new(SKEWSCOPE).parent().unwrap().to_owned();
-    let path = dir.join(name);
-    if !path.exists() {
-        let profile = if dir.ends_with("release") {
-            vec!["--release"]
-        } else {
-            vec![]
-        };
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--bin", name])
-            .args(profile)
-            .status()
-            .unwrap();
-        assert!(status.success(), "building {name}");
-    }
-    path
-}
-
-/// Kills the child if the test fails before it is reaped.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn signal(child: &Child, sig: i32) {
-    // SAFETY: plain kill(2) on a child we own.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
-}
-
-fn records_in(path: &Path) -> usize {
-    match wire::log::read_file(path).unwrap() {
-        wire::log::AnyLog::Probe(d) => d.records.len(),
-        wire::log::AnyLog::Agent(d) => d.records.len(),
-    }
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "{what} did not happen in 20 s"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn trigger(addr: &str) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let r = runtime
-        .block_on(agent::trigger::start_test(addr.parse().unwrap(), None))
-        .unwrap();
-    assert_eq!(r.status, 200, "{}", r.body);
-}
-
 #[test]
 fn separate_processes_and_a_probe_killed_mid_run() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("agent");
-    let mut agent = Reaped(
-        Command::new(sibling_binary("skewscope-agent"))
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--data-dir",
-                data.to_str().unwrap(),
-            ])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut lines = BufReader::new(agent.0.stdout.take().unwrap()).lines();
-    let addr = lines
-        .next()
-        .unwrap()
-        .unwrap()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .to_owned();
-    let agent_log = PathBuf::from(
-        lines
-            .next()
-            .unwrap()
-            .unwrap()
-            .strip_prefix("recording to ")
-            .unwrap(),
-    );
+    let (mut agent, addr, agent_log) = start_agent(dir.path());
     let url = format!("ws://{addr}/ws");
 
-    let probe_bin = sibling_binary("skewscope-probe");
+    let probe_bin = common::sibling_binary("skewscope-probe");
     let (a_log, b_log) = (dir.path().join("a.sklog"), dir.path().join("b.sklog"));
     let a = Reaped(
         Command::new(&probe_bin)

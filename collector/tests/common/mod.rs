@@ -1,0 +1,129 @@
+//! Helpers for tests that run the binaries as separate processes.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `skewscope` binary under test.
+pub const SKEWSCOPE: &str = env!("CARGO_BIN_EXE_skewscope");
+
+/// The agent and probe binaries, built next to this test's own binary.
+pub fn sibling_binary(name: &str) -> PathBuf {
+    let dir = Path::new(SKEWSCOPE).parent().unwrap().to_owned();
+    let path = dir.join(name);
+    if !path.exists() {
+        let profile = if dir.ends_with("release") {
+            vec!["--release"]
+        } else {
+            vec![]
+        };
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--bin", name])
+            .args(profile)
+            .status()
+            .unwrap();
+        assert!(status.success(), "building {name}");
+    }
+    path
+}
+
+/// Kills the child if the test fails before it is reaped.
+pub struct Reaped(pub Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn signal(child: &Child, sig: i32) {
+    // SAFETY: plain kill(2) on a child we own.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+}
+
+pub fn records_in(path: &Path) -> usize {
+    // A log being created has no header for a moment: count that as empty.
+    match wire::log::read_file(path) {
+        Ok(wire::log::AnyLog::Probe(d)) => d.records.len(),
+        Ok(wire::log::AnyLog::Agent(d)) => d.records.len(),
+        Err(_) => 0,
+    }
+}
+
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{what} did not happen in 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+pub fn trigger(addr: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let r = runtime
+        .block_on(agent::trigger::start_test(addr.parse().unwrap(), None))
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+/// Starts the agent binary on 127.0.0.1:0 with its data under `dir`; returns
+/// the process, its address and its log.
+pub fn start_agent(dir: &Path) -> (Reaped, String, PathBuf) {
+    let data = dir.join("agent");
+    let mut agent = Reaped(
+        Command::new(sibling_binary("skewscope-agent"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                data.to_str().unwrap(),
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(agent.0.stdout.take().unwrap()).lines();
+    let addr = lines
+        .next()
+        .unwrap()
+        .unwrap()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_owned();
+    let log = PathBuf::from(
+        lines
+            .next()
+            .unwrap()
+            .unwrap()
+            .strip_prefix("recording to ")
+            .unwrap(),
+    );
+    (agent, addr, log)
+}
+
+/// Runs `skewscope report FILES --json -` and returns the parsed JSON.
+pub fn json_report(files: &[&Path]) -> (String, serde_json::Value) {
+    let o = Command::new(SKEWSCOPE)
+        .arg("report")
+        .args(files)
+        .args(["--json", "-"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "report failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let json = serde_json::from_str(&out[out.find("{\n").unwrap()..]).unwrap();
+    (out, json)
+}
