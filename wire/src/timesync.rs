@@ -241,36 +241,67 @@ fn fit_drift(exchanges: &[Exchange], span: u64) -> Option<(f64, f64)> {
 
 /// A device's clock against the agent's over a whole run: its steps, and a
 /// model per epoch between them (`None` where an epoch has no exchange).
+///
+/// A stamp near a step is placed in the epoch whose wall-vs-monotonic level it
+/// matches, not merely by time: threads of one process can see a step at
+/// slightly different moments, and a receipt must never be corrected with the
+/// other side's offset.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DeviceClock {
     /// Steps, in time order.
     pub steps: Vec<ClockStep>,
     /// One model per epoch: before the first step, between steps, after the last.
     pub epochs: Vec<Option<OffsetModel>>,
+    /// wall − monotonic at the start of each epoch.
+    levels: Vec<i128>,
 }
 
 impl DeviceClock {
     /// Builds from every stamp the device recorded and its time samples.
     pub fn build(stamps: &[Stamp], samples: &[TimeSample]) -> DeviceClock {
         let steps = find_steps(stamps);
-        let mut per_epoch: Vec<Vec<Exchange>> = vec![Vec::new(); steps.len() + 1];
+        let first = stamps.iter().min_by_key(|s| s.mono_ns).map_or(0, level);
+        let levels: Vec<i128> = std::iter::once(first)
+            .chain(
+                steps
+                    .iter()
+                    .map(|s| s.at_wall_ns as i128 - s.at_mono_ns as i128),
+            )
+            .collect();
+        let mut clock = DeviceClock {
+            epochs: Vec::new(),
+            steps,
+            levels,
+        };
+        let mut per_epoch: Vec<Vec<Exchange>> = vec![Vec::new(); clock.steps.len() + 1];
         for s in samples {
             // An exchange straddling a step is rejected by its wall/mono check.
             if let Some(e) = Exchange::from_sample(s) {
-                per_epoch[epoch_of(&steps, e.mono_ns)].push(e);
+                per_epoch[clock.epoch_of(&s.t1)].push(e);
             }
         }
-        DeviceClock {
-            epochs: per_epoch.into_iter().map(OffsetModel::fit).collect(),
-            steps,
-        }
+        clock.epochs = per_epoch.into_iter().map(OffsetModel::fit).collect();
+        clock
     }
 
-    /// The correction at probe monotonic time `mono_ns`, if its epoch has one.
-    pub fn at(&self, mono_ns: u64) -> Option<Correction> {
-        self.epochs[epoch_of(&self.steps, mono_ns)]
+    /// The correction for a stamp taken on this device, if its epoch has one.
+    pub fn at(&self, stamp: Stamp) -> Option<Correction> {
+        self.epochs[self.epoch_of(&stamp)]
             .as_ref()
-            .map(|m| m.at(mono_ns))
+            .map(|m| m.at(stamp.mono_ns))
+    }
+
+    /// The epoch by time, or a neighbour whose level the stamp matches better.
+    fn epoch_of(&self, stamp: &Stamp) -> usize {
+        let by_time = self
+            .steps
+            .iter()
+            .take_while(|s| s.at_mono_ns <= stamp.mono_ns)
+            .count();
+        let own = level(stamp);
+        (by_time.saturating_sub(1)..=(by_time + 1).min(self.steps.len()))
+            .min_by_key(|&k| (self.levels[k] - own).unsigned_abs())
+            .unwrap_or(by_time)
     }
 
     /// The model of the longest-lived epoch with one, for a one-line summary.
@@ -279,8 +310,9 @@ impl DeviceClock {
     }
 }
 
-fn epoch_of(steps: &[ClockStep], mono_ns: u64) -> usize {
-    steps.iter().take_while(|s| s.at_mono_ns <= mono_ns).count()
+/// wall − monotonic: constant while the clock neither steps nor slews.
+fn level(s: &Stamp) -> i128 {
+    s.wall_ns as i128 - s.mono_ns as i128
 }
 
 #[cfg(test)]
@@ -421,8 +453,13 @@ mod tests {
         ];
         let clock = DeviceClock::build(&stamps, &samples);
         assert_eq!(clock.steps.len(), 1);
-        assert_eq!(clock.at(300_000_000).unwrap().theta_ns, -5_000_000);
-        assert_eq!(clock.at(1_600_000_000).unwrap().theta_ns, -105_000_000);
+        assert_eq!(clock.at(stamp(300, 5)).unwrap().theta_ns, -5_000_000);
+        assert_eq!(clock.at(stamp(1_600, 105)).unwrap().theta_ns, -105_000_000);
+        // A stamp from a thread that saw the step late belongs to the old epoch
+        // by its level, though it comes after the step in time.
+        assert_eq!(clock.at(stamp(1_050, 5)).unwrap().theta_ns, -5_000_000);
+        // And one that saw it early, to the new epoch.
+        assert_eq!(clock.at(stamp(950, 105)).unwrap().theta_ns, -105_000_000);
     }
 
     #[test]
@@ -430,7 +467,7 @@ mod tests {
         let mut stamps: Vec<Stamp> = (0..10).map(|i| stamp(i * 100, 0)).collect();
         stamps.extend((10..20).map(|i| stamp(i * 100, 50)));
         let clock = DeviceClock::build(&stamps, &[sample(100_000_000, 0, 10_000, 10_000)]);
-        assert!(clock.at(500_000_000).is_some());
-        assert_eq!(clock.at(1_500_000_000), None);
+        assert!(clock.at(stamp(500, 0)).is_some());
+        assert_eq!(clock.at(stamp(1_500, 50)), None);
     }
 }

@@ -132,7 +132,11 @@ pub fn timing(joined: &Joined) -> Timing {
         .unwrap_or_default();
 
     let correction = |r: &JoinedReceipt| -> Option<Correction> {
-        clocks[joined.connections[r.connection].probe].at(r.mono_ns)
+        let stamp = crate::clock::Stamp {
+            wall_ns: r.wall_ns,
+            mono_ns: r.mono_ns,
+        };
+        clocks[joined.connections[r.connection].probe].at(stamp)
     };
     let mut skew_corrected = Vec::new();
     let mut skew_intra = Vec::new();
