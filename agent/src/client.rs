@@ -11,6 +11,7 @@ use std::sync::Arc;
 use mio::net::TcpStream;
 
 use crate::inbound::InboundParser;
+use crate::tx_stamps::TxTracker;
 
 /// Bytes owed to a client: a shared broadcast frame or a control frame of its own.
 #[derive(Debug)]
@@ -57,6 +58,8 @@ pub struct Client {
     front_offset: usize,
     /// Bytes still owed, over all chunks.
     queued_bytes: usize,
+    /// Byte accounting for kernel TX stamps (`--tx-timestamps` only).
+    pub tx: Option<TxTracker>,
 }
 
 impl Client {
@@ -69,6 +72,7 @@ impl Client {
             queue: VecDeque::new(),
             front_offset: 0,
             queued_bytes: 0,
+            tx: None,
         }
     }
 
@@ -77,7 +81,14 @@ impl Client {
     /// behind it.
     pub fn offer(&mut self, frame: &Arc<[u8]>, id: u64, max_queue: usize) -> Offer {
         if self.queue.is_empty() {
-            match write_some(&mut self.stream, frame) {
+            let written = write_some(&mut self.stream, frame);
+            if let (Some(tx), Ok(n)) = (self.tx.as_mut(), &written) {
+                tx.wrote(*n);
+                if *n == frame.len() {
+                    tx.frame_done(id);
+                }
+            }
+            match written {
                 Ok(n) if n == frame.len() => return Offer::Written,
                 Ok(n) => {
                     self.front_offset = n;
@@ -118,10 +129,16 @@ impl Client {
             let n = write_some(&mut self.stream, bytes)?;
             self.front_offset += n;
             self.queued_bytes -= n;
+            if let Some(tx) = self.tx.as_mut() {
+                tx.wrote(n);
+            }
             if n < bytes.len() {
                 return Ok(());
             }
             if let Some(Chunk::Broadcast { id, .. }) = self.queue.pop_front() {
+                if let Some(tx) = self.tx.as_mut() {
+                    tx.frame_done(id);
+                }
                 completed(id);
             }
             self.front_offset = 0;

@@ -83,6 +83,12 @@ pub struct AgentConfig {
     #[arg(long)]
     pub no_time_exchange: bool,
 
+    /// Record the kernel's transmit timestamps of every broadcast write (when
+    /// the packet was queued and when it left for the driver), so reports can
+    /// split network time from fan-out time. Read off the send loop.
+    #[arg(long)]
+    pub tx_timestamps: bool,
+
     /// Do not read the clock or record per-client send times (only to measure
     /// what recording costs).
     #[arg(long)]

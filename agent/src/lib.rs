@@ -20,6 +20,7 @@ pub mod server;
 pub mod shard;
 pub mod timeport;
 pub mod trigger;
+pub mod tx_stamps;
 pub mod upgrade;
 
 use std::net::SocketAddr;
@@ -94,6 +95,7 @@ impl RunningAgent {
                 record_send_times: !config.no_send_times,
                 max_frame: config.max_frame,
                 max_queue_bytes: config.max_queue_bytes,
+                tx_timestamps: config.tx_timestamps,
             },
             recorder.handle(),
         )?);

@@ -23,7 +23,7 @@ use wire::Stamp;
 use wire::clock::mono_ns;
 use wire::record::{
     AgentConnectionClosed, AgentRecord, CloseReason, SendCompleted, SendOrder, SendOutcome,
-    SendSlot, ShardSends,
+    SendSlot, ShardSends, TxStamp,
 };
 
 use crate::client::{Client, Offer};
@@ -44,6 +44,8 @@ pub struct ShardConfig {
     pub max_frame: usize,
     /// Most bytes a slow client may have pending before it is dropped.
     pub max_queue_bytes: usize,
+    /// Ask the kernel for TX timestamps of every broadcast write.
+    pub tx_timestamps: bool,
 }
 
 /// One broadcast as shards see it: the frame, encoded once.
@@ -188,6 +190,9 @@ impl Shard {
                 if event.token() == WAKER || !self.clients.contains(key) {
                     continue;
                 }
+                if event.is_error() && self.clients[key].tx.is_some() {
+                    self.drain_tx_stamps(key);
+                }
                 if event.is_writable() {
                     self.on_writable(key);
                 }
@@ -301,11 +306,43 @@ impl Shard {
             self.record_close(new.id, CloseReason::SocketError(format!("register: {e}")));
             return;
         }
-        entry.insert(Client::new(new.id, stream));
+        let mut client = Client::new(new.id, stream);
+        if self.config.tx_timestamps {
+            match crate::tx_stamps::enable(&client.stream) {
+                Ok(()) => client.tx = Some(Default::default()),
+                Err(e) => eprintln!(
+                    "skewscope-agent: no TX timestamps for connection {}: {e}",
+                    new.id
+                ),
+            }
+        }
+        entry.insert(client);
         self.order.push(key);
         if !new.leftover.is_empty() {
             self.take_inbound(key, &new.leftover);
         }
+    }
+
+    /// Records the kernel TX stamps queued on a client's socket, converted to
+    /// the monotonic clock the rest of the agent's records use.
+    fn drain_tx_stamps(&mut self, key: usize) {
+        let client = &mut self.clients[key];
+        let conn = client.id;
+        let (Some(tx), stream) = (client.tx.as_mut(), &client.stream) else {
+            return;
+        };
+        // One pair of clock reads maps every stamp of this batch.
+        let (mono_now, real_now) = (mono_ns(), wire::sys::kernel_realtime_ns());
+        let recorder = &self.recorder;
+        tx.drain(stream, |m| {
+            let age = real_now.saturating_sub(m.realtime_ns);
+            recorder.record(AgentRecord::TxStamp(TxStamp {
+                broadcast: m.broadcast,
+                conn,
+                kind: m.kind,
+                mono_ns: mono_now.saturating_sub(age),
+            }));
+        });
     }
 
     fn on_writable(&mut self, key: usize) {

@@ -504,3 +504,59 @@ async fn close_code_of_a_normal_client_is_echoed() {
     wait_for_clients(&agent, 0).await;
     agent.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tx_timestamps_are_recorded_for_every_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |c| c.tx_timestamps = true).await;
+    let mut clients = connect(&agent, 3).await;
+    for _ in 0..4 {
+        start_test(agent.addr, None).await.unwrap();
+        for ws in &mut clients {
+            next_data(ws).await;
+        }
+    }
+    // Stamps are drained between broadcasts; give the last ones a moment.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log = agent.log_path.clone();
+    agent.shutdown().await.unwrap();
+
+    let records = agent_records(&log);
+    let starts: std::collections::HashMap<u64, u64> = records
+        .iter()
+        .filter_map(|r| match r {
+            AgentRecord::Broadcast(b) => Some((b.id, b.at.mono_ns)),
+            _ => None,
+        })
+        .collect();
+    let written: std::collections::HashMap<(u64, u64), u64> = records
+        .iter()
+        .filter_map(|r| match r {
+            AgentRecord::ShardSends(s) => Some(
+                s.slots
+                    .iter()
+                    .map(move |x| ((s.broadcast, x.conn), x.mono_ns)),
+            ),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let mut software = 0;
+    for r in &records {
+        if let AgentRecord::TxStamp(t) = r {
+            let start = starts[&t.broadcast];
+            let done = written[&(t.broadcast, t.conn)];
+            // The kernel stamps the packet after the broadcast began and, within
+            // clock-conversion error, no later than shortly after write returned.
+            assert!(t.mono_ns + 50_000 >= start, "{t:?} before start {start}");
+            assert!(
+                t.mono_ns <= done + 50_000_000,
+                "{t:?} long after write {done}"
+            );
+            if t.kind == wire::record::TxKind::Software {
+                software += 1;
+            }
+        }
+    }
+    assert_eq!(software, 3 * 4, "a software TX stamp for every copy");
+}
