@@ -1,9 +1,11 @@
-//! `skewscope-bench fanout`: the agent's fan-out span for N connections, with
-//! recording on and off, beside the single-thread floor, all in one run with
-//! their rounds interleaved so machine noise hits every column alike.
+//! skewscope's benchmarks. `fanout`: the agent's fan-out span for N
+//! connections, with recording on and off, beside the single-thread floor, all
+//! in one run with their rounds interleaved so machine noise hits every column
+//! alike. `stamps`: kernel against userspace receipt stamps under CPU stress.
 
 mod drain;
 mod floor;
+mod stamps;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -40,6 +42,18 @@ enum Command {
         #[arg(long, default_value_t = 2)]
         pause_ms: u64,
     },
+    /// Kernel vs userspace receipt stamps, idle and under CPU stress.
+    Stamps {
+        /// Probe connections.
+        #[arg(long, default_value_t = 200)]
+        clients: u32,
+        /// Test broadcasts per phase.
+        #[arg(long, default_value_t = 50)]
+        broadcasts: u32,
+        /// Busy threads in the stressed phase (default: one per core).
+        #[arg(long)]
+        busy_threads: Option<usize>,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -53,6 +67,19 @@ fn main() -> anyhow::Result<()> {
                 .enable_all()
                 .build()?;
             runtime.block_on(fanout(&sizes, rounds, Duration::from_millis(pause_ms)))
+        }
+        Command::Stamps {
+            clients,
+            broadcasts,
+            busy_threads,
+        } => {
+            let busy = busy_threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            runtime.block_on(stamps::run(clients, broadcasts, busy))
         }
     }
 }
