@@ -42,10 +42,7 @@ pub async fn run(
             (t.path().to_owned(), Some(t))
         }
     };
-    let mut agent_config = AgentConfig::local(dir.clone());
-    // Show the whole latency split: kernel TX stamps on the agent's side too.
-    agent_config.tx_timestamps = true;
-    let agent = RunningAgent::start(agent_config).await?;
+    let agent = RunningAgent::start(AgentConfig::local(dir.clone())).await?;
     eprintln!(
         "demo: agent on {}, {} probe connections, {} broadcasts every {:?}",
         agent.addr, options.clients, options.broadcasts, options.interval

@@ -114,10 +114,11 @@ fn demo_then_report_gives_the_same_counts_and_damage_is_recovered() {
         "the torn record was the last, not a receipt: {out}"
     );
 
-    // Corruption in the middle loses only the records it touches.
+    // Corruption in the middle loses only the record it touches: flip one
+    // payload byte of the 30th receipt.
+    let (at, frame_len) = nth_receipt_frame(&bytes, 30);
     let mut bytes = bytes.clone();
-    let middle = bytes.len() / 2;
-    bytes[middle] ^= 0xff;
+    bytes[at + wire::log::FRAME_HEADER_LEN + 3] ^= 0xff;
     let corrupt = dir.path().join("corrupt.sklog");
     std::fs::write(&corrupt, &bytes).unwrap();
     let o = run(&[
@@ -131,12 +132,27 @@ fn demo_then_report_gives_the_same_counts_and_damage_is_recovered() {
     let out = stdout(&o);
     assert!(out.contains("damaged bytes"), "{out}");
     let json: serde_json::Value = serde_json::from_str(&out[out.find("{\n").unwrap()..]).unwrap();
-    let receipts = json["receipts"].as_u64().unwrap();
-    assert!(
-        (70..72).contains(&receipts),
-        "one damaged receipt lost, not more: {receipts}"
-    );
-    assert!(json["inputs"][1]["skipped_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(json["receipts"], 71, "exactly the damaged receipt is lost");
+    assert_eq!(json["inputs"][1]["skipped_bytes"], frame_len as u64);
+}
+
+/// Offset and size of the frame holding the n-th receipt (from 1) of a probe log.
+fn nth_receipt_frame(bytes: &[u8], n: usize) -> (usize, usize) {
+    let mut at = wire::log::HEADER_LEN;
+    let mut seen = 0;
+    while at < bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        let frame = wire::log::FRAME_HEADER_LEN + len;
+        let payload = &bytes[at + wire::log::FRAME_HEADER_LEN..at + frame];
+        if let Ok(wire::record::ProbeRecord::Receipt(_)) = postcard::from_bytes(payload) {
+            seen += 1;
+            if seen == n {
+                return (at, frame);
+            }
+        }
+        at += frame;
+    }
+    panic!("fewer than {n} receipts");
 }
 
 #[test]
