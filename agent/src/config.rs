@@ -4,11 +4,14 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
+use serde::{Deserialize, Serialize};
 use wire::record::SendOrder;
 
 /// Send order within each shard's loop, as given on the command line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum OrderArg {
     /// Connection order every time: the first client connected is always first.
     Fixed,
@@ -33,10 +36,23 @@ impl From<OrderArg> for SendOrder {
 ///
 /// One port serves `GET /ws` (WebSocket; `?probe=NAME` labels a probe),
 /// `POST /publish` (broadcasts the body), `GET /start_test` (broadcasts the
-/// built-in test message) and `GET /healthz`.
-#[derive(Clone, Debug, Parser)]
+/// built-in test message) and `GET /healthz`. Every setting can also come from
+/// a TOML file (`--config`, keys named like the flags with underscores); flags
+/// override it.
+#[derive(Clone, Debug, Parser, Serialize, Deserialize)]
 #[command(name = "skewscope-agent", version)]
+#[serde(deny_unknown_fields, default)]
 pub struct AgentConfig {
+    /// TOML file with settings (like /etc/skewscope/agent.toml); flags override it.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+
+    /// Print the settings in effect (file and flags merged) as TOML, and exit.
+    #[arg(long)]
+    #[serde(skip)]
+    pub print_config: bool,
+
     /// Address to listen on (port 0 picks a free port; the chosen address is printed).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
@@ -93,9 +109,41 @@ pub struct AgentConfig {
     /// what recording costs).
     #[arg(long)]
     pub no_send_times: bool,
+
+    /// Most bytes the record log may use in the data directory; the oldest
+    /// segments are removed (with a log line) to stay under it.
+    #[arg(long, default_value_t = 1 << 30)]
+    pub max_data_bytes: u64,
+
+    /// Size at which the record log moves on to a new segment file.
+    #[arg(long, default_value_t = 64 << 20)]
+    pub segment_bytes: u64,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig::parse_from(["skewscope-agent"])
+    }
 }
 
 impl AgentConfig {
+    /// The command line merged over `--config`'s file: what `main` runs with.
+    /// A bad key or value in the file is an error naming it.
+    pub fn from_command_line() -> Result<AgentConfig, wire::config::ConfigError> {
+        let matches = AgentConfig::command().get_matches();
+        let cli = AgentConfig::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        let given = |key: &str| matches.value_source(key) == Some(ValueSource::CommandLine);
+        let mut merged = wire::config::merge(
+            &cli,
+            given,
+            cli.config.as_deref(),
+            &["config", "print_config"],
+        )?;
+        merged.config = cli.config;
+        merged.print_config = cli.print_config;
+        Ok(merged)
+    }
+
     /// The defaults, listening on loopback port 0 and writing to `data_dir`:
     /// what `skewscope demo`, tests and benchmarks start from.
     pub fn local(data_dir: PathBuf) -> AgentConfig {

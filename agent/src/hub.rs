@@ -74,6 +74,12 @@ impl Hub {
         shard.add(client);
     }
 
+    /// Whether every shard thread still runs.
+    pub fn shards_alive(&self) -> bool {
+        let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        !shards.is_empty() && shards.iter().all(ShardHandle::alive)
+    }
+
     /// Connected clients over all shards.
     pub fn clients(&self) -> usize {
         let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());

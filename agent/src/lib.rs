@@ -16,6 +16,7 @@ pub mod http;
 pub mod hub;
 pub mod inbound;
 pub mod recorder;
+pub mod segments;
 pub mod server;
 pub mod shard;
 pub mod timeport;
@@ -72,7 +73,17 @@ impl RunningAgent {
         let listener =
             bind(config.listen).with_context(|| format!("cannot listen on {}", config.listen))?;
         let addr = listener.local_addr()?;
-        let recorder = RecorderThread::start(&config.data_dir).with_context(|| {
+        anyhow::ensure!(
+            config.max_data_bytes >= 2 * config.segment_bytes,
+            "max_data_bytes ({}) must be at least twice segment_bytes ({}): the open segment is never removed",
+            config.max_data_bytes,
+            config.segment_bytes
+        );
+        let limits = segments::Limits {
+            segment_bytes: config.segment_bytes,
+            max_data_bytes: config.max_data_bytes,
+        };
+        let recorder = RecorderThread::start(&config.data_dir, limits).with_context(|| {
             format!(
                 "cannot create a record log in {}",
                 config.data_dir.display()
@@ -145,6 +156,16 @@ impl RunningAgent {
     /// Connected WebSocket clients.
     pub fn clients(&self) -> usize {
         self.hub.clients()
+    }
+
+    /// Starts a new record-log segment (what SIGHUP does).
+    pub fn reopen_log(&self) {
+        self.recorder.reopen();
+    }
+
+    /// Whether every engine thread still runs: what the systemd watchdog checks.
+    pub fn healthy(&self) -> bool {
+        self.recorder.alive() && self.hub.shards_alive() && !self.server.is_finished()
     }
 
     /// Stops accepting, closes every client, and flushes and syncs the log.

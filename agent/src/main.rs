@@ -1,12 +1,39 @@
 //! `skewscope-agent`: run the hub until SIGINT or SIGTERM, then flush everything.
+//!
+//! Under systemd (`Type=notify`) it reports ready once it listens, pings the
+//! watchdog while every engine thread runs, and starts a new record segment on
+//! SIGHUP.
 
-use clap::Parser;
-use tokio::signal::unix::{SignalKind, signal};
+use std::process::ExitCode;
+use std::time::Duration;
 
 use agent::{AgentConfig, RunningAgent};
+use sd_notify::NotifyState;
+use tokio::signal::unix::{SignalKind, signal};
 
-fn main() -> anyhow::Result<()> {
-    let config = AgentConfig::parse();
+fn main() -> ExitCode {
+    // A bad config file or value stops here, before anything is opened.
+    let config = match AgentConfig::from_command_line() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("skewscope-agent: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if config.print_config {
+        print!("{}", wire::config::print(&config));
+        return ExitCode::SUCCESS;
+    }
+    match run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("skewscope-agent: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(config: AgentConfig) -> anyhow::Result<()> {
     // HTTP and upgrades need little; the shards have their own threads.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -14,14 +41,31 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(async move {
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
+        let mut hup = signal(SignalKind::hangup())?;
         let agent = RunningAgent::start(config).await?;
         println!("listening on {}", agent.addr);
         println!("recording to {}", agent.log_path.display());
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+        let _ = sd_notify::notify(&[NotifyState::Ready]);
+        let watchdog = watchdog_interval();
+        loop {
+            tokio::select! {
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+                _ = hup.recv() => agent.reopen_log(),
+                _ = tokio::time::sleep(watchdog.unwrap_or(Duration::from_secs(3600))) => {
+                    if watchdog.is_some() && agent.healthy() {
+                        let _ = sd_notify::notify(&[NotifyState::Watchdog]);
+                    }
+                }
+            }
         }
+        let _ = sd_notify::notify(&[NotifyState::Stopping]);
         eprintln!("skewscope-agent: stopping; flushing records");
         agent.shutdown().await
     })
+}
+
+/// Half the systemd watchdog period, when systemd set one.
+fn watchdog_interval() -> Option<Duration> {
+    sd_notify::watchdog_enabled().map(|period| period / 2)
 }

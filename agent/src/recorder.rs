@@ -16,8 +16,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use wire::Stamp;
-use wire::log::{LogKind, LogWriter};
 use wire::record::{AgentRecord, SendSlot, ShardSends};
+
+use crate::segments::{Limits, SegmentedLog};
 
 /// Longest time a record waits in memory before it is written out.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
@@ -37,8 +38,9 @@ pub struct Recorder {
 pub struct RecorderThread {
     handle: Recorder,
     stop: Arc<AtomicBool>,
+    new_segment: Arc<AtomicBool>,
     thread: JoinHandle<()>,
-    /// The log file being written.
+    /// The run's first segment.
     pub path: PathBuf,
 }
 
@@ -56,25 +58,27 @@ impl Recorder {
 }
 
 impl RecorderThread {
-    /// Creates `dir` if needed, opens a new log in it and starts the thread.
-    pub fn start(dir: &Path) -> std::io::Result<RecorderThread> {
-        std::fs::create_dir_all(dir)?;
-        let now = Stamp::now();
-        let path = dir.join(format!(
-            "agent-{}-{}.sklog",
-            now.wall_ns / 1_000_000_000,
+    /// Creates `dir` if needed, opens the run's first segment in it and starts
+    /// the thread.
+    pub fn start(dir: &Path, limits: Limits) -> std::io::Result<RecorderThread> {
+        let stem = format!(
+            "agent-{}-{}",
+            Stamp::now().wall_ns / 1_000_000_000,
             std::process::id()
-        ));
-        let writer = LogWriter::create(&path, LogKind::Agent)?;
+        );
+        let log = SegmentedLog::create(dir, stem, limits)?;
+        let path = log.path().to_owned();
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
-        let stopped = stop.clone();
+        let new_segment = Arc::new(AtomicBool::new(false));
+        let flags = (stop.clone(), new_segment.clone());
         let thread = std::thread::Builder::new()
             .name("recorder".into())
-            .spawn(move || run(writer, rx, &stopped))?;
+            .spawn(move || run(log, rx, &flags.0, &flags.1))?;
         Ok(RecorderThread {
             handle: Recorder { tx },
             stop,
+            new_segment,
             thread,
             path,
         })
@@ -83,6 +87,18 @@ impl RecorderThread {
     /// A handle for shards and the HTTP side.
     pub fn handle(&self) -> Recorder {
         self.handle.clone()
+    }
+
+    /// Closes the current segment and starts the next (SIGHUP), so the closed
+    /// one can be collected or moved while the agent runs.
+    pub fn reopen(&self) {
+        self.new_segment.store(true, Ordering::Release);
+        self.thread.thread().unpark();
+    }
+
+    /// Whether the thread is still running (for the watchdog).
+    pub fn alive(&self) -> bool {
+        !self.thread.is_finished()
     }
 
     /// Writes the final record, flushes and syncs, and waits for the thread.
@@ -94,11 +110,7 @@ impl RecorderThread {
     }
 }
 
-fn run(
-    mut writer: LogWriter<std::io::BufWriter<std::fs::File>>,
-    rx: Receiver<Message>,
-    stop: &AtomicBool,
-) {
+fn run(mut writer: SegmentedLog, rx: Receiver<Message>, stop: &AtomicBool, reopen: &AtomicBool) {
     let mut failed = false;
     let mut report = |result: std::io::Result<()>| {
         if let Err(e) = result
@@ -129,6 +141,10 @@ fn run(
             }
         }
         report(writer.flush());
+        if reopen.swap(false, Ordering::AcqRel) {
+            report(writer.next_segment());
+            eprintln!("skewscope-agent: recording to {}", writer.path().display());
+        }
         if stopping {
             break;
         }

@@ -118,6 +118,11 @@ impl ShardHandle {
         })
     }
 
+    /// Whether the shard's thread still runs.
+    pub fn alive(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
     /// Clients currently served by this shard.
     pub fn clients(&self) -> usize {
         self.clients.load(Ordering::Relaxed)

@@ -29,19 +29,23 @@ pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
         let file = path.display().to_string();
         match read_file(path)? {
             AnyLog::Agent(decoded) => {
-                if inputs.agent.is_some() {
-                    bail!(
-                        "{file}: a second agent log; report one agent run at a time (with that run's probe logs)"
-                    );
-                }
                 inputs.summaries.push(InputSummary {
-                    file,
+                    file: file.clone(),
                     kind: "agent",
                     records: decoded.records.len() as u64,
                     skipped_bytes: decoded.skipped_bytes,
                     torn_tail: decoded.torn_tail,
                 });
-                inputs.agent = Some(decoded.records);
+                match inputs.agent.as_mut() {
+                    None => inputs.agent = Some(decoded.records),
+                    // Another segment of the same run (rotated by size or SIGHUP).
+                    Some(records) if agent_run(records) == agent_run(&decoded.records) => {
+                        records.extend(decoded.records)
+                    }
+                    Some(_) => bail!(
+                        "{file}: an agent log of another run; report one agent run at a time (with that run's probe logs)"
+                    ),
+                }
             }
             AnyLog::Probe(decoded) => {
                 inputs.summaries.push(InputSummary {
@@ -51,11 +55,36 @@ pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
                     skipped_bytes: decoded.skipped_bytes,
                     torn_tail: decoded.torn_tail,
                 });
-                inputs.probes.push(decoded.records);
+                let run = probe_run(&decoded.records);
+                // A probe log reopened after rotation continues the same run.
+                match inputs
+                    .probes
+                    .iter_mut()
+                    .find(|p| run.is_some() && probe_run(p) == run)
+                {
+                    Some(records) => records.extend(decoded.records),
+                    None => inputs.probes.push(decoded.records),
+                }
             }
         }
     }
     Ok(inputs)
+}
+
+/// An agent run's identity: its `Started` record's host and time.
+fn agent_run(records: &[AgentRecord]) -> Option<(String, u64)> {
+    records.iter().find_map(|r| match r {
+        AgentRecord::Started(s) => Some((s.host.clone(), s.at.wall_ns)),
+        _ => None,
+    })
+}
+
+/// A probe run's identity: its `Started` record's name, host and time.
+fn probe_run(records: &[ProbeRecord]) -> Option<(String, String, u64)> {
+    records.iter().find_map(|r| match r {
+        ProbeRecord::Started(s) => Some((s.name.clone(), s.host.clone(), s.at.wall_ns)),
+        _ => None,
+    })
 }
 
 /// Joins the inputs and computes the report.

@@ -191,7 +191,13 @@ fn files_that_are_not_logs_are_errors_naming_them() {
         stderr(&o)
     );
 
-    let o = run(&["report", agent.to_str().unwrap(), agent.to_str().unwrap()]);
+    // Two runs' agent logs do not mix (two segments of one run do).
+    let (other_agent, _) = kept_demo(&dir.path().join("again"));
+    let o = run(&[
+        "report",
+        agent.to_str().unwrap(),
+        other_agent.to_str().unwrap(),
+    ]);
     assert!(!o.status.success());
     assert!(
         stderr(&o).contains("one agent run at a time"),

@@ -6,19 +6,38 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser};
+use serde::{Deserialize, Serialize};
 
 use crate::config::ProbeConfig;
+use crate::error::ProbeError;
 
 /// Receives a server's WebSocket broadcasts on one or many connections and
 /// records when each message arrived, for skewscope's skew report.
-#[derive(Debug, Parser)]
+///
+/// Every setting can also come from a TOML file (`--config`, keys named like the
+/// flags with underscores; durations as strings like "10s", sizes in bytes);
+/// flags override it.
+#[derive(Debug, Parser, Serialize, Deserialize)]
 #[command(name = "skewscope-probe", version)]
+#[serde(deny_unknown_fields, default)]
 pub struct Args {
-    /// WebSocket URL of the broadcast server, like ws://server:8080/ws. Any server
-    /// works; a skewscope agent also labels the connection so both logs can be joined.
+    /// TOML file with settings (like /etc/skewscope/probe-NAME.toml); flags override it.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+
+    /// Print the settings in effect (file and flags merged) as TOML, and exit.
     #[arg(long)]
-    pub url: String,
+    #[serde(skip)]
+    pub print_config: bool,
+
+    /// WebSocket URL of the broadcast server, like ws://server:8080/ws. Any server
+    /// works; a skewscope agent also labels the connection so both logs can be
+    /// joined. Required, on the command line or in the config file.
+    #[arg(long)]
+    pub url: Option<String>,
 
     /// Connections to open, all receiving the same broadcasts. Connections on one
     /// device share its clock, so their spread is measured without clock error.
@@ -32,9 +51,9 @@ pub struct Args {
     pub name: Option<String>,
 
     /// Record log to write (created, or truncated if it exists). The collector
-    /// reads it together with the agent's log.
+    /// reads it together with the agent's log. Required, here or in the file.
     #[arg(long, short = 'o', value_name = "FILE")]
-    pub out: PathBuf,
+    pub out: Option<PathBuf>,
 
     /// Close each connection after it received K messages, so a run against a
     /// known number of broadcasts ends by itself. With --duration, whichever
@@ -46,11 +65,13 @@ pub struct Args {
     /// unattended runs against a server that broadcasts forever. Without --count
     /// or --duration the probe runs until SIGINT/SIGTERM or the server goes away.
     #[arg(long, value_name = "D", value_parser = parse_duration)]
+    #[serde(with = "duration_text::option")]
     pub duration: Option<Duration>,
 
     /// Give up on a connection whose TCP connect and WebSocket upgrade take longer
     /// than this, so an unreachable server fails the run instead of hanging it.
     #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
+    #[serde(with = "duration_text")]
     pub connect_timeout: Duration,
 
     /// Largest message or frame accepted (bytes, or with a KiB/MiB/GiB suffix); a
@@ -67,6 +88,7 @@ pub struct Args {
 
     /// Pause between time exchanges after the first burst.
     #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_duration)]
+    #[serde(with = "duration_text")]
     pub time_interval: Duration,
 
     /// Do not run the time exchange (reports then cannot bound this device's clock).
@@ -74,14 +96,40 @@ pub struct Args {
     pub no_time_exchange: bool,
 }
 
+impl Default for Args {
+    fn default() -> Self {
+        Args::parse_from(["skewscope-probe"])
+    }
+}
+
 impl Args {
-    /// The run these flags describe; the name defaults to this host's name.
-    pub fn into_config(self) -> ProbeConfig {
-        ProbeConfig {
-            url: self.url,
+    /// The command line merged over `--config`'s file. A bad key or value in
+    /// the file is an error naming it.
+    pub fn from_command_line() -> Result<Args, wire::config::ConfigError> {
+        let matches = Args::command().get_matches();
+        let cli = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        let given = |key: &str| matches.value_source(key) == Some(ValueSource::CommandLine);
+        let mut merged = wire::config::merge(
+            &cli,
+            given,
+            cli.config.as_deref(),
+            &["config", "print_config"],
+        )?;
+        merged.config = cli.config;
+        merged.print_config = cli.print_config;
+        Ok(merged)
+    }
+
+    /// The run these settings describe; the name defaults to this host's name.
+    pub fn into_config(self) -> Result<ProbeConfig, ProbeError> {
+        let missing = |what: &str| {
+            ProbeError::Config(format!("{what} is required (a flag, or a key in --config)"))
+        };
+        Ok(ProbeConfig {
+            url: self.url.ok_or_else(|| missing("--url"))?,
             connections: self.connections,
             name: self.name.unwrap_or_else(wire::sys::host_name),
-            out: self.out,
+            out: self.out.ok_or_else(|| missing("--out"))?,
             count: self.count,
             duration: self.duration,
             connect_timeout: self.connect_timeout,
@@ -89,6 +137,42 @@ impl Args {
             time_exchange: !self.no_time_exchange,
             time_server: self.time_server,
             time_interval: self.time_interval,
+        })
+    }
+}
+
+/// Durations in config files, written as on the command line ("10s", "500ms").
+mod duration_text {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{}ms", d.as_millis()))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        super::parse_duration(&text).map_err(serde::de::Error::custom)
+    }
+
+    pub mod option {
+        use std::time::Duration;
+
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+            match d {
+                Some(d) => super::serialize(d, s),
+                None => s.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+            let text = String::deserialize(d)?;
+            crate::cli::parse_duration(&text)
+                .map(Some)
+                .map_err(serde::de::Error::custom)
         }
     }
 }
@@ -197,13 +281,39 @@ mod tests {
             "2m",
         ])
         .unwrap();
-        let config = args.into_config();
+        let config = args.into_config().unwrap();
         assert_eq!(config.connections, 1);
         assert_eq!(config.duration, Some(Duration::from_secs(120)));
         assert_eq!(config.connect_timeout, Duration::from_secs(10));
         assert_eq!(config.max_message, 16 * 1024 * 1024);
         assert_eq!(config.name, wire::sys::host_name());
         assert_eq!(config.count, None);
+    }
+
+    #[test]
+    fn url_and_out_are_required_from_flags_or_file() {
+        let args = Args::try_parse_from(["skewscope-probe", "--out", "p"]).unwrap();
+        let e = args.into_config().unwrap_err();
+        assert!(e.to_string().contains("--url is required"), "{e}");
+    }
+
+    #[test]
+    fn a_config_file_fills_in_and_flags_win() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("probe.toml");
+        std::fs::write(
+            &file,
+            "url = \"ws://srv:8080/ws\"\nout = \"f.sklog\"\nconnections = 7\ntime_interval = \"250ms\"\n",
+        )
+        .unwrap();
+        let cli = Args::try_parse_from(["skewscope-probe", "--connections", "3"]).unwrap();
+        let given = |k: &str| k == "connections";
+        let merged =
+            wire::config::merge(&cli, given, Some(&file), &["config", "print_config"]).unwrap();
+        let config = merged.into_config().unwrap();
+        assert_eq!(config.url, "ws://srv:8080/ws");
+        assert_eq!(config.connections, 3);
+        assert_eq!(config.time_interval, Duration::from_millis(250));
     }
 
     #[test]

@@ -51,7 +51,7 @@ use wire::record::{ProbeRecord, ProbeStarted};
 pub use config::ProbeConfig;
 pub use connection::{Attempts, CLOSE_GRACE, MAX_HANDSHAKES_IN_FLIGHT};
 pub use error::ProbeError;
-pub use recorder::FLUSH_INTERVAL;
+pub use recorder::{FLUSH_INTERVAL, ReopenHandle};
 pub use request::{AGENT_CONN_HEADER, PROBE_PARAM};
 pub use shutdown::StopHandle;
 
@@ -75,6 +75,7 @@ pub struct RunningProbe {
     finished: recorder::Finished,
     /// The time exchange and clock watch: they end when the connections do.
     helpers: JoinSet<()>,
+    reopen: ReopenHandle,
 }
 
 /// What a finished run did, counted from what was written to its log.
@@ -125,9 +126,11 @@ impl RunningProbe {
         let deadline = config.duration.map(|d| Instant::now() + d);
         let (stop, shutdown) = shutdown::channel(deadline);
         let (recorder, finished) =
-            recorder::spawn(log, stop.clone()).map_err(|source| ProbeError::WriteLog {
-                path: config.out.clone(),
-                source,
+            recorder::spawn(log, config.out.clone(), stop.clone()).map_err(|source| {
+                ProbeError::WriteLog {
+                    path: config.out.clone(),
+                    source,
+                }
             })?;
         recorder.record(ProbeRecord::Started(ProbeStarted {
             name: config.name.clone(),
@@ -147,6 +150,7 @@ impl RunningProbe {
             count: config.count,
             gate: Semaphore::new(MAX_HANDSHAKES_IN_FLIGHT),
         });
+        let reopen = recorder.reopen_handle();
         let mut helpers = JoinSet::new();
         helpers.spawn(clockwatch::run(recorder.clone(), shutdown.clone()));
         if let Some(target) = time_target(&config).await? {
@@ -180,6 +184,7 @@ impl RunningProbe {
             recorder,
             finished,
             helpers,
+            reopen,
         })
     }
 
@@ -201,6 +206,12 @@ impl RunningProbe {
     /// then ends; [`RunningProbe::finish`] still has to be awaited.
     pub fn stop(&self) {
         self.stop.stop();
+    }
+
+    /// A handle that reopens the record log (what SIGHUP does) while
+    /// [`RunningProbe::finish`] owns the probe.
+    pub fn reopen_handle(&self) -> ReopenHandle {
+        self.reopen.clone()
     }
 
     /// A handle that can stop this run from elsewhere (a signal handler task)
@@ -225,6 +236,7 @@ impl RunningProbe {
             recorder,
             finished,
             mut helpers,
+            reopen,
             ..
         } = self;
         let mut panicked = None;
@@ -241,6 +253,7 @@ impl RunningProbe {
         helpers.abort_all();
         while helpers.join_next().await.is_some() {}
         recorder.record(ProbeRecord::Stopped(Stamp::now()));
+        reopen.close();
         // The last sender: the writer drains the queue, syncs and reports.
         drop(recorder);
         let written = match finished.await {

@@ -4,13 +4,30 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
 use probe::RunningProbe;
 use probe::cli::Args;
 use tokio::signal::unix::{SignalKind, signal};
 
 fn main() -> ExitCode {
-    let config = Args::parse().into_config();
+    // A bad config file, key or value stops here, before anything is opened.
+    let args = match Args::from_command_line() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("skewscope-probe: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.print_config {
+        print!("{}", wire::config::print(&args));
+        return ExitCode::SUCCESS;
+    }
+    let config = match args.into_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("skewscope-probe: {e}");
+            return ExitCode::from(2);
+        }
+    };
     match run(config) {
         Ok(summary) => {
             eprintln!("skewscope-probe: {summary}");
@@ -34,12 +51,17 @@ fn run(config: probe::ProbeConfig) -> anyhow::Result<probe::ProbeSummary> {
         // process with received messages still unwritten.
         let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
         let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+        let mut hangup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
         let probe = RunningProbe::start(config).await?;
         let stop = probe.stop_handle();
+        let reopen = probe.reopen_handle();
         tokio::spawn(async move {
-            tokio::select! {
-                _ = terminate.recv() => {}
-                _ = interrupt.recv() => {}
+            loop {
+                tokio::select! {
+                    _ = terminate.recv() => break,
+                    _ = interrupt.recv() => break,
+                    _ = hangup.recv() => reopen.reopen(),
+                }
             }
             stop.stop();
         });

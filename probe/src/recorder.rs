@@ -9,6 +9,7 @@
 use std::fs::File;
 use std::io::{self, BufWriter};
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -30,7 +31,15 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
 /// build up a backlog that matters.
 #[derive(Clone, Debug)]
 pub(crate) struct Recorder {
-    tx: mpsc::Sender<ProbeRecord>,
+    tx: mpsc::Sender<Entry>,
+}
+
+/// What the writer thread is handed.
+#[derive(Debug)]
+pub(crate) enum Entry {
+    Record(ProbeRecord),
+    /// SIGHUP: sync, close and reopen the log file (after a rotation).
+    Reopen,
 }
 
 impl Recorder {
@@ -39,7 +48,33 @@ impl Recorder {
     /// If the writer has already failed the record is dropped here: the failure
     /// has stopped the run and is reported by [`crate::RunningProbe::finish`].
     pub(crate) fn record(&self, record: ProbeRecord) {
-        let _ = self.tx.send(record);
+        let _ = self.tx.send(Entry::Record(record));
+    }
+
+    /// A handle for reopening the log from a signal handler. It does not keep
+    /// the writer alive: [`ReopenHandle::close`] lets the run end.
+    pub(crate) fn reopen_handle(&self) -> ReopenHandle {
+        ReopenHandle(Arc::new(Mutex::new(Some(self.tx.clone()))))
+    }
+}
+
+/// Asks the writer to reopen the log file (SIGHUP after a log rotation):
+/// appended to if it is still there, created afresh (starting with this run's
+/// `Started` record) if it was moved away. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ReopenHandle(Arc<Mutex<Option<mpsc::Sender<Entry>>>>);
+
+impl ReopenHandle {
+    /// Reopens the log, if the run is still going.
+    pub fn reopen(&self) {
+        if let Some(tx) = self.0.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            let _ = tx.send(Entry::Reopen);
+        }
+    }
+
+    /// Lets go of the writer so the run can finish.
+    pub(crate) fn close(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 }
 
@@ -72,6 +107,7 @@ pub(crate) type Finished = oneshot::Receiver<io::Result<Totals>>;
 /// ends instead of measuring into a log that no longer records anything.
 pub(crate) fn spawn(
     log: LogWriter<BufWriter<File>>,
+    path: std::path::PathBuf,
     stop: StopHandle,
 ) -> io::Result<(Recorder, Finished)> {
     let (tx, rx) = mpsc::channel();
@@ -79,7 +115,7 @@ pub(crate) fn spawn(
     thread::Builder::new()
         .name("skewscope-recorder".to_owned())
         .spawn(move || {
-            let result = write_all(log, &rx);
+            let result = write_all(log, &path, &rx);
             if result.is_err() {
                 stop.raise(StopReason::RecorderFailed);
             }
@@ -93,9 +129,11 @@ pub(crate) fn spawn(
 /// while there is something unflushed; an idle probe does not wake up.
 fn write_all(
     mut log: LogWriter<BufWriter<File>>,
-    rx: &mpsc::Receiver<ProbeRecord>,
+    path: &std::path::Path,
+    rx: &mpsc::Receiver<Entry>,
 ) -> io::Result<Totals> {
     let mut totals = Totals::default();
+    let mut started: Option<ProbeRecord> = None;
     let mut flush_due: Option<Instant> = None;
     loop {
         let next = match flush_due {
@@ -103,10 +141,22 @@ fn write_all(
             Some(due) => rx.recv_timeout(due.saturating_duration_since(Instant::now())),
         };
         match next {
-            Ok(record) => {
+            Ok(Entry::Record(record)) => {
                 log.append(&record)?;
                 totals.count(&record);
+                if started.is_none() && matches!(record, ProbeRecord::Started(_)) {
+                    started = Some(record);
+                }
                 flush_due.get_or_insert_with(|| Instant::now() + FLUSH_INTERVAL);
+            }
+            Ok(Entry::Reopen) => {
+                log.sync()?;
+                let (reopened, created) = LogWriter::reopen(path, wire::log::LogKind::Probe)?;
+                log = reopened;
+                if let (true, Some(s)) = (created, &started) {
+                    log.append(s)?;
+                }
+                log.flush()?;
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
@@ -149,13 +199,62 @@ mod tests {
         }
     }
 
+    fn started() -> ProbeRecord {
+        ProbeRecord::Started(wire::record::ProbeStarted {
+            name: "p".into(),
+            host: "h".into(),
+            url: "ws://x/ws".into(),
+            connections: 1,
+            version: "t".into(),
+            at: Stamp::now(),
+        })
+    }
+
+    #[tokio::test]
+    async fn reopen_appends_in_place_or_starts_afresh_after_a_rotation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("probe.sklog");
+        let log = LogWriter::create(&path, LogKind::Probe).unwrap();
+        let (stop, _shutdown) = shutdown::channel(None);
+        let (recorder, finished) = spawn(log, path.clone(), stop).unwrap();
+        let handle = recorder.reopen_handle();
+        recorder.record(started());
+        recorder.record(receipt(0));
+        handle.reopen(); // still there: append
+        recorder.record(receipt(1));
+        handle.reopen();
+        // logrotate moves the file away; the next reopen starts a new one.
+        let mut moved = false;
+        for _ in 0..50 {
+            tokio::time::sleep(FLUSH_INTERVAL / 5).await;
+            if records_in(&path).len() == 3 {
+                std::fs::rename(&path, dir.path().join("probe.sklog.1")).unwrap();
+                moved = true;
+                break;
+            }
+        }
+        assert!(moved, "records reach the file");
+        handle.reopen();
+        recorder.record(receipt(2));
+        handle.close();
+        drop(recorder);
+        finished.await.unwrap().unwrap();
+        assert_eq!(records_in(&dir.path().join("probe.sklog.1")).len(), 3);
+        let fresh = records_in(&path);
+        assert!(matches!(fresh[0], ProbeRecord::Started(_)), "{fresh:?}");
+        assert!(
+            matches!(fresh[1], ProbeRecord::Receipt(r) if r.conn == 2),
+            "{fresh:?}"
+        );
+    }
+
     #[tokio::test]
     async fn writes_everything_then_syncs_when_the_last_recorder_goes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("probe.sklog");
         let log = LogWriter::create(&path, LogKind::Probe).unwrap();
         let (stop, _shutdown) = shutdown::channel(None);
-        let (recorder, finished) = spawn(log, stop).unwrap();
+        let (recorder, finished) = spawn(log, path.clone(), stop).unwrap();
         let other = recorder.clone();
         for conn in 0..100 {
             recorder.record(receipt(conn));
@@ -175,7 +274,7 @@ mod tests {
         let path = dir.path().join("probe.sklog");
         let log = LogWriter::create(&path, LogKind::Probe).unwrap();
         let (stop, _shutdown) = shutdown::channel(None);
-        let (recorder, finished) = spawn(log, stop).unwrap();
+        let (recorder, finished) = spawn(log, path.clone(), stop).unwrap();
         recorder.record(receipt(0));
         // Poll the file (bounded) until the record shows up without any sync.
         let mut seen = false;

@@ -299,7 +299,8 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
     let mut broadcasts: BTreeMap<u64, AgentBroadcast> = BTreeMap::new();
     for record in records {
         match record {
-            AgentRecord::Started(s) => {
+            // Every segment of a run repeats it: keep what earlier ones built.
+            AgentRecord::Started(s) if joined.agent.is_none() => {
                 joined.agent = Some(Agent {
                     host: s.host.clone(),
                     shards: s.shards,
@@ -366,7 +367,8 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
                     a.time_service = Some(*t);
                 }
             }
-            AgentRecord::ConnectionOpened(_)
+            AgentRecord::Started(_)
+            | AgentRecord::ConnectionOpened(_)
             | AgentRecord::ConnectionClosed(_)
             | AgentRecord::TxStamp(_)
             | AgentRecord::Stopped(_) => {}

@@ -9,6 +9,7 @@
 
 pub mod clock;
 pub mod clockstate;
+pub mod config;
 pub mod identity;
 pub mod join;
 pub mod log;

@@ -116,6 +116,7 @@ pub fn encode_record<R: Serialize>(record: &R, out: &mut Vec<u8>) {
 pub struct LogWriter<W: Write> {
     out: W,
     scratch: Vec<u8>,
+    written: u64,
 }
 
 impl LogWriter<BufWriter<File>> {
@@ -127,6 +128,29 @@ impl LogWriter<BufWriter<File>> {
         // file that reads as an (empty) log rather than as a foreign file.
         writer.flush()?;
         Ok(writer)
+    }
+
+    /// Reopens a log for appending (SIGHUP after a log rotation): appends to
+    /// `path` if it already holds a log of this kind, else creates it afresh.
+    /// Returns the writer and whether the file was created.
+    pub fn reopen(path: &Path, kind: LogKind) -> io::Result<(Self, bool)> {
+        let existing = std::fs::read(path).ok().filter(|bytes| {
+            bytes.len() >= HEADER_LEN && read_header(path, &bytes[..HEADER_LEN]).ok() == Some(kind)
+        });
+        match existing {
+            Some(bytes) => {
+                let file = std::fs::OpenOptions::new().append(true).open(path)?;
+                Ok((
+                    LogWriter {
+                        out: BufWriter::with_capacity(256 * 1024, file),
+                        scratch: Vec::with_capacity(4096),
+                        written: bytes.len() as u64,
+                    },
+                    false,
+                ))
+            }
+            None => Ok((LogWriter::create(path, kind)?, true)),
+        }
     }
 
     /// Flushes buffered records and asks the OS to make them durable.
@@ -143,6 +167,7 @@ impl<W: Write> LogWriter<W> {
         Ok(LogWriter {
             out,
             scratch: Vec::with_capacity(4096),
+            written: HEADER_LEN as u64,
         })
     }
 
@@ -151,7 +176,13 @@ impl<W: Write> LogWriter<W> {
     pub fn append<R: Serialize>(&mut self, record: &R) -> io::Result<()> {
         self.scratch.clear();
         encode_record(record, &mut self.scratch);
+        self.written += self.scratch.len() as u64;
         self.out.write_all(&self.scratch)
+    }
+
+    /// Bytes written so far, header included: for rotating segments by size.
+    pub fn bytes_written(&self) -> u64 {
+        self.written
     }
 
     /// Pushes buffered bytes to the OS.
