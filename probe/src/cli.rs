@@ -52,8 +52,14 @@ pub struct Args {
 
     /// Record log to write (created, or truncated if it exists). The collector
     /// reads it together with the agent's log. Required, here or in the file.
-    #[arg(long, short = 'o', value_name = "FILE")]
+    #[arg(long, short = 'o', value_name = "FILE", conflicts_with = "out_dir")]
     pub out: Option<PathBuf>,
+
+    /// Directory for the record log instead of --out: each run writes a new
+    /// probe-NAME-START-PID.sklog there, so a restarted service never
+    /// overwrites an earlier run's log.
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
 
     /// Close each connection after it received K messages, so a run against a
     /// known number of broadcasts ends by itself. With --duration, whichever
@@ -125,11 +131,23 @@ impl Args {
         let missing = |what: &str| {
             ProbeError::Config(format!("{what} is required (a flag, or a key in --config)"))
         };
+        let name = self.name.unwrap_or_else(wire::sys::host_name);
+        let out = match (self.out, self.out_dir) {
+            (Some(out), _) => out,
+            (None, Some(dir)) => {
+                std::fs::create_dir_all(&dir).map_err(|e| {
+                    ProbeError::Config(format!("cannot create --out-dir {}: {e}", dir.display()))
+                })?;
+                let secs = wire::Stamp::now().wall_ns / 1_000_000_000;
+                dir.join(format!("probe-{name}-{secs}-{}.sklog", std::process::id()))
+            }
+            (None, None) => return Err(missing("--out or --out-dir")),
+        };
         Ok(ProbeConfig {
             url: self.url.ok_or_else(|| missing("--url"))?,
             connections: self.connections,
-            name: self.name.unwrap_or_else(wire::sys::host_name),
-            out: self.out.ok_or_else(|| missing("--out"))?,
+            name,
+            out,
             count: self.count,
             duration: self.duration,
             connect_timeout: self.connect_timeout,
