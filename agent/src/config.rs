@@ -4,8 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::parser::ValueSource;
-use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
+use clap::{Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
 use wire::record::SendOrder;
 
@@ -120,6 +119,17 @@ pub struct AgentConfig {
     pub segment_bytes: u64,
 }
 
+impl wire::config::FileSettings for AgentConfig {
+    fn config_file(&self) -> Option<&std::path::Path> {
+        self.config.as_deref()
+    }
+
+    fn keep_command_line_only(&mut self, cli: &Self) {
+        self.config.clone_from(&cli.config);
+        self.print_config = cli.print_config;
+    }
+}
+
 impl Default for AgentConfig {
     fn default() -> Self {
         AgentConfig::parse_from(["skewscope-agent"])
@@ -130,18 +140,7 @@ impl AgentConfig {
     /// The command line merged over `--config`'s file: what `main` runs with.
     /// A bad key or value in the file is an error naming it.
     pub fn from_command_line() -> Result<AgentConfig, wire::config::ConfigError> {
-        let matches = AgentConfig::command().get_matches();
-        let cli = AgentConfig::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-        let given = |key: &str| matches.value_source(key) == Some(ValueSource::CommandLine);
-        let mut merged = wire::config::merge(
-            &cli,
-            given,
-            cli.config.as_deref(),
-            &["config", "print_config"],
-        )?;
-        merged.config = cli.config;
-        merged.print_config = cli.print_config;
-        Ok(merged)
+        wire::config::from_command_line(&["config", "print_config"])
     }
 
     /// The defaults, listening on loopback port 0 and writing to `data_dir`:

@@ -192,13 +192,7 @@ fn recorded_spans(log: &std::path::Path) -> anyhow::Result<Option<Summary>> {
         anyhow::bail!("{} is not an agent log", log.display());
     };
     let joined = wire::join::join(Some(&decoded.records), &[]);
-    let spans: Vec<i64> = joined
-        .broadcasts
-        .iter()
-        .filter_map(|b| b.agent.and_then(|a| a.fanout_span_ns))
-        .map(|s| s as i64)
-        .collect();
-    Ok(Summary::of(&spans))
+    Ok(wire::report::Report::build(&joined, vec![]).fanout_ns)
 }
 
 async fn wait_for(agent: &RunningAgent, n: usize) -> anyhow::Result<()> {

@@ -6,8 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::parser::ValueSource;
-use clap::{CommandFactory, FromArgMatches, Parser};
+use clap::Parser;
 use serde::{Deserialize, Serialize};
 
 use crate::config::ProbeConfig;
@@ -102,6 +101,17 @@ pub struct Args {
     pub no_time_exchange: bool,
 }
 
+impl wire::config::FileSettings for Args {
+    fn config_file(&self) -> Option<&std::path::Path> {
+        self.config.as_deref()
+    }
+
+    fn keep_command_line_only(&mut self, cli: &Self) {
+        self.config.clone_from(&cli.config);
+        self.print_config = cli.print_config;
+    }
+}
+
 impl Default for Args {
     fn default() -> Self {
         Args::parse_from(["skewscope-probe"])
@@ -112,18 +122,7 @@ impl Args {
     /// The command line merged over `--config`'s file. A bad key or value in
     /// the file is an error naming it.
     pub fn from_command_line() -> Result<Args, wire::config::ConfigError> {
-        let matches = Args::command().get_matches();
-        let cli = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-        let given = |key: &str| matches.value_source(key) == Some(ValueSource::CommandLine);
-        let mut merged = wire::config::merge(
-            &cli,
-            given,
-            cli.config.as_deref(),
-            &["config", "print_config"],
-        )?;
-        merged.config = cli.config;
-        merged.print_config = cli.print_config;
-        Ok(merged)
+        wire::config::from_command_line(&["config", "print_config"])
     }
 
     /// The run these settings describe; the name defaults to this host's name.

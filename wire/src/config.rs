@@ -85,6 +85,30 @@ fn clone_via_toml<T: Serialize + DeserializeOwned>(value: &T) -> T {
     T::deserialize(table).expect("settings round-trip through TOML")
 }
 
+/// Settings that are also a clap parser with a `--config FILE` flag.
+#[cfg(feature = "cli")]
+pub trait FileSettings: clap::Parser + Serialize + DeserializeOwned {
+    /// The `--config` file, if given.
+    fn config_file(&self) -> Option<&Path>;
+    /// Copies the command-line-only settings (`--config`, `--print-config`)
+    /// from `cli`, since a file cannot hold them.
+    fn keep_command_line_only(&mut self, cli: &Self);
+}
+
+/// Parses the command line and merges it over `--config`'s file: what a
+/// binary's `main` runs with. Flags given on the command line win; keys named
+/// in `skip` cannot come from the file.
+#[cfg(feature = "cli")]
+pub fn from_command_line<T: FileSettings>(skip: &[&str]) -> Result<T, ConfigError> {
+    use clap::parser::ValueSource;
+    let matches = T::command().get_matches();
+    let cli = T::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let given = |key: &str| matches.value_source(key) == Some(ValueSource::CommandLine);
+    let mut merged = merge(&cli, given, cli.config_file(), skip)?;
+    merged.keep_command_line_only(&cli);
+    Ok(merged)
+}
+
 /// The settings as a TOML document, for `--print-config`.
 pub fn print<T: Serialize>(settings: &T) -> String {
     toml::to_string_pretty(settings).unwrap_or_else(|e| format!("# cannot print: {e}\n"))
