@@ -41,6 +41,19 @@ enum Command {
         /// Pause between broadcasts, in milliseconds, so receivers drain.
         #[arg(long, default_value_t = 2)]
         pause_ms: u64,
+        /// Print the figures as JSON (for bench/run) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The CPU floor alone, as JSON: one thread writing one frame to N sockets
+    /// (what bench/run prints beside every server).
+    Floor {
+        /// Connection counts to measure.
+        #[arg(long, value_delimiter = ',', default_value = "1000")]
+        sizes: Vec<usize>,
+        /// Rounds per size.
+        #[arg(long, default_value_t = 40)]
+        rounds: usize,
     },
     /// Kernel vs userspace receipt stamps, idle and under CPU stress.
     Stamps {
@@ -62,11 +75,36 @@ fn main() -> anyhow::Result<()> {
             sizes,
             rounds,
             pause_ms,
+            json,
         } => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            runtime.block_on(fanout(&sizes, rounds, Duration::from_millis(pause_ms)))
+            runtime.block_on(fanout(
+                &sizes,
+                rounds,
+                Duration::from_millis(pause_ms),
+                json,
+            ))
+        }
+        Command::Floor { sizes, rounds } => {
+            let most = sizes.iter().copied().max().unwrap_or(0) as u32;
+            wire::sys::ensure_open_files(most * 2)?;
+            let frame = test_frame();
+            let mut rows = Vec::new();
+            for n in sizes {
+                let (mut senders, receivers) = floor::socket_pairs(n)?;
+                let _drain = Drain::start(receivers)?;
+                let mut spans = Vec::with_capacity(rounds);
+                for _ in 0..rounds {
+                    spans.push(floor::write_all_once(&mut senders, &frame)? as i64);
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                let floor = Summary::of(&spans).context("no rounds")?;
+                rows.push(serde_json::json!({ "clients": n, "floor": floor }));
+            }
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+            Ok(())
         }
         Command::Stamps {
             clients,
@@ -85,6 +123,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// One size's results, in nanoseconds.
+#[derive(serde::Serialize)]
 struct Row {
     clients: usize,
     floor: Summary,
@@ -94,7 +133,7 @@ struct Row {
     recorded_span: Option<Summary>,
 }
 
-async fn fanout(sizes: &[usize], rounds: usize, pause: Duration) -> anyhow::Result<()> {
+async fn fanout(sizes: &[usize], rounds: usize, pause: Duration, json: bool) -> anyhow::Result<()> {
     let most = sizes.iter().copied().max().unwrap_or(0) as u32;
     // Per size: agent sockets on both ends for three agents, plus floor pairs.
     wire::sys::ensure_open_files(most * 8)?;
@@ -104,7 +143,11 @@ async fn fanout(sizes: &[usize], rounds: usize, pause: Duration) -> anyhow::Resu
         eprintln!("bench: {n} connections, {rounds} rounds");
         rows.push(measure(n, rounds, pause, &frame).await?);
     }
-    print_table(&rows, rounds, frame.len());
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print_table(&rows, rounds, frame.len());
+    }
     Ok(())
 }
 

@@ -1,0 +1,86 @@
+// A broadcast server the way people write one with Go's net/http and
+// gorilla/websocket: connections in a slice under a mutex; a broadcast holds
+// the lock and starts one goroutine per connection that writes the text
+// message, then waits for them all. Written for skewscope's side-by-side
+// benchmark (bench/run); it knows nothing of skewscope.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"log"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+var message = strings.Repeat("Lorem ipsum dolor sit amet, consectetur adipiscing elit. ", 8)[:450]
+
+type hub struct {
+	mu    sync.Mutex
+	conns []*websocket.Conn
+}
+
+var upgrader = websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
+
+func (h *hub) ws(w http.ResponseWriter, r *http.Request) {
+	c, err := upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return
+	}
+	h.mu.Lock()
+	h.conns = append(h.conns, c)
+	h.mu.Unlock()
+	// Keep reading so pings, closes and disconnects are noticed.
+	for {
+		if _, _, err := c.ReadMessage(); err != nil {
+			break
+		}
+	}
+	h.mu.Lock()
+	for i, x := range h.conns {
+		if x == c {
+			h.conns = append(h.conns[:i], h.conns[i+1:]...)
+			break
+		}
+	}
+	h.mu.Unlock()
+	c.Close()
+}
+
+func (h *hub) startTest(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	h.mu.Lock()
+	var wg sync.WaitGroup
+	for _, c := range h.conns {
+		wg.Add(1)
+		go func(c *websocket.Conn) {
+			defer wg.Done()
+			c.WriteMessage(websocket.TextMessage, []byte(message))
+		}(c)
+	}
+	wg.Wait()
+	n := len(h.conns)
+	h.mu.Unlock()
+	json.NewEncoder(w).Encode(map[string]any{"clients": n, "total_ms": float64(time.Since(start).Microseconds()) / 1000})
+}
+
+func (h *hub) healthz(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	n := len(h.conns)
+	h.mu.Unlock()
+	json.NewEncoder(w).Encode(map[string]any{"clients": n})
+}
+
+func main() {
+	addr := flag.String("listen", "127.0.0.1:8090", "address to listen on")
+	flag.Parse()
+	h := &hub{}
+	http.HandleFunc("/ws", h.ws)
+	http.HandleFunc("/start_test", h.startTest)
+	http.HandleFunc("/healthz", h.healthz)
+	log.Fatal(http.ListenAndServe(*addr, nil))
+}
