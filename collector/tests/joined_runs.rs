@@ -32,6 +32,16 @@ async fn start_probe(
     probe
 }
 
+/// Waits (bounded) for each probe to end by itself and sync its log.
+async fn finish_all<const N: usize>(probes: [RunningProbe; N]) {
+    for probe in probes {
+        tokio::time::timeout(LIMIT, probe.finish())
+            .await
+            .expect("probe ends within the limit")
+            .expect("probe log written");
+    }
+}
+
 async fn wait_for_clients(agent: &RunningAgent, n: usize) {
     tokio::time::timeout(LIMIT, async {
         while agent.clients() < n {
@@ -68,14 +78,7 @@ async fn agent_and_two_probes_join_exactly() {
         assert_eq!(r.status, 200);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    tokio::time::timeout(LIMIT, a.finish())
-        .await
-        .unwrap()
-        .unwrap();
-    tokio::time::timeout(LIMIT, b.finish())
-        .await
-        .unwrap()
-        .unwrap();
+    finish_all([a, b]).await;
     let agent_log = agent.log_path.clone();
     agent.shutdown().await.unwrap();
 
@@ -199,14 +202,7 @@ async fn probes_alone_measure_a_foreign_server() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     broadcaster.send("done".into()).unwrap();
-    tokio::time::timeout(LIMIT, a.finish())
-        .await
-        .unwrap()
-        .unwrap();
-    tokio::time::timeout(LIMIT, b.finish())
-        .await
-        .unwrap()
-        .unwrap();
+    finish_all([a, b]).await;
 
     let r = report(read_inputs(&[dir.path().join("a.sklog"), dir.path().join("b.sklog")]).unwrap());
     assert_eq!(r.broadcasts, 6);

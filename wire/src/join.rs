@@ -186,7 +186,7 @@ struct Slot {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// Joins one agent run (optional) with any number of probe logs.
 pub fn join(agent: Option<&[AgentRecord]>, probes: &[&[ProbeRecord]]) -> Joined {

@@ -186,11 +186,6 @@ impl OffsetModel {
             .map_or(0, |e| e.mono_ns)
     }
 
-    /// The smallest round trip seen: the best bound this model can give.
-    pub fn min_delay_ns(&self) -> u64 {
-        self.exchanges.iter().map(|e| e.delay_ns).min().unwrap_or(0)
-    }
-
     /// Exchanges used.
     pub fn len(&self) -> usize {
         self.exchanges.len()

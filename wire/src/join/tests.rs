@@ -74,6 +74,26 @@ fn agent_started(host: &str) -> AgentRecord {
     })
 }
 
+/// One shard's loop for broadcast `id` starting at `start`: `conns` written
+/// `gap_ns` apart, the first `gap_ns` after the start. Shared with the timing tests.
+pub(crate) fn shard_sends(id: u64, start: Stamp, gap_ns: u64, conns: &[u64]) -> AgentRecord {
+    AgentRecord::ShardSends(ShardSends {
+        broadcast: id,
+        shard: 0,
+        loop_start_mono_ns: start.mono_ns,
+        slots: conns
+            .iter()
+            .enumerate()
+            .map(|(i, &conn)| SendSlot {
+                conn,
+                position: i as u32,
+                outcome: SendOutcome::Written,
+                mono_ns: start.mono_ns + gap_ns * (i as u64 + 1),
+            })
+            .collect(),
+    })
+}
+
 /// A broadcast at `start` written to `conns` 100 ns apart.
 fn broadcast(id: u64, seq: Option<u64>, hash: u64, start: u64, conns: &[u64]) -> Vec<AgentRecord> {
     vec![
@@ -85,21 +105,7 @@ fn broadcast(id: u64, seq: Option<u64>, hash: u64, start: u64, conns: &[u64]) ->
             text: true,
             at: at(start),
         }),
-        AgentRecord::ShardSends(ShardSends {
-            broadcast: id,
-            shard: 0,
-            loop_start_mono_ns: at(start).mono_ns,
-            slots: conns
-                .iter()
-                .enumerate()
-                .map(|(i, &conn)| SendSlot {
-                    conn,
-                    position: i as u32,
-                    outcome: SendOutcome::Written,
-                    mono_ns: at(start + 100 * (i as u64 + 1)).mono_ns,
-                })
-                .collect(),
-        }),
+        shard_sends(id, at(start), 100, conns),
     ]
 }
 

@@ -109,21 +109,12 @@ fn agent(broadcasts: &[(u64, u64)], conns: &[u64]) -> Vec<AgentRecord> {
             text: true,
             at: on(0, start),
         }));
-        records.push(AgentRecord::ShardSends(ShardSends {
-            broadcast: seq,
-            shard: 0,
-            loop_start_mono_ns: on(0, start).mono_ns,
-            slots: conns
-                .iter()
-                .enumerate()
-                .map(|(i, &conn)| SendSlot {
-                    conn,
-                    position: i as u32,
-                    outcome: SendOutcome::Written,
-                    mono_ns: on(0, start + 10_000 * (i as u64 + 1)).mono_ns,
-                })
-                .collect(),
-        }));
+        records.push(crate::join::tests::shard_sends(
+            seq,
+            on(0, start),
+            10_000,
+            conns,
+        ));
     }
     records
 }
