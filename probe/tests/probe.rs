@@ -97,6 +97,44 @@ async fn foreign_server_payloads_are_keyed_by_hash_and_occurrence() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_larger_than_the_read_buffer_arrive_whole() {
+    let server = BroadcastServer::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = log_path(&dir);
+    let mut config = config(server.url(), &out, 2);
+    config.count = Some(2);
+    let probe = RunningProbe::start(config).await.unwrap();
+    server.wait_for_clients(2).await;
+
+    // 25x the probe's 4 KiB read buffer, and a small one after it.
+    let big: String = (0..100_000)
+        .map(|i| (b'a' + (i % 26) as u8) as char)
+        .collect();
+    server.broadcast(Message::text(big.clone()));
+    server.broadcast(Message::text("after"));
+
+    let summary = within("the probe finishing", probe.finish()).await.unwrap();
+    assert_eq!(summary.receipts, 4);
+    let receipts = receipts(&read_probe_log(&out));
+    let big_hash = payload_hash(big.as_bytes());
+    assert_eq!(
+        receipts
+            .iter()
+            .filter(|r| r.hash == big_hash && r.len == 100_000)
+            .count(),
+        2,
+        "{receipts:?}"
+    );
+    assert_eq!(
+        receipts
+            .iter()
+            .filter(|r| r.hash == payload_hash(b"after"))
+            .count(),
+        2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_messages_are_keyed_by_sequence() {
     let server = BroadcastServer::start(None).await;
     let dir = tempfile::tempdir().unwrap();
