@@ -54,6 +54,16 @@ enum Command {
         /// Rounds per size.
         #[arg(long, default_value_t = 40)]
         rounds: usize,
+        /// Open the sending sockets inside this named network namespace
+        /// (`ip netns`), so writes cross its link and qdisc.
+        #[arg(long, requires = "addr")]
+        netns: Option<String>,
+        /// Address the sending side listens on.
+        #[arg(long, default_value = "127.0.0.1")]
+        addr: std::net::IpAddr,
+        /// Writer on this core and the drain on the other one (of two).
+        #[arg(long)]
+        writer_core: Option<usize>,
     },
     /// Kernel vs userspace receipt stamps, idle and under CPU stress.
     Stamps {
@@ -87,22 +97,19 @@ fn main() -> anyhow::Result<()> {
                 json,
             ))
         }
-        Command::Floor { sizes, rounds } => {
-            let most = sizes.iter().copied().max().unwrap_or(0) as u32;
-            wire::sys::ensure_open_files(most * 2)?;
-            let frame = test_frame();
-            let mut rows = Vec::new();
-            for n in sizes {
-                let (mut senders, receivers) = floor::socket_pairs(n)?;
-                let _drain = Drain::start(receivers)?;
-                let mut spans = Vec::with_capacity(rounds);
-                for _ in 0..rounds {
-                    spans.push(floor::write_all_once(&mut senders, &frame)? as i64);
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                let floor = Summary::of(&spans).context("no rounds")?;
-                rows.push(serde_json::json!({ "clients": n, "floor": floor }));
-            }
+        Command::Floor {
+            sizes,
+            rounds,
+            netns,
+            addr,
+            writer_core,
+        } => {
+            let placement = floor::Placement {
+                netns,
+                addr,
+                writer_core,
+            };
+            let rows = floor::measure(&sizes, rounds, &placement, &test_frame())?;
             println!("{}", serde_json::to_string_pretty(&rows)?);
             Ok(())
         }
@@ -186,7 +193,7 @@ async fn measure(n: usize, rounds: usize, pause: Duration, frame: &[u8]) -> anyh
         receivers.extend(clients);
         wait_for(agent, n).await?;
     }
-    let (mut senders, floor_receivers) = floor::socket_pairs(n)?;
+    let (mut senders, floor_receivers) = floor::loopback_pairs(n)?;
     receivers.extend(floor_receivers);
     let _drain = Drain::start(receivers)?;
 
