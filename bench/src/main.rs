@@ -1,10 +1,14 @@
 //! skewscope's benchmarks. `fanout`: the agent's fan-out span for N
 //! connections, with recording on and off, beside the single-thread floor, all
 //! in one run with their rounds interleaved so machine noise hits every column
-//! alike. `stamps`: kernel against userspace receipt stamps under CPU stress.
+//! alike. `floor`: the single-thread floor alone, with io_uring and staged
+//! variants. `floor-server`: that floor behind a WebSocket endpoint, for
+//! bench/run. `stamps`: kernel against userspace receipt stamps under CPU
+//! stress.
 
 mod drain;
 mod floor;
+mod floor_server;
 mod stamps;
 
 use std::io::{Read, Write};
@@ -65,6 +69,13 @@ enum Command {
         #[arg(long)]
         writer_core: Option<usize>,
     },
+    /// The CPU floor as a WebSocket server on `/ws` (`/start_test`, `/healthz`),
+    /// for bench/run to measure with its probes beside the real servers.
+    FloorServer {
+        /// Address to listen on.
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+    },
     /// Kernel vs userspace receipt stamps, idle and under CPU stress.
     Stamps {
         /// Probe connections.
@@ -113,6 +124,7 @@ fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&rows)?);
             Ok(())
         }
+        Command::FloorServer { listen } => floor_server::serve(listen),
         Command::Stamps {
             clients,
             broadcasts,
