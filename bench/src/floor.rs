@@ -201,22 +201,28 @@ fn uring_all_once(
 /// release span only.
 pub fn staged_all_once(senders: &[TcpStream], frame: &[u8]) -> io::Result<u64> {
     for s in senders {
-        // SAFETY: valid fd and buffer for the call's duration.
-        let n = unsafe {
-            libc::send(
-                s.as_raw_fd(),
-                frame.as_ptr().cast(),
-                frame.len(),
-                libc::MSG_MORE | libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-            )
-        };
-        if n != frame.len() as isize {
-            return Err(io::Error::other(format!("short staged send: {n}")));
-        }
+        stage(s, frame)?;
     }
     let start = mono_ns();
     for s in senders {
         s.set_nodelay(true)?;
     }
     Ok(mono_ns() - start)
+}
+
+/// Queues `frame` on `socket` with MSG_MORE: copied into the kernel, not sent.
+pub fn stage(socket: &TcpStream, frame: &[u8]) -> io::Result<()> {
+    // SAFETY: valid fd and buffer for the call's duration.
+    let n = unsafe {
+        libc::send(
+            socket.as_raw_fd(),
+            frame.as_ptr().cast(),
+            frame.len(),
+            libc::MSG_MORE | libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+        )
+    };
+    if n != frame.len() as isize {
+        return Err(io::Error::other(format!("short staged send: {n}")));
+    }
+    Ok(())
 }

@@ -24,7 +24,7 @@ fn peer_text() -> String {
 }
 
 /// Serves until killed.
-pub fn serve(listen: SocketAddr) -> anyhow::Result<()> {
+pub fn serve(listen: SocketAddr, staged: bool) -> anyhow::Result<()> {
     let listener = TcpListener::bind(listen).with_context(|| format!("binding {listen}"))?;
     let text = peer_text();
     let mut frame = vec![0x81, 126];
@@ -34,7 +34,7 @@ pub fn serve(listen: SocketAddr) -> anyhow::Result<()> {
     for stream in listener.incoming() {
         let Ok(mut stream) = stream else { continue };
         // A request that misbehaves only costs its own connection.
-        if let Err(e) = handle(&mut stream, &mut clients, &frame) {
+        if let Err(e) = handle(&mut stream, &mut clients, &frame, staged) {
             eprintln!("floor-server: {e}");
         }
     }
@@ -43,7 +43,12 @@ pub fn serve(listen: SocketAddr) -> anyhow::Result<()> {
 
 /// One HTTP request: an upgrade keeps the socket, anything else is answered
 /// and closed.
-fn handle(stream: &mut TcpStream, clients: &mut Vec<TcpStream>, frame: &[u8]) -> io::Result<()> {
+fn handle(
+    stream: &mut TcpStream,
+    clients: &mut Vec<TcpStream>,
+    frame: &[u8],
+    staged: bool,
+) -> io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut request_line = String::new();
@@ -77,10 +82,17 @@ fn handle(stream: &mut TcpStream, clients: &mut Vec<TcpStream>, frame: &[u8]) ->
         return Ok(());
     }
     if path.starts_with("/start_test") {
-        let start = mono_ns();
-        // The floor: the same buffer to every socket, one write each.
-        clients.retain_mut(|c| c.write_all(frame).is_ok());
-        let span = mono_ns() - start;
+        let span = if staged {
+            clients.retain(|c| crate::floor::stage(c, frame).is_ok());
+            let start = mono_ns();
+            clients.retain(|c| c.set_nodelay(true).is_ok());
+            mono_ns() - start
+        } else {
+            let start = mono_ns();
+            // The floor: the same buffer to every socket, one write each.
+            clients.retain_mut(|c| c.write_all(frame).is_ok());
+            mono_ns() - start
+        };
         let body = format!("{{\"clients\":{},\"span_ns\":{span}}}", clients.len());
         return respond(stream, "200 OK", &body);
     }

@@ -75,6 +75,9 @@ enum Command {
         /// Address to listen on.
         #[arg(long)]
         listen: std::net::SocketAddr,
+        /// Stage every frame (MSG_MORE), then push each socket (TCP_NODELAY).
+        #[arg(long)]
+        staged: bool,
     },
     /// Kernel vs userspace receipt stamps, idle and under CPU stress.
     Stamps {
@@ -124,7 +127,7 @@ fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&rows)?);
             Ok(())
         }
-        Command::FloorServer { listen } => floor_server::serve(listen),
+        Command::FloorServer { listen, staged } => floor_server::serve(listen, staged),
         Command::Stamps {
             clients,
             broadcasts,
