@@ -1,8 +1,8 @@
 //! Reading the log files a report is built from.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use wire::log::{AnyLog, read_file};
 use wire::record::{AgentRecord, ProbeRecord};
 use wire::report::InputSummary;
@@ -87,9 +87,24 @@ fn probe_run(records: &[ProbeRecord]) -> Option<(String, String, u64)> {
     })
 }
 
-/// Joins the inputs and computes the report.
-pub fn report(inputs: Inputs) -> wire::report::Report {
+/// Joins the inputs and computes the report; with trigger times (sorted), also
+/// the latency from them.
+pub fn report(inputs: Inputs, triggers: Option<&[u64]>) -> wire::report::Report {
     let probes: Vec<&[ProbeRecord]> = inputs.probes.iter().map(Vec::as_slice).collect();
     let joined = wire::join::join(inputs.agent.as_deref(), &probes);
-    wire::report::Report::build(&joined, inputs.summaries)
+    let mut report = wire::report::Report::build(&joined, inputs.summaries);
+    report.latency_from_trigger = triggers.map(|t| wire::triggers::latency(&joined, t));
+    report
+}
+
+/// Reads a triggers file (see [`wire::triggers::parse`]); errors name the file
+/// and line.
+pub fn read_triggers(path: &Path) -> anyhow::Result<Vec<u64>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read triggers file {}", path.display()))?;
+    let times = wire::triggers::parse(&text).with_context(|| format!("{}", path.display()))?;
+    if times.is_empty() {
+        bail!("{}: no trigger times in it", path.display());
+    }
+    Ok(times)
 }

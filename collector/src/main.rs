@@ -27,6 +27,10 @@ enum Command {
         /// Also write the report as JSON to this file (`-` for standard output).
         #[arg(long)]
         json: Option<PathBuf>,
+        /// When each broadcast was triggered, for latency without an agent log:
+        /// one wall-clock time in ns since 1970 per line (`date +%s%N`).
+        #[arg(long)]
+        triggers: Option<PathBuf>,
     },
     /// Run an agent and probe connections on loopback, broadcast, and report.
     Demo {
@@ -50,8 +54,13 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Report { files, json } => {
-            let report = inputs::report(inputs::read_inputs(&files)?);
+        Command::Report {
+            files,
+            json,
+            triggers,
+        } => {
+            let triggers = triggers.as_deref().map(inputs::read_triggers).transpose()?;
+            let report = inputs::report(inputs::read_inputs(&files)?, triggers.as_deref());
             print!("{}", table::render(&report));
             write_json(&report, json.as_deref())
         }
@@ -73,10 +82,10 @@ fn main() -> anyhow::Result<()> {
                 .enable_all()
                 .build()?;
             let (agent_log, probe_log, _temp) = runtime.block_on(demo::run(&options))?;
-            let report = inputs::report(inputs::read_inputs(&[
-                agent_log.clone(),
-                probe_log.clone(),
-            ])?);
+            let report = inputs::report(
+                inputs::read_inputs(&[agent_log.clone(), probe_log.clone()])?,
+                None,
+            );
             print!("{}", table::render(&report));
             if options.keep.is_some() {
                 println!(

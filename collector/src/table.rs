@@ -185,6 +185,21 @@ pub fn render(r: &Report) -> String {
         "no probe had two connections",
     );
     row(&mut out, "latency (raw)", &r.latency_ns, agent_log);
+    if let Some(t) = &r.latency_from_trigger {
+        row(
+            &mut out,
+            "  from trigger",
+            &t.latency_ns,
+            "no broadcast after a trigger",
+        );
+        if t.before_any_trigger > 0 || t.unused_triggers > 0 {
+            let _ = writeln!(
+                out,
+                "    {} broadcasts paired with a trigger; {} first seen before every trigger; {} triggers unused",
+                t.broadcasts, t.before_any_trigger, t.unused_triggers
+            );
+        }
+    }
     row(&mut out, "fan-out span", &r.fanout_ns, agent_log);
     row(&mut out, "  position", &r.fanout_position_ns, agent_log);
     row(

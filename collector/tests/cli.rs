@@ -285,3 +285,92 @@ fn separate_processes_and_a_probe_killed_mid_run() {
     assert_eq!(json["duplicates"], 0);
     assert_eq!(json["probes"][1]["receipts"], 10);
 }
+
+#[test]
+fn triggers_give_latency_without_an_agent_log_and_bad_files_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, addr, agent_log) = start_agent(dir.path());
+    let probe_log = dir.path().join("p.sklog");
+    let mut probe = Reaped(
+        Command::new(common::sibling_binary("skewscope-probe"))
+            .args(["--url", &format!("ws://{addr}/ws"), "--connections", "3"])
+            .args(["--count", "4", "--no-time-exchange"])
+            .args(["--out", probe_log.to_str().unwrap()])
+            .spawn()
+            .unwrap(),
+    );
+    wait_until("probe connected", || {
+        probe_log.exists() && records_in(&probe_log) >= 4
+    });
+    // The times a test script would note just before asking for each broadcast.
+    let mut triggers = String::from("# wall-clock ns, one per broadcast\n");
+    for _ in 0..4 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        triggers.push_str(&format!("{}\n", now.as_nanos()));
+        trigger(&addr);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(probe.0.wait().unwrap().success());
+    signal(&agent.0, libc::SIGTERM);
+    assert!(agent.0.wait().unwrap().success());
+    let triggers_file = dir.path().join("triggers.txt");
+    std::fs::write(&triggers_file, &triggers).unwrap();
+
+    // The probe log alone: no agent latency, but latency from the triggers.
+    let o = run(&[
+        "report",
+        probe_log.to_str().unwrap(),
+        "--triggers",
+        triggers_file.to_str().unwrap(),
+        "--json",
+        "-",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("from trigger"), "{out}");
+    let json: serde_json::Value = serde_json::from_str(&out[out.find("{\n").unwrap()..]).unwrap();
+    assert!(json["latency_ns"].is_null());
+    let from_trigger = &json["latency_from_trigger"];
+    assert_eq!(from_trigger["broadcasts"], 4, "{from_trigger}");
+    assert_eq!(from_trigger["unused_triggers"], 0);
+    assert_eq!(from_trigger["latency_ns"]["count"], 12);
+    let by_trigger = from_trigger["latency_ns"]["p50"].as_i64().unwrap();
+    assert!(by_trigger > 0 && by_trigger < 1_000_000_000, "{by_trigger}");
+
+    // With the agent log too: a trigger precedes its broadcast's start, so
+    // latency from it is the longer one.
+    let o = run(&[
+        "report",
+        agent_log.to_str().unwrap(),
+        probe_log.to_str().unwrap(),
+        "--triggers",
+        triggers_file.to_str().unwrap(),
+        "--json",
+        "-",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let json: serde_json::Value = serde_json::from_str(&out[out.find("{\n").unwrap()..]).unwrap();
+    let by_start = json["latency_ns"]["min"].as_i64().unwrap();
+    let by_trigger = json["latency_from_trigger"]["latency_ns"]["min"]
+        .as_i64()
+        .unwrap();
+    assert!(by_trigger >= by_start, "{by_trigger} < {by_start}");
+
+    // Seconds instead of nanoseconds: the file and line are named, nothing runs.
+    std::fs::write(&triggers_file, "1764000000\n").unwrap();
+    let o = run(&[
+        "report",
+        probe_log.to_str().unwrap(),
+        "--triggers",
+        triggers_file.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("triggers.txt") && err.contains("line 1"),
+        "{err}"
+    );
+}

@@ -87,7 +87,7 @@ async fn agent_and_two_probes_join_exactly() {
         dir.path().join("a.sklog"),
         dir.path().join("b.sklog"),
     ];
-    let r = report(read_inputs(&files).unwrap());
+    let r = report(read_inputs(&files).unwrap(), None);
     assert_eq!(r.broadcasts, total);
     assert_eq!(r.connections, 8);
     assert_eq!(r.receipts, 8 * total);
@@ -204,7 +204,10 @@ async fn probes_alone_measure_a_foreign_server() {
     broadcaster.send("done".into()).unwrap();
     finish_all([a, b]).await;
 
-    let r = report(read_inputs(&[dir.path().join("a.sklog"), dir.path().join("b.sklog")]).unwrap());
+    let r = report(
+        read_inputs(&[dir.path().join("a.sklog"), dir.path().join("b.sklog")]).unwrap(),
+        None,
+    );
     assert_eq!(r.broadcasts, 6);
     assert_eq!(r.connections, 5);
     assert_eq!(r.receipts, 30);

@@ -20,5 +20,6 @@ pub mod sys;
 pub mod timeproto;
 pub mod timesync;
 pub mod timing;
+pub mod triggers;
 
 pub use clock::Stamp;

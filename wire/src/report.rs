@@ -129,6 +129,9 @@ pub struct Report {
     pub latency_ns: Option<Summary>,
     /// The same in the agent's timebase, with intervals.
     pub latency_corrected_ns: Option<BoundedSummary>,
+    /// Per receipt: receipt time − the trigger time given for its broadcast
+    /// (`skewscope report --triggers`), for servers that record nothing.
+    pub latency_from_trigger: Option<crate::triggers::TriggerLatency>,
     /// Per broadcast: start to the last completed write on the agent.
     pub fanout_ns: Option<Summary>,
     /// Latency split, per receipt: start to the agent's write of that copy.
@@ -274,6 +277,7 @@ impl Report {
             skew_intra_device_ns: timing.skew_intra_device,
             latency_ns: Summary::of(&latencies),
             latency_corrected_ns: timing.latency_corrected,
+            latency_from_trigger: None,
             fanout_ns: Summary::of(&fanouts),
             fanout_position_ns: timing.fanout_position,
             network_ns: timing.network,
