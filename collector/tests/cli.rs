@@ -319,18 +319,8 @@ fn triggers_give_latency_without_an_agent_log_and_bad_files_are_named() {
     std::fs::write(&triggers_file, &triggers).unwrap();
 
     // The probe log alone: no agent latency, but latency from the triggers.
-    let o = run(&[
-        "report",
-        probe_log.to_str().unwrap(),
-        "--triggers",
-        triggers_file.to_str().unwrap(),
-        "--json",
-        "-",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let out = stdout(&o);
+    let (out, json) = report_with_triggers(&[&probe_log], &triggers_file);
     assert!(out.contains("from trigger"), "{out}");
-    let json: serde_json::Value = serde_json::from_str(&out[out.find("{\n").unwrap()..]).unwrap();
     assert!(json["latency_ns"].is_null());
     let from_trigger = &json["latency_from_trigger"];
     assert_eq!(from_trigger["broadcasts"], 4, "{from_trigger}");
@@ -341,18 +331,7 @@ fn triggers_give_latency_without_an_agent_log_and_bad_files_are_named() {
 
     // With the agent log too: a trigger precedes its broadcast's start, so
     // latency from it is the longer one.
-    let o = run(&[
-        "report",
-        agent_log.to_str().unwrap(),
-        probe_log.to_str().unwrap(),
-        "--triggers",
-        triggers_file.to_str().unwrap(),
-        "--json",
-        "-",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let out = stdout(&o);
-    let json: serde_json::Value = serde_json::from_str(&out[out.find("{\n").unwrap()..]).unwrap();
+    let (_, json) = report_with_triggers(&[&agent_log, &probe_log], &triggers_file);
     let by_start = json["latency_ns"]["min"].as_i64().unwrap();
     let by_trigger = json["latency_from_trigger"]["latency_ns"]["min"]
         .as_i64()
@@ -373,4 +352,20 @@ fn triggers_give_latency_without_an_agent_log_and_bad_files_are_named() {
         err.contains("triggers.txt") && err.contains("line 1"),
         "{err}"
     );
+}
+
+/// `skewscope report FILES --triggers T --json -`: the text and the JSON.
+fn report_with_triggers(files: &[&Path], triggers: &Path) -> (String, serde_json::Value) {
+    let o = Command::new(SKEWSCOPE)
+        .arg("report")
+        .args(files)
+        .arg("--triggers")
+        .arg(triggers)
+        .args(["--json", "-"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let json = serde_json::from_str(&out[out.find("{\n").unwrap()..]).unwrap();
+    (out, json)
 }
