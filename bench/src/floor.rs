@@ -90,6 +90,18 @@ pub fn measure(
     Ok(rows)
 }
 
+/// One unmasked WebSocket text frame carrying `text`, encoded the way the
+/// agent encodes its broadcasts.
+pub fn text_frame(text: &str) -> Vec<u8> {
+    use tungstenite::protocol::frame::Frame;
+    use tungstenite::protocol::frame::coding::{Data, OpCode};
+    agent::shard::encode(Frame::message(
+        text.as_bytes().to_vec(),
+        OpCode::Data(Data::Text),
+        true,
+    ))
+}
+
 /// Pins the calling thread (and threads it starts later) to one core.
 fn pin_current_thread(core: usize) -> io::Result<()> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; the call only reads it.

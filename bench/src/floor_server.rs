@@ -3,16 +3,21 @@
 //! WebSocket upgrades on `/ws`, and `GET /start_test` writes one pre-encoded
 //! frame to every connection from one thread, nothing else per client.
 //!
-//! It is a measuring instrument, not a server: blocking, one request at a time,
-//! no reads after the upgrade (probes send nothing that needs an answer during
-//! a run), no error recovery beyond dropping a connection that fails.
+//! It is a measuring instrument, not a server: one thread, one request at a
+//! time, no reads after the upgrade (probes send nothing that needs an answer
+//! during a run). Request heads and upgrades go through the agent's own
+//! `http` and `upgrade` modules.
 
-use std::io::{self, BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use agent::{http, upgrade};
 use anyhow::Context;
+use tokio::io::AsyncWriteExt;
 use wire::clock::mono_ns;
+
+use crate::floor::{stage, text_frame};
 
 /// The text bench/run's go and fastapi peers broadcast: 450 bytes of lorem ipsum.
 fn peer_text() -> String {
@@ -23,94 +28,67 @@ fn peer_text() -> String {
         .collect()
 }
 
-/// Serves until killed.
+/// Serves until killed. With `staged`, a broadcast first queues every frame
+/// (MSG_MORE), then pushes each socket (TCP_NODELAY).
 pub fn serve(listen: SocketAddr, staged: bool) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(listen).with_context(|| format!("binding {listen}"))?;
-    let text = peer_text();
-    let mut frame = vec![0x81, 126];
-    frame.extend((text.len() as u16).to_be_bytes());
-    frame.extend(text.as_bytes());
-    let mut clients: Vec<TcpStream> = Vec::new();
-    for stream in listener.incoming() {
-        let Ok(mut stream) = stream else { continue };
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(run(listen, staged))
+}
+
+async fn run(listen: SocketAddr, staged: bool) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let frame = text_frame(&peer_text());
+    let mut clients: Vec<std::net::TcpStream> = Vec::new();
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
         // A request that misbehaves only costs its own connection.
-        if let Err(e) = handle(&mut stream, &mut clients, &frame, staged) {
-            eprintln!("floor-server: {e}");
+        let Ok(request) = http::read_head(&mut stream, Duration::from_secs(5)).await else {
+            continue;
+        };
+        match request.path.as_str() {
+            "/ws" => match upgrade::accept(&request, clients.len() as u64) {
+                Ok(response) if stream.write_all(response.as_bytes()).await.is_ok() => {
+                    // The floor writes with plain blocking calls.
+                    let Ok(socket) = stream.into_std() else {
+                        continue;
+                    };
+                    if socket.set_nonblocking(false).is_ok() && socket.set_nodelay(true).is_ok() {
+                        clients.push(socket);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => http::respond(&mut stream, 400, "", &e.to_string()).await,
+            },
+            "/start_test" => {
+                let span = broadcast(&mut clients, &frame, staged);
+                let body = format!("{{\"clients\":{},\"span_ns\":{span}}}", clients.len());
+                http::respond(&mut stream, 200, "", &body).await;
+            }
+            "/healthz" => {
+                let body = format!("{{\"clients\":{}}}", clients.len());
+                http::respond(&mut stream, 200, "", &body).await;
+            }
+            _ => http::respond(&mut stream, 404, "", "{}").await,
         }
     }
-    Ok(())
 }
 
-/// One HTTP request: an upgrade keeps the socket, anything else is answered
-/// and closed.
-fn handle(
-    stream: &mut TcpStream,
-    clients: &mut Vec<TcpStream>,
-    frame: &[u8],
-    staged: bool,
-) -> io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut request_line = String::new();
-    reader.read_line(&mut request_line)?;
-    let mut key = None;
-    for _ in 0..100 {
-        let mut line = String::new();
-        if reader.read_line(&mut line)? == 0 || line == "\r\n" {
-            break;
-        }
-        if let Some((name, value)) = line.split_once(':')
-            && name.trim().eq_ignore_ascii_case("sec-websocket-key")
-        {
-            key = Some(value.trim().to_owned());
-        }
+/// The floor: the same buffer to every socket, one write each (or staged);
+/// returns the span of the writes (or of the pushes), dropping sockets that fail.
+fn broadcast(clients: &mut Vec<std::net::TcpStream>, frame: &[u8], staged: bool) -> u64 {
+    if staged {
+        clients.retain(|c| stage(c, frame).is_ok());
+        let start = mono_ns();
+        clients.retain(|c| c.set_nodelay(true).is_ok());
+        return mono_ns() - start;
     }
-    let path = request_line.split_whitespace().nth(1).unwrap_or("");
-    if path.starts_with("/ws") {
-        let Some(key) = key else {
-            return respond(stream, "400 Bad Request", "{}");
-        };
-        let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
-        write!(
-            stream,
-            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-             Sec-WebSocket-Accept: {accept}\r\n\r\n"
-        )?;
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(None)?;
-        clients.push(stream.try_clone()?);
-        return Ok(());
-    }
-    if path.starts_with("/start_test") {
-        let span = if staged {
-            clients.retain(|c| crate::floor::stage(c, frame).is_ok());
-            let start = mono_ns();
-            clients.retain(|c| c.set_nodelay(true).is_ok());
-            mono_ns() - start
-        } else {
-            let start = mono_ns();
-            // The floor: the same buffer to every socket, one write each.
-            clients.retain_mut(|c| c.write_all(frame).is_ok());
-            mono_ns() - start
-        };
-        let body = format!("{{\"clients\":{},\"span_ns\":{span}}}", clients.len());
-        return respond(stream, "200 OK", &body);
-    }
-    if path.starts_with("/healthz") {
-        return respond(
-            stream,
-            "200 OK",
-            &format!("{{\"clients\":{}}}", clients.len()),
-        );
-    }
-    respond(stream, "404 Not Found", "{}")
-}
-
-fn respond(stream: &mut TcpStream, status: &str, body: &str) -> io::Result<()> {
-    write!(
-        stream,
-        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{body}",
-        body.len()
-    )
+    let start = mono_ns();
+    clients.retain_mut(|c| c.write_all(frame).is_ok());
+    mono_ns() - start
 }

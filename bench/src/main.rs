@@ -175,14 +175,10 @@ async fn fanout(sizes: &[usize], rounds: usize, pause: Duration, json: bool) -> 
 
 /// The exact frame the agent sends for a test broadcast.
 fn test_frame() -> Vec<u8> {
-    let text = encode_test_message(TestMessage {
+    floor::text_frame(&encode_test_message(TestMessage {
         seq: 1,
         sent_wall_ns: 1_764_000_000_000_000_000,
-    });
-    let mut frame = vec![0x81, 126];
-    frame.extend((text.len() as u16).to_be_bytes());
-    frame.extend(text.as_bytes());
-    frame
+    }))
 }
 
 async fn measure(n: usize, rounds: usize, pause: Duration, frame: &[u8]) -> anyhow::Result<Row> {
