@@ -137,12 +137,6 @@ impl Default for AgentConfig {
 }
 
 impl AgentConfig {
-    /// The command line merged over `--config`'s file: what `main` runs with.
-    /// A bad key or value in the file is an error naming it.
-    pub fn from_command_line() -> Result<AgentConfig, wire::config::ConfigError> {
-        wire::config::from_command_line(&["config", "print_config"])
-    }
-
     /// The defaults, listening on loopback port 0 and writing to `data_dir`:
     /// what `skewscope demo`, tests and benchmarks start from.
     pub fn local(data_dir: PathBuf) -> AgentConfig {

@@ -13,7 +13,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 fn main() -> ExitCode {
     // A bad config file or value stops here, before anything is opened.
-    let config = match AgentConfig::from_command_line() {
+    let config = match wire::config::from_command_line::<AgentConfig>() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("skewscope-agent: {e}");

@@ -119,12 +119,6 @@ impl Default for Args {
 }
 
 impl Args {
-    /// The command line merged over `--config`'s file. A bad key or value in
-    /// the file is an error naming it.
-    pub fn from_command_line() -> Result<Args, wire::config::ConfigError> {
-        wire::config::from_command_line(&["config", "print_config"])
-    }
-
     /// The run these settings describe; the name defaults to this host's name.
     pub fn into_config(self) -> Result<ProbeConfig, ProbeError> {
         let missing = |what: &str| {

@@ -10,7 +10,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 fn main() -> ExitCode {
     // A bad config file, key or value stops here, before anything is opened.
-    let args = match Args::from_command_line() {
+    let args = match wire::config::from_command_line::<Args>() {
         Ok(args) => args,
         Err(e) => {
             eprintln!("skewscope-probe: {e}");

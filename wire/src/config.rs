@@ -93,18 +93,20 @@ pub trait FileSettings: clap::Parser + Serialize + DeserializeOwned {
     /// Copies the command-line-only settings (`--config`, `--print-config`)
     /// from `cli`, since a file cannot hold them.
     fn keep_command_line_only(&mut self, cli: &Self);
+    /// The keys of those settings, which a file may not set.
+    const COMMAND_LINE_ONLY: &'static [&'static str] = &["config", "print_config"];
 }
 
 /// Parses the command line and merges it over `--config`'s file: what a
-/// binary's `main` runs with. Flags given on the command line win; keys named
-/// in `skip` cannot come from the file.
+/// binary's `main` runs with. Flags given on the command line win; the
+/// command-line-only keys cannot come from the file.
 #[cfg(feature = "cli")]
-pub fn from_command_line<T: FileSettings>(skip: &[&str]) -> Result<T, ConfigError> {
+pub fn from_command_line<T: FileSettings>() -> Result<T, ConfigError> {
     use clap::parser::ValueSource;
     let matches = T::command().get_matches();
     let cli = T::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let given = |key: &str| matches.value_source(key) == Some(ValueSource::CommandLine);
-    let mut merged = merge(&cli, given, cli.config_file(), skip)?;
+    let mut merged = merge(&cli, given, cli.config_file(), T::COMMAND_LINE_ONLY)?;
     merged.keep_command_line_only(&cli);
     Ok(merged)
 }
