@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
-use wire::record::SendOrder;
+use skewscope_core::record::SendOrder;
 
 /// Send order within each shard's loop, as given on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -119,7 +119,7 @@ pub struct AgentConfig {
     pub segment_bytes: u64,
 }
 
-impl wire::config::FileSettings for AgentConfig {
+impl skewscope_os::settings::FileSettings for AgentConfig {
     fn config_file(&self) -> Option<&std::path::Path> {
         self.config.as_deref()
     }

@@ -1,45 +1,51 @@
 //! skewscope-agent: a WebSocket broadcast hub whose fan-out engine is built for
 //! a 2-core server, recording every broadcast's per-client send times.
 //!
-//! The parts, each in its module: [`server`] accepts and answers HTTP, [`upgrade`]
-//! does the WebSocket handshake, [`hub`] starts broadcasts across the [`shard`]s,
-//! each of which writes one pre-encoded frame to all its [`client`]s; [`inbound`]
-//! parses what clients send; [`recorder`] writes the log off the hot path;
-//! [`timeport`] answers the probes' time exchange and [`clockwatch`] records
-//! what the server clock claims about itself;
-//! [`trigger`] is the small HTTP client demos and tests use.
+//! Two rooms: `server` accepts connections, answers HTTP and performs the
+//! WebSocket upgrade (on tokio); `engine` is the fan-out: the hub starts a
+//! broadcast across the shards, each shard a thread writing one pre-encoded
+//! frame to all its clients. Around them: `recorder` writes the log off the
+//! hot path into `segments`, `time_port` answers the probes' time exchange and
+//! `clock_watch` records what the server clock claims about itself.
+//!
+//! Public: [`RunningAgent`] and its [`AgentConfig`], and [`http_client`], the
+//! small HTTP client demos and tests trigger broadcasts with. The `bench`
+//! feature also exposes what `skewscope-bench` builds its floor server from.
 
-pub mod client;
-pub mod clockwatch;
+#![forbid(unsafe_code)]
+
+mod clock_watch;
 pub mod config;
-pub mod http;
-pub mod hub;
-pub mod inbound;
-pub mod recorder;
-pub mod segments;
-pub mod server;
-pub mod shard;
-pub mod timeport;
-pub mod trigger;
-pub mod tx_stamps;
-pub mod upgrade;
+mod engine;
+pub mod http_client;
+mod recorder;
+mod segments;
+mod server;
+mod time_port;
+
+/// The pieces `skewscope-bench` builds its floor server from, so the floor
+/// and the agent share their HTTP, upgrade and frame-encoding code.
+#[cfg(feature = "bench")]
+pub mod bench {
+    pub use crate::engine::shard::encode;
+    pub use crate::server::{http, upgrade};
+}
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use skewscope_core::record::{AgentRecord, AgentStarted};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use wire::Stamp;
-use wire::record::{AgentRecord, AgentStarted};
 
 pub use config::AgentConfig;
 
-use crate::hub::Hub;
+use crate::engine::hub::{self, Hub};
+use crate::engine::shard::ShardConfig;
 use crate::recorder::RecorderThread;
 use crate::server::Context;
-use crate::shard::ShardConfig;
 
 /// Pending connections the kernel holds for us: 10,000 clients reconnecting at
 /// once must not be refused.
@@ -54,7 +60,7 @@ pub struct RunningAgent {
     /// The UDP time port, unless disabled.
     pub time_addr: Option<SocketAddr>,
     hub: Arc<Hub>,
-    time_port: Option<timeport::TimePort>,
+    time_port: Option<time_port::TimePort>,
     recorder: RecorderThread,
     stop: watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
@@ -69,7 +75,7 @@ impl RunningAgent {
             None => None,
         };
         // Every client is a socket: make the whole hard limit available.
-        wire::sys::raise_open_file_limit().context("cannot raise the open-file limit")?;
+        skewscope_os::files::raise_open_file_limit().context("cannot raise the open-file limit")?;
         let listener =
             bind(config.listen).with_context(|| format!("cannot listen on {}", config.listen))?;
         let addr = listener.local_addr()?;
@@ -92,13 +98,16 @@ impl RunningAgent {
         let shards = config.shard_count();
         let order = config.order.into();
         recorder.handle().record(AgentRecord::Started(AgentStarted {
-            host: wire::sys::host_name(),
+            host: skewscope_os::host::host_name(),
             version: env!("CARGO_PKG_VERSION").into(),
-            at: Stamp::now(),
+            at: skewscope_os::clock::now(),
             shards: shards as u16,
             order,
             per_client_times: !config.no_send_times,
         }));
+        let identity = skewscope_os::host::new_run_identity()
+            .context("cannot draw a run id from /dev/urandom")?;
+        recorder.handle().record(AgentRecord::Identity(identity));
         let hub = Arc::new(Hub::start(
             shards,
             ShardConfig {
@@ -116,7 +125,7 @@ impl RunningAgent {
             } else {
                 let port = config.time_port.unwrap_or(addr.port());
                 let time_addr = SocketAddr::new(addr.ip(), port);
-                Some(timeport::TimePort::start(time_addr).with_context(|| {
+                Some(time_port::TimePort::start(time_addr).with_context(|| {
                     format!("cannot serve the time exchange on udp {time_addr}")
                 })?)
             };
@@ -129,7 +138,7 @@ impl RunningAgent {
             request_timeout: config.request_timeout(),
         });
         let (stop, stopped) = watch::channel(false);
-        tokio::spawn(clockwatch::watch(
+        tokio::spawn(clock_watch::watch(
             recorder.handle(),
             counters,
             stop.subscribe(),

@@ -13,7 +13,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 fn main() -> ExitCode {
     // A bad config file or value stops here, before anything is opened.
-    let config = match wire::config::from_command_line::<AgentConfig>() {
+    let config = match skewscope_os::settings::from_command_line::<AgentConfig>() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("skewscope-agent: {e}");
@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         }
     };
     if config.print_config {
-        print!("{}", wire::config::print(&config));
+        print!("{}", skewscope_os::settings::print(&config));
         return ExitCode::SUCCESS;
     }
     match run(config) {

@@ -15,8 +15,7 @@ use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use wire::Stamp;
-use wire::record::{AgentRecord, SendSlot, ShardSends};
+use skewscope_core::record::{AgentRecord, SendSlot, ShardSends};
 
 use crate::segments::{Limits, SegmentedLog};
 
@@ -63,7 +62,7 @@ impl RecorderThread {
     pub fn start(dir: &Path, limits: Limits) -> std::io::Result<RecorderThread> {
         let stem = format!(
             "agent-{}-{}",
-            Stamp::now().wall_ns / 1_000_000_000,
+            skewscope_os::clock::now().wall_ns / 1_000_000_000,
             std::process::id()
         );
         let log = SegmentedLog::create(dir, stem, limits)?;
@@ -103,7 +102,8 @@ impl RecorderThread {
 
     /// Writes the final record, flushes and syncs, and waits for the thread.
     pub fn finish(self) {
-        self.handle.record(AgentRecord::Stopped(Stamp::now()));
+        self.handle
+            .record(AgentRecord::Stopped(skewscope_os::clock::now()));
         self.stop.store(true, Ordering::Release);
         self.thread.thread().unpark();
         let _ = self.thread.join();

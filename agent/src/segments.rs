@@ -10,8 +10,8 @@ use std::fs::File;
 use std::io::{self, BufWriter};
 use std::path::{Path, PathBuf};
 
-use wire::log::{LogKind, LogWriter};
-use wire::record::AgentRecord;
+use skewscope_core::log::{LogKind, LogWriter};
+use skewscope_core::record::AgentRecord;
 
 /// Sizes that bound the log.
 #[derive(Clone, Copy, Debug)]
@@ -31,8 +31,8 @@ pub struct SegmentedLog {
     writer: LogWriter<BufWriter<File>>,
     path: PathBuf,
     limits: Limits,
-    /// The run's first record, repeated at the start of every segment.
-    started: Option<AgentRecord>,
+    /// The run's `Started` and `Identity`, repeated at the head of every segment.
+    preamble: Vec<AgentRecord>,
 }
 
 impl SegmentedLog {
@@ -48,7 +48,7 @@ impl SegmentedLog {
             writer,
             path,
             limits,
-            started: None,
+            preamble: Vec::new(),
         };
         log.enforce_budget();
         Ok(log)
@@ -61,8 +61,10 @@ impl SegmentedLog {
 
     /// Appends a record, moving on to a new segment first if this one is full.
     pub fn append(&mut self, record: &AgentRecord) -> io::Result<()> {
-        if self.started.is_none() && matches!(record, AgentRecord::Started(_)) {
-            self.started = Some(record.clone());
+        if self.preamble.len() < 2
+            && matches!(record, AgentRecord::Started(_) | AgentRecord::Identity(_))
+        {
+            self.preamble.push(record.clone());
         }
         if self.writer.bytes_written() >= self.limits.segment_bytes {
             self.next_segment()?;
@@ -87,8 +89,8 @@ impl SegmentedLog {
         let path = segment_path(&self.dir, &self.stem, self.sequence);
         self.writer = LogWriter::create(&path, LogKind::Agent)?;
         self.path = path;
-        if let Some(started) = &self.started {
-            self.writer.append(started)?;
+        for record in &self.preamble {
+            self.writer.append(record)?;
         }
         self.enforce_budget();
         Ok(())
@@ -139,8 +141,8 @@ fn segment_path(dir: &Path, stem: &str, sequence: u32) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wire::Stamp;
-    use wire::record::{AgentStarted, SendOrder};
+    use skewscope_core::Stamp;
+    use skewscope_core::record::{AgentStarted, SendOrder};
 
     fn started() -> AgentRecord {
         AgentRecord::Started(AgentStarted {
@@ -179,7 +181,8 @@ mod tests {
         assert!(names.len() > 2, "{names:?}");
         assert_eq!(names[0], "agent-1-2-0000.sklog");
         for name in &names {
-            let wire::log::AnyLog::Agent(d) = wire::log::read_file(&dir.path().join(name)).unwrap()
+            let skewscope_core::log::AnyLog::Agent(d) =
+                skewscope_core::log::read_file(&dir.path().join(name)).unwrap()
             else {
                 panic!()
             };

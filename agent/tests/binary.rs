@@ -4,6 +4,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
 const AGENT: &str = env!("CARGO_BIN_EXE_skewscope-agent");
 
 #[test]
@@ -79,15 +82,15 @@ fn sighup_starts_a_new_segment_and_sigterm_flushes() {
     let _listening = lines.next().unwrap().unwrap();
     let first = lines.next().unwrap().unwrap();
     assert!(first.ends_with("-0000.sklog"), "{first}");
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    let pid = Pid::from_raw(child.id() as i32);
+    kill(pid, Signal::SIGHUP).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let segments = || std::fs::read_dir(&data).unwrap().count();
     while segments() < 2 {
         assert!(Instant::now() < deadline, "no second segment after SIGHUP");
         std::thread::sleep(Duration::from_millis(20));
     }
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    kill(pid, Signal::SIGTERM).unwrap();
     assert!(child.wait().unwrap().success());
     let mut names: Vec<_> = std::fs::read_dir(&data)
         .unwrap()
@@ -96,20 +99,21 @@ fn sighup_starts_a_new_segment_and_sigterm_flushes() {
     names.sort();
     assert_eq!(names.len(), 2);
     for (i, path) in names.iter().enumerate() {
-        let wire::log::AnyLog::Agent(d) = wire::log::read_file(path).unwrap() else {
+        let skewscope_core::log::AnyLog::Agent(d) = skewscope_core::log::read_file(path).unwrap()
+        else {
             panic!()
         };
         assert!(
             matches!(
                 d.records.first(),
-                Some(wire::record::AgentRecord::Started(_))
+                Some(skewscope_core::record::AgentRecord::Started(_))
             ),
             "{path:?}"
         );
         if i == 1 {
             assert!(matches!(
                 d.records.last(),
-                Some(wire::record::AgentRecord::Stopped(_))
+                Some(skewscope_core::record::AgentRecord::Stopped(_))
             ));
         }
     }

@@ -5,15 +5,15 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream as StdTcpStream};
 use std::time::Duration;
 
-use agent::trigger::{request, start_test};
+use agent::http_client::{request, start_test};
 use agent::{AgentConfig, RunningAgent};
 use futures_util::{SinkExt, StreamExt};
+use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::record::{AgentRecord, CloseReason, SendOutcome};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, connect_async};
-use wire::log::{AnyLog, read_file};
-use wire::record::{AgentRecord, CloseReason, SendOutcome};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -69,7 +69,7 @@ fn agent_records(path: &std::path::Path) -> Vec<AgentRecord> {
     }
 }
 
-async fn publish(addr: SocketAddr, body: &[u8]) -> agent::trigger::Response {
+async fn publish(addr: SocketAddr, body: &[u8]) -> agent::http_client::Response {
     request(addr, "POST", "/publish", body, None).await.unwrap()
 }
 
@@ -98,9 +98,10 @@ async fn every_client_gets_the_same_bytes_and_the_log_has_every_send() {
         let Message::Text(t) = next_data(ws).await else {
             panic!("test message is text")
         };
-        let test = wire::identity::parse_test_message(t.as_bytes()).expect("a test message");
+        let test =
+            skewscope_core::identity::parse_test_message(t.as_bytes()).expect("a test message");
         assert_eq!(test.seq, 1);
-        assert_eq!(t.len(), wire::identity::TEST_MESSAGE_LEN);
+        assert_eq!(t.len(), skewscope_core::identity::TEST_MESSAGE_LEN);
     }
     let log = agent.log_path.clone();
     agent.shutdown().await.unwrap();
@@ -553,7 +554,7 @@ async fn tx_timestamps_are_recorded_for_every_copy() {
                 t.mono_ns <= done + 50_000_000,
                 "{t:?} long after write {done}"
             );
-            if t.kind == wire::record::TxKind::Software {
+            if t.kind == skewscope_core::record::TxKind::Software {
                 software += 1;
             }
         }

@@ -5,8 +5,7 @@ use std::net::UdpSocket;
 use std::time::Duration;
 
 use agent::{AgentConfig, RunningAgent};
-use wire::Stamp;
-use wire::timeproto::{PACKET_LEN, Reply, Request};
+use skewscope_core::time_exchange::{PACKET_LEN, Reply, Request};
 
 fn exchange(socket: &UdpSocket, bytes: &[u8]) -> Option<Vec<u8>> {
     socket.send(bytes).unwrap();
@@ -36,13 +35,13 @@ async fn answers_requests_and_drops_malformed_oversized_and_replayed_packets() {
         socket
             .set_read_timeout(Some(Duration::from_millis(300)))
             .unwrap();
-        let before = Stamp::now().wall_ns;
+        let before = skewscope_os::clock::now().wall_ns;
         let request = Request {
             id: 42,
             t1_wall_ns: before,
         };
         let reply = exchange(&socket, &request.encode()).expect("a reply");
-        let after = Stamp::now().wall_ns;
+        let after = skewscope_os::clock::now().wall_ns;
         assert_eq!(
             reply.len(),
             PACKET_LEN,
@@ -96,7 +95,7 @@ async fn answers_requests_and_drops_malformed_oversized_and_replayed_packets() {
     assert!(dropped.iter().all(Option::is_none), "{dropped:?}");
     assert!(fresh.is_some());
 
-    let health = agent::trigger::request(agent.addr, "GET", "/healthz", b"", None)
+    let health = agent::http_client::request(agent.addr, "GET", "/healthz", b"", None)
         .await
         .unwrap();
     assert!(
@@ -108,11 +107,12 @@ async fn answers_requests_and_drops_malformed_oversized_and_replayed_packets() {
     );
     let log = agent.log_path.clone();
     agent.shutdown().await.unwrap();
-    let wire::log::AnyLog::Agent(d) = wire::log::read_file(&log).unwrap() else {
+    let skewscope_core::log::AnyLog::Agent(d) = skewscope_core::log::read_file(&log).unwrap()
+    else {
         panic!()
     };
     let last_counters = d.records.iter().rev().find_map(|r| match r {
-        wire::record::AgentRecord::TimeService(c) => Some(*c),
+        skewscope_core::record::AgentRecord::TimeService(c) => Some(*c),
         _ => None,
     });
     assert_eq!(
@@ -122,6 +122,6 @@ async fn answers_requests_and_drops_malformed_oversized_and_replayed_packets() {
     assert!(
         d.records
             .iter()
-            .any(|r| matches!(r, wire::record::AgentRecord::ClockState(_)))
+            .any(|r| matches!(r, skewscope_core::record::AgentRecord::ClockState(_)))
     );
 }

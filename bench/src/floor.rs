@@ -10,8 +10,8 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use anyhow::Context;
-use wire::clock::mono_ns;
-use wire::stats::Summary;
+use skewscope_core::analysis::stats::Summary;
+use skewscope_os::clock::mono_ns;
 
 use crate::drain::Drain;
 
@@ -49,7 +49,7 @@ pub fn measure(
     frame: &[u8],
 ) -> anyhow::Result<Vec<FloorRow>> {
     let most = sizes.iter().copied().max().unwrap_or(0) as u32;
-    wire::sys::ensure_open_files(most * 2)?;
+    skewscope_os::files::ensure_open_files(most * 2)?;
     let mut ring = io_uring::IoUring::new(1024).ok();
     let mut rows = Vec::new();
     for &n in sizes {
@@ -95,7 +95,7 @@ pub fn measure(
 pub fn text_frame(text: &str) -> Vec<u8> {
     use tungstenite::protocol::frame::Frame;
     use tungstenite::protocol::frame::coding::{Data, OpCode};
-    agent::shard::encode(Frame::message(
+    agent::bench::encode(Frame::message(
         text.as_bytes().to_vec(),
         OpCode::Data(Data::Text),
         true,
@@ -104,15 +104,10 @@ pub fn text_frame(text: &str) -> Vec<u8> {
 
 /// Pins the calling thread (and threads it starts later) to one core.
 fn pin_current_thread(core: usize) -> io::Result<()> {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; the call only reads it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(core, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
+    use nix::sched::{CpuSet, sched_setaffinity};
+    let mut set = CpuSet::new();
+    set.set(core).map_err(io::Error::from)?;
+    sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).map_err(io::Error::from)
 }
 
 /// N connected socket pairs: the sending ends, and the receiving ends for a
@@ -153,11 +148,9 @@ fn listen_in_namespace(name: &str, addr: SocketAddr) -> io::Result<TcpListener> 
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
-                // SAFETY: setns on a valid namespace fd affects only this thread,
-                // which ends right after binding.
-                if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                    return Err(io::Error::last_os_error());
-                }
+                // setns moves only this thread, which ends right after binding.
+                nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+                    .map_err(io::Error::from)?;
                 TcpListener::bind(addr)
             })
             .join()
@@ -182,29 +175,8 @@ fn uring_all_once(
     senders: &[TcpStream],
     frame: &[u8],
 ) -> io::Result<u64> {
-    use io_uring::{opcode, types};
     let start = mono_ns();
-    let depth = ring.params().sq_entries() as usize;
-    for chunk in senders.chunks(depth) {
-        {
-            let mut sq = ring.submission();
-            for (i, s) in chunk.iter().enumerate() {
-                let send =
-                    opcode::Send::new(types::Fd(s.as_raw_fd()), frame.as_ptr(), frame.len() as u32)
-                        .flags(libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
-                        .build()
-                        .user_data(i as u64);
-                // SAFETY: `frame` and the sockets outlive the wait below.
-                unsafe { sq.push(&send) }.map_err(|_| io::Error::other("submission queue full"))?;
-            }
-        }
-        ring.submit_and_wait(chunk.len())?;
-        for cqe in ring.completion() {
-            if cqe.result() != frame.len() as i32 {
-                return Err(io::Error::other(format!("short send: {}", cqe.result())));
-            }
-        }
-    }
+    skewscope_os::uring::send_to_all(ring, senders, frame)?;
     Ok(mono_ns() - start)
 }
 
@@ -224,16 +196,12 @@ pub fn staged_all_once(senders: &[TcpStream], frame: &[u8]) -> io::Result<u64> {
 
 /// Queues `frame` on `socket` with MSG_MORE: copied into the kernel, not sent.
 pub fn stage(socket: &TcpStream, frame: &[u8]) -> io::Result<()> {
-    // SAFETY: valid fd and buffer for the call's duration.
-    let n = unsafe {
-        libc::send(
-            socket.as_raw_fd(),
-            frame.as_ptr().cast(),
-            frame.len(),
-            libc::MSG_MORE | libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-        )
-    };
-    if n != frame.len() as isize {
+    use nix::sys::socket::{MsgFlags, send};
+    let flags = MsgFlags::from_bits_retain(libc::MSG_MORE)
+        | MsgFlags::MSG_NOSIGNAL
+        | MsgFlags::MSG_DONTWAIT;
+    let n = send(socket.as_raw_fd(), frame, flags).map_err(io::Error::from)?;
+    if n != frame.len() {
         return Err(io::Error::other(format!("short staged send: {n}")));
     }
     Ok(())

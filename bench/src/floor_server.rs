@@ -12,10 +12,10 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use agent::{http, upgrade};
+use agent::bench::{http, upgrade};
 use anyhow::Context;
+use skewscope_os::clock::mono_ns;
 use tokio::io::AsyncWriteExt;
-use wire::clock::mono_ns;
 
 use crate::floor::{stage, text_frame};
 

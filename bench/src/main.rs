@@ -9,6 +9,7 @@
 mod drain;
 mod floor;
 mod floor_server;
+mod report_cost;
 mod stamps;
 
 use std::io::{Read, Write};
@@ -18,10 +19,10 @@ use std::time::Duration;
 use agent::{AgentConfig, RunningAgent};
 use anyhow::{Context, ensure};
 use clap::{Parser, Subcommand};
-use wire::clock::mono_ns;
-use wire::identity::{TestMessage, encode_test_message};
-use wire::log::{AnyLog, read_file};
-use wire::stats::Summary;
+use skewscope_core::analysis::stats::Summary;
+use skewscope_core::identity::{TestMessage, encode_test_message};
+use skewscope_core::log::{AnyLog, read_file};
+use skewscope_os::clock::mono_ns;
 
 use crate::drain::Drain;
 
@@ -91,6 +92,22 @@ enum Command {
         #[arg(long)]
         busy_threads: Option<usize>,
     },
+    /// What `skewscope report` costs on a long run: decode, join and report a
+    /// probe log of 10^6 receipts and 10^5 time exchanges, in memory.
+    ReportCost {
+        /// Probe connections (receipts = connections × broadcasts).
+        #[arg(long, default_value_t = 100)]
+        connections: u32,
+        /// Broadcasts.
+        #[arg(long, default_value_t = 10_000)]
+        broadcasts: u64,
+        /// Time exchanges (one a second).
+        #[arg(long, default_value_t = 100_000)]
+        exchanges: u64,
+        /// Runs; the median is printed.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -128,6 +145,12 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::FloorServer { listen, staged } => floor_server::serve(listen, staged),
+        Command::ReportCost {
+            connections,
+            broadcasts,
+            exchanges,
+            runs,
+        } => report_cost::run(connections, broadcasts, exchanges, runs),
         Command::Stamps {
             clients,
             broadcasts,
@@ -158,7 +181,7 @@ struct Row {
 async fn fanout(sizes: &[usize], rounds: usize, pause: Duration, json: bool) -> anyhow::Result<()> {
     let most = sizes.iter().copied().max().unwrap_or(0) as u32;
     // Per size: agent sockets on both ends for three agents, plus floor pairs.
-    wire::sys::ensure_open_files(most * 8)?;
+    skewscope_os::files::ensure_open_files(most * 8)?;
     let frame = test_frame();
     let mut rows = Vec::new();
     for &n in sizes {
@@ -252,8 +275,8 @@ fn recorded_spans(log: &std::path::Path) -> anyhow::Result<Option<Summary>> {
     let AnyLog::Agent(decoded) = read_file(log)? else {
         anyhow::bail!("{} is not an agent log", log.display());
     };
-    let joined = wire::join::join(Some(&decoded.records), &[]);
-    Ok(wire::report::Report::build(&joined, vec![]).fanout_ns)
+    let joined = skewscope_core::analysis::join::join(Some(&decoded.records), &[]);
+    Ok(skewscope_core::analysis::report::Report::build(&joined, vec![]).fanout_ns)
 }
 
 async fn wait_for(agent: &RunningAgent, n: usize) -> anyhow::Result<()> {

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use agent::{AgentConfig, RunningAgent};
 use anyhow::ensure;
 use probe::{ProbeConfig, RunningProbe};
-use wire::log::{AnyLog, read_file};
-use wire::report::Report;
-use wire::stats::Summary;
+use skewscope_core::analysis::report::Report;
+use skewscope_core::analysis::stats::Summary;
+use skewscope_core::log::{AnyLog, read_file};
 
 /// Longest a stress phase may run, whatever was asked.
 const PHASE_LIMIT: Duration = Duration::from_secs(60);
@@ -103,7 +103,7 @@ async fn phase(name: &str, clients: u32, broadcasts: u32, busy: usize) -> anyhow
         })
         .collect();
     for _ in 0..broadcasts {
-        agent::trigger::start_test(agent.addr, None).await?;
+        agent::http_client::start_test(agent.addr, None).await?;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let summary = tokio::time::timeout(Duration::from_secs(30), probe.finish()).await;
@@ -117,7 +117,7 @@ async fn phase(name: &str, clients: u32, broadcasts: u32, busy: usize) -> anyhow
     let AnyLog::Probe(decoded) = read_file(&out)? else {
         anyhow::bail!("{} is not a probe log", out.display());
     };
-    let joined = wire::join::join(None, &[&decoded.records]);
+    let joined = skewscope_core::analysis::join::join(None, &[&decoded.records]);
     let report = Report::build(&joined, vec![]);
     Ok(Phase {
         name: name.to_owned(),

@@ -75,7 +75,7 @@ pub async fn run(
     }
 
     for _ in 0..options.broadcasts {
-        let response = agent::trigger::start_test(agent.addr, None).await?;
+        let response = agent::http_client::start_test(agent.addr, None).await?;
         ensure!(
             response.status == 200,
             "/start_test answered {}: {}",

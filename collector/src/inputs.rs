@@ -3,9 +3,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use wire::log::{AnyLog, read_file};
-use wire::record::{AgentRecord, ProbeRecord};
-use wire::report::InputSummary;
+use skewscope_core::analysis::report::InputSummary;
+use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::record::{AgentRecord, ProbeRecord};
 
 /// Every record from the files given, sorted by writer.
 pub struct Inputs {
@@ -89,20 +89,25 @@ fn probe_run(records: &[ProbeRecord]) -> Option<(String, String, u64)> {
 
 /// Joins the inputs and computes the report; with trigger times (sorted), also
 /// the latency from them.
-pub fn report(inputs: Inputs, triggers: Option<&[u64]>) -> wire::report::Report {
+pub fn report(
+    inputs: Inputs,
+    triggers: Option<&[u64]>,
+) -> skewscope_core::analysis::report::Report {
     let probes: Vec<&[ProbeRecord]> = inputs.probes.iter().map(Vec::as_slice).collect();
-    let joined = wire::join::join(inputs.agent.as_deref(), &probes);
-    let mut report = wire::report::Report::build(&joined, inputs.summaries);
-    report.latency_from_trigger = triggers.map(|t| wire::triggers::latency(&joined, t));
+    let joined = skewscope_core::analysis::join::join(inputs.agent.as_deref(), &probes);
+    let mut report = skewscope_core::analysis::report::Report::build(&joined, inputs.summaries);
+    report.latency_from_trigger =
+        triggers.map(|t| skewscope_core::analysis::triggers::latency(&joined, t));
     report
 }
 
-/// Reads a triggers file (see [`wire::triggers::parse`]); errors name the file
+/// Reads a triggers file (see [`skewscope_core::analysis::triggers::parse`]); errors name the file
 /// and line.
 pub fn read_triggers(path: &Path) -> anyhow::Result<Vec<u64>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read triggers file {}", path.display()))?;
-    let times = wire::triggers::parse(&text).with_context(|| format!("{}", path.display()))?;
+    let times = skewscope_core::analysis::triggers::parse(&text)
+        .with_context(|| format!("{}", path.display()))?;
     if times.is_empty() {
         bail!("{}: no trigger times in it", path.display());
     }

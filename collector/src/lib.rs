@@ -1,6 +1,20 @@
 //! skewscope's collector: reads agent and probe logs, joins them and reports
 //! skew, latency, fan-out and loss; also runs the embedded demo.
+//!
+//! `report` needs only the core, so the collector builds for any OS with
+//! `--no-default-features`; the `demo` feature (on by default) adds the
+//! embedded demo, which runs a real agent and real probes in-process.
 
+#![forbid(unsafe_code)]
+
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod inputs;
 pub mod table;
+
+/// The JSON Schema of the report `--json` writes, generated from the types
+/// so the documented shape cannot drift from the code.
+pub fn report_schema() -> String {
+    let schema = schemars::schema_for!(skewscope_core::analysis::report::Report);
+    serde_json::to_string_pretty(&schema).expect("a schema serialises") + "\n"
+}

@@ -1,10 +1,12 @@
 //! `skewscope`: report on recorded runs, or run the embedded demo.
 
 use std::path::{Path, PathBuf};
+#[cfg(feature = "demo")]
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+#[cfg(feature = "demo")]
 use collector::demo::{self, DemoOptions};
 use collector::{inputs, table};
 
@@ -32,7 +34,11 @@ enum Command {
         #[arg(long)]
         triggers: Option<PathBuf>,
     },
+    /// Print the JSON Schema of `report --json` (the committed copy is
+    /// docs/report.schema.json).
+    JsonSchema,
     /// Run an agent and probe connections on loopback, broadcast, and report.
+    #[cfg(feature = "demo")]
     Demo {
         /// Probe connections.
         #[arg(long, default_value_t = 100)]
@@ -41,7 +47,7 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         broadcasts: u32,
         /// Pause between broadcasts (e.g. 100ms, 1s).
-        #[arg(long, default_value = "100ms", value_parser = probe::cli::parse_duration)]
+        #[arg(long, default_value = "100ms", value_parser = skewscope_core::units::parse_duration)]
         interval: Duration,
         /// Also write the report as JSON to this file (`-` for standard output).
         #[arg(long)]
@@ -64,6 +70,11 @@ fn main() -> anyhow::Result<()> {
             print!("{}", table::render(&report));
             write_json(&report, json.as_deref())
         }
+        Command::JsonSchema => {
+            print!("{}", collector::report_schema());
+            Ok(())
+        }
+        #[cfg(feature = "demo")]
         Command::Demo {
             clients,
             broadcasts,
@@ -99,7 +110,10 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-fn write_json(report: &wire::report::Report, out: Option<&Path>) -> anyhow::Result<()> {
+fn write_json(
+    report: &skewscope_core::analysis::report::Report,
+    out: Option<&Path>,
+) -> anyhow::Result<()> {
     let Some(out) = out else { return Ok(()) };
     let text = serde_json::to_string_pretty(report)? + "\n";
     if out == Path::new("-") {

@@ -2,9 +2,9 @@
 
 use std::fmt::Write;
 
-use wire::report::{ClockBasis, ProbeSummary, Report};
-use wire::stats::Summary;
-use wire::timing::{BoundedSummary, ClaimCheck};
+use skewscope_core::analysis::clock_figures::{BoundedSummary, ClaimCheck};
+use skewscope_core::analysis::report::{ClockBasis, ClockNaming, ProbeSummary, Report};
+use skewscope_core::analysis::stats::Summary;
 
 /// Formats nanoseconds at a readable scale.
 pub fn duration(ns: i64) -> String {
@@ -93,7 +93,12 @@ fn clocks_paragraph(out: &mut String, r: &Report) {
     let _ = match r.clock_basis {
         ClockBasis::SingleHost => writeln!(
             out,
-            "  clocks: every record came from one host and no measurement says otherwise:\n  one clock, so raw skew carries no clock-offset error."
+            "  clocks: every record came from one {} and no measurement says otherwise:\n  one clock, so raw skew carries no clock-offset error.",
+            match r.clocks_named_by {
+                ClockNaming::BootId => "boot of one host (same kernel boot id)",
+                ClockNaming::HostName =>
+                    "host name (these logs record no boot id, and devices of\n  one OS image share a name)",
+            }
         ),
         ClockBasis::CorrectedToAgent => writeln!(
             out,

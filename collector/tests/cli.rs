@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::{Reaped, records_in, signal, start_agent, trigger, wait_until};
+use nix::sys::signal::Signal;
 
 const SKEWSCOPE: &str = env!("CARGO_BIN_EXE_skewscope");
 
@@ -118,7 +119,7 @@ fn demo_then_report_gives_the_same_counts_and_damage_is_recovered() {
     // payload byte of the 30th receipt.
     let (at, frame_len) = nth_receipt_frame(&bytes, 30);
     let mut bytes = bytes.clone();
-    bytes[at + wire::log::FRAME_HEADER_LEN + 3] ^= 0xff;
+    bytes[at + skewscope_core::log::FRAME_HEADER_LEN + 3] ^= 0xff;
     let corrupt = dir.path().join("corrupt.sklog");
     std::fs::write(&corrupt, &bytes).unwrap();
     let o = run(&[
@@ -138,13 +139,13 @@ fn demo_then_report_gives_the_same_counts_and_damage_is_recovered() {
 
 /// Offset and size of the frame holding the n-th receipt (from 1) of a probe log.
 fn nth_receipt_frame(bytes: &[u8], n: usize) -> (usize, usize) {
-    let mut at = wire::log::HEADER_LEN;
+    let mut at = skewscope_core::log::HEADER_LEN;
     let mut seen = 0;
     while at < bytes.len() {
         let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-        let frame = wire::log::FRAME_HEADER_LEN + len;
-        let payload = &bytes[at + wire::log::FRAME_HEADER_LEN..at + frame];
-        if let Ok(wire::record::ProbeRecord::Receipt(_)) = postcard::from_bytes(payload) {
+        let frame = skewscope_core::log::FRAME_HEADER_LEN + len;
+        let payload = &bytes[at + skewscope_core::log::FRAME_HEADER_LEN..at + frame];
+        if let Ok(skewscope_core::record::ProbeRecord::Receipt(_)) = postcard::from_bytes(payload) {
             seen += 1;
             if seen == n {
                 return (at, frame);
@@ -251,7 +252,7 @@ fn separate_processes_and_a_probe_killed_mid_run() {
     }
     // Once b's ten receipts are on disk, kill it without warning.
     wait_until("probe b flushed", || records_in(&b_log) >= 3 + 10);
-    signal(&b.0, libc::SIGKILL);
+    signal(&b.0, Signal::SIGKILL);
     let mut b = b;
     b.0.wait().unwrap();
     for _ in 0..5 {
@@ -263,7 +264,7 @@ fn separate_processes_and_a_probe_killed_mid_run() {
         a.0.wait().unwrap().success(),
         "probe a ends by itself after --count"
     );
-    signal(&agent.0, libc::SIGTERM);
+    signal(&agent.0, Signal::SIGTERM);
     assert!(agent.0.wait().unwrap().success());
 
     let o = run(&[
@@ -313,7 +314,7 @@ fn triggers_give_latency_without_an_agent_log_and_bad_files_are_named() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(probe.0.wait().unwrap().success());
-    signal(&agent.0, libc::SIGTERM);
+    signal(&agent.0, Signal::SIGTERM);
     assert!(agent.0.wait().unwrap().success());
     let triggers_file = dir.path().join("triggers.txt");
     std::fs::write(&triggers_file, &triggers).unwrap();

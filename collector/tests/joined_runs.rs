@@ -9,10 +9,10 @@ use agent::{AgentConfig, RunningAgent};
 use collector::inputs::{read_inputs, report};
 use futures_util::{SinkExt, StreamExt};
 use probe::{ProbeConfig, RunningProbe};
+use skewscope_core::analysis::report::ClockBasis;
 use tokio::net::TcpListener;
 use tokio::sync::broadcast;
 use tokio_tungstenite::tungstenite::Message;
-use wire::report::ClockBasis;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -66,13 +66,15 @@ async fn agent_and_two_probes_join_exactly() {
     wait_for_clients(&agent, 8).await;
 
     for _ in 0..tests {
-        let r = agent::trigger::start_test(agent.addr, None).await.unwrap();
+        let r = agent::http_client::start_test(agent.addr, None)
+            .await
+            .unwrap();
         assert!(r.body.contains("\"clients\":8"), "{}", r.body);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // The same foreign payload three times: joined by hash and occurrence.
     for _ in 0..publishes {
-        let r = agent::trigger::request(agent.addr, "POST", "/publish", b"GO", None)
+        let r = agent::http_client::request(agent.addr, "POST", "/publish", b"GO", None)
             .await
             .unwrap();
         assert_eq!(r.status, 200);

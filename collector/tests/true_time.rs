@@ -11,8 +11,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::{Reaped, json_report, signal, start_agent, trigger, wait_until};
-use wire::log::{AnyLog, read_file};
-use wire::record::{MessageKey, ProbeRecord};
+use nix::sys::signal::Signal;
+use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::record::{MessageKey, ProbeRecord};
 
 /// libfaketime's multi-threaded build (the probe runs several threads).
 fn faketime_lib() -> PathBuf {
@@ -78,7 +79,7 @@ fn wait_ready(logs: &[&Path]) {
 /// given how each receipt's wall clock was shifted.
 fn true_arrivals(
     logs: &[&Path],
-    shift_of: impl Fn(usize, &wire::record::Receipt) -> i64,
+    shift_of: impl Fn(usize, &skewscope_core::record::Receipt) -> i64,
 ) -> BTreeMap<u64, Vec<i64>> {
     let mut by_seq: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
     for (i, log) in logs.iter().enumerate() {
@@ -118,7 +119,7 @@ fn assert_brackets(json: &serde_json::Value, truth: &[i64]) {
         v.as_i64()
             .unwrap_or_else(|| panic!("{part}.{field} in {c}"))
     };
-    let t = wire::stats::Summary::of(truth).unwrap();
+    let t = skewscope_core::analysis::stats::Summary::of(truth).unwrap();
     assert!(
         get("lo", "max") <= t.max && t.max <= get("hi", "max"),
         "max {t:?} vs {c}"
@@ -153,7 +154,7 @@ fn offsets_of_shifted_probes_are_measured_and_corrected_skew_holds_the_truth() {
     }
     assert!(a.0.wait().unwrap().success());
     assert!(b.0.wait().unwrap().success());
-    signal(&agent.0, libc::SIGTERM);
+    signal(&agent.0, Signal::SIGTERM);
     assert!(agent.0.wait().unwrap().success());
 
     let (text, json) = json_report(&[&agent_log, &a_log, &b_log]);
@@ -215,7 +216,7 @@ fn a_wall_clock_step_mid_run_is_detected_and_not_mixed() {
     }
     assert!(stepped.0.wait().unwrap().success());
     assert!(steady.0.wait().unwrap().success());
-    signal(&agent.0, libc::SIGTERM);
+    signal(&agent.0, Signal::SIGTERM);
     assert!(agent.0.wait().unwrap().success());
 
     let (text, json) = json_report(&[&agent_log, &s_log, &r_log]);

@@ -53,7 +53,7 @@ impl ProbeConfig {
         ProbeConfig {
             url: url.into(),
             connections: 1,
-            name: wire::sys::host_name(),
+            name: skewscope_os::host::host_name(),
             out: out.into(),
             count: None,
             duration: None,

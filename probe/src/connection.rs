@@ -5,6 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use skewscope_core::Stamp;
+use skewscope_core::identity::Identifier;
+use skewscope_core::record::{
+    ProbeConnectionClosed, ProbeConnectionFailed, ProbeConnectionOpened, ProbeRecord, Receipt,
+};
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, watch};
 use tokio_tungstenite::WebSocketStream;
@@ -12,16 +17,11 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
-use wire::Stamp;
-use wire::identity::Identifier;
-use wire::record::{
-    ProbeConnectionClosed, ProbeConnectionFailed, ProbeConnectionOpened, ProbeRecord, Receipt,
-};
 
 use crate::recorder::Recorder;
 use crate::request;
-use crate::rx_stamp::{LastRx, RxStamped};
 use crate::shutdown::Shutdown;
+use skewscope_os::rx_stamp::{LastRx, RxStamped};
 
 /// Most WebSocket handshakes in flight at once: 10,000 simultaneous connects
 /// would overflow a server's accept backlog and turn into retries and timeouts.
@@ -102,7 +102,7 @@ impl Connection {
             Err(error) => {
                 recorder.record(ProbeRecord::ConnectionFailed(ProbeConnectionFailed {
                     conn: index,
-                    at: Stamp::now(),
+                    at: skewscope_os::clock::now(),
                     error: error.clone(),
                 }));
                 progress.send_modify(|p| {
@@ -124,7 +124,7 @@ impl Connection {
             .recorder
             .record(ProbeRecord::ConnectionClosed(ProbeConnectionClosed {
                 conn: index,
-                at: Stamp::now(),
+                at: skewscope_os::clock::now(),
                 reason,
             }));
     }
@@ -159,9 +159,12 @@ async fn dial(settings: &Settings) -> Result<(Ws, LastRx, Option<u64>, Stamp), S
         Ok::<_, String>((ws, last_rx, response))
     };
     match tokio::time::timeout(settings.connect_timeout, connect).await {
-        Ok(Ok((ws, last_rx, response))) => {
-            Ok((ws, last_rx, request::agent_conn(&response), Stamp::now()))
-        }
+        Ok(Ok((ws, last_rx, response))) => Ok((
+            ws,
+            last_rx,
+            request::agent_conn(&response),
+            skewscope_os::clock::now(),
+        )),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(format!(
             "no WebSocket upgrade within the connect timeout ({:?})",
@@ -220,7 +223,7 @@ async fn receive(
         tokio::select! {
             next = ws.next() => {
                 // The frame is complete: stamp before anything else touches it.
-                let at = Stamp::now();
+                let at = skewscope_os::clock::now();
                 match next {
                     Some(Ok(Message::Close(frame))) => {
                         finish_close(ws).await;
@@ -259,7 +262,7 @@ async fn close(ws: &mut Ws, code: CloseCode, why: &'static str, mut keep: Option
     let _ = ws.close(Some(frame)).await;
     let drain = async {
         while let Some(Ok(message)) = ws.next().await {
-            let at = Stamp::now();
+            let at = skewscope_os::clock::now();
             if let (Some(receipts), Some(data)) = (keep.as_deref_mut(), payload(&message)) {
                 receipts.record(data, at);
             }

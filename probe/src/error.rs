@@ -27,7 +27,7 @@ pub enum ProbeError {
 
     /// The process may not open enough files for the requested connections.
     #[error("{0}; or use fewer --connections")]
-    FileLimit(#[from] wire::sys::FileLimitError),
+    FileLimit(#[from] skewscope_os::files::FileLimitError),
 
     /// The record log could not be created.
     #[error(
@@ -51,6 +51,10 @@ pub enum ProbeError {
         /// The OS error.
         source: io::Error,
     },
+
+    /// The kernel gave no random bytes for the run's id.
+    #[error("cannot draw a run id from /dev/urandom")]
+    RunId(#[source] io::Error),
 
     /// The run ended without a single connection: nothing was measured.
     #[error(

@@ -20,19 +20,20 @@
 //!
 //! Modules: [`config`] and [`cli`] say what a run does, `request` builds the
 //! upgrade request, `connection` is one connection's receive loop over
-//! `rx_stamp` (the socket layer that reads kernel receive timestamps),
-//! `time_exchange` measures the offset to the agent's clock, `clockwatch`
-//! records what the device clock claims, `recorder` writes the log off the
+//! `skewscope_os::rx_stamp` (the socket layer that reads kernel receive
+//! timestamps), `time_exchange` measures the offset to the agent's clock,
+//! `clock_watch` records what the device clock claims, `recorder` writes the log off the
 //! receive path and `shutdown` is the stop signal.
 
+#![forbid(unsafe_code)]
+
 pub mod cli;
-mod clockwatch;
+mod clock_watch;
 pub mod config;
 mod connection;
 mod error;
 mod recorder;
 mod request;
-mod rx_stamp;
 mod shutdown;
 mod time_exchange;
 
@@ -40,13 +41,12 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use skewscope_core::log::{LogKind, LogWriter};
+use skewscope_core::record::{ProbeRecord, ProbeStarted};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use wire::Stamp;
-use wire::log::{LogKind, LogWriter};
-use wire::record::{ProbeRecord, ProbeStarted};
 
 pub use config::ProbeConfig;
 pub use connection::{Attempts, CLOSE_GRACE, MAX_HANDSHAKES_IN_FLIGHT};
@@ -120,7 +120,7 @@ impl RunningProbe {
     pub async fn start(config: ProbeConfig) -> Result<RunningProbe, ProbeError> {
         config.validate()?;
         let url = request::labelled_url(&config.url, &config.name)?;
-        wire::sys::ensure_open_files(config.connections)?;
+        skewscope_os::files::ensure_open_files(config.connections)?;
         // Flush the header at once: a probe killed before its first record still
         // leaves a readable (empty) log rather than an unrecognisable file.
         let log = LogWriter::create(&config.out, LogKind::Probe)
@@ -141,12 +141,14 @@ impl RunningProbe {
             })?;
         recorder.record(ProbeRecord::Started(ProbeStarted {
             name: config.name.clone(),
-            host: wire::sys::host_name(),
+            host: skewscope_os::host::host_name(),
             url: config.url.clone(),
             connections: config.connections,
             version: env!("CARGO_PKG_VERSION").to_owned(),
-            at: Stamp::now(),
+            at: skewscope_os::clock::now(),
         }));
+        let identity = skewscope_os::host::new_run_identity().map_err(ProbeError::RunId)?;
+        recorder.record(ProbeRecord::Identity(identity));
 
         let settings = Arc::new(Settings {
             url,
@@ -160,7 +162,7 @@ impl RunningProbe {
         });
         let reopen = recorder.reopen_handle();
         let mut helpers = JoinSet::new();
-        helpers.spawn(clockwatch::run(recorder.clone(), shutdown.clone()));
+        helpers.spawn(clock_watch::run(recorder.clone(), shutdown.clone()));
         if let Some(target) = time_target(&config).await? {
             helpers.spawn(time_exchange::run(
                 target,
@@ -260,7 +262,7 @@ impl RunningProbe {
         // Their work is only useful while connections receive.
         helpers.abort_all();
         while helpers.join_next().await.is_some() {}
-        recorder.record(ProbeRecord::Stopped(Stamp::now()));
+        recorder.record(ProbeRecord::Stopped(skewscope_os::clock::now()));
         reopen.close();
         // The last sender: the writer drains the queue, syncs and reports.
         drop(recorder);

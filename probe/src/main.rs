@@ -10,7 +10,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 fn main() -> ExitCode {
     // A bad config file, key or value stops here, before anything is opened.
-    let args = match wire::config::from_command_line::<Args>() {
+    let args = match skewscope_os::settings::from_command_line::<Args>() {
         Ok(args) => args,
         Err(e) => {
             eprintln!("skewscope-probe: {e}");
@@ -18,7 +18,7 @@ fn main() -> ExitCode {
         }
     };
     if args.print_config {
-        print!("{}", wire::config::print(&args));
+        print!("{}", skewscope_os::settings::print(&args));
         return ExitCode::SUCCESS;
     }
     let config = match args.into_config() {

@@ -4,7 +4,7 @@
 //! encoding, no file I/O and no lock on a socket's path. One dedicated thread
 //! appends them to the log and flushes at least every [`FLUSH_INTERVAL`], so a
 //! probe killed with SIGKILL loses at most the last fraction of a second and
-//! leaves at worst one torn record, which `wire`'s reader skips.
+//! leaves at worst one torn record, which the core's log reader skips.
 
 use std::fs::File;
 use std::io::{self, BufWriter};
@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use skewscope_core::log::LogWriter;
+use skewscope_core::record::ProbeRecord;
 use tokio::sync::oneshot;
-use wire::log::LogWriter;
-use wire::record::ProbeRecord;
 
 use crate::shutdown::{StopHandle, StopReason};
 
@@ -133,7 +133,8 @@ fn write_all(
     rx: &mpsc::Receiver<Entry>,
 ) -> io::Result<Totals> {
     let mut totals = Totals::default();
-    let mut started: Option<ProbeRecord> = None;
+    // Started and Identity: what every reopened file must begin with.
+    let mut preamble: Vec<ProbeRecord> = Vec::new();
     let mut flush_due: Option<Instant> = None;
     loop {
         let next = match flush_due {
@@ -144,17 +145,22 @@ fn write_all(
             Ok(Entry::Record(record)) => {
                 log.append(&record)?;
                 totals.count(&record);
-                if started.is_none() && matches!(record, ProbeRecord::Started(_)) {
-                    started = Some(record);
+                if preamble.len() < 2
+                    && matches!(record, ProbeRecord::Started(_) | ProbeRecord::Identity(_))
+                {
+                    preamble.push(record);
                 }
                 flush_due.get_or_insert_with(|| Instant::now() + FLUSH_INTERVAL);
             }
             Ok(Entry::Reopen) => {
                 log.sync()?;
-                let (reopened, created) = LogWriter::reopen(path, wire::log::LogKind::Probe)?;
+                let (reopened, created) =
+                    LogWriter::reopen(path, skewscope_core::log::LogKind::Probe)?;
                 log = reopened;
-                if let (true, Some(s)) = (created, &started) {
-                    log.append(s)?;
+                if created {
+                    for record in &preamble {
+                        log.append(record)?;
+                    }
                 }
                 log.flush()?;
             }
@@ -172,9 +178,9 @@ fn write_all(
 
 #[cfg(test)]
 mod tests {
-    use wire::Stamp;
-    use wire::log::{AnyLog, LogKind, read_file};
-    use wire::record::{MessageKey, Receipt};
+
+    use skewscope_core::log::{AnyLog, LogKind, read_file};
+    use skewscope_core::record::{MessageKey, Receipt};
 
     use super::*;
     use crate::shutdown;
@@ -185,7 +191,7 @@ mod tests {
             key: MessageKey::Seq(1),
             hash: 9,
             len: 3,
-            at: Stamp::now(),
+            at: skewscope_os::clock::now(),
             kernel_delay_ns: None,
         })
     }
@@ -194,19 +200,19 @@ mod tests {
         match read_file(path) {
             Ok(AnyLog::Probe(decoded)) => decoded.records,
             // Nothing flushed yet, not even the header.
-            Err(wire::log::LogError::NotALog { .. }) => Vec::new(),
+            Err(skewscope_core::log::LogError::NotALog { .. }) => Vec::new(),
             other => panic!("unexpected log: {other:?}"),
         }
     }
 
     fn started() -> ProbeRecord {
-        ProbeRecord::Started(wire::record::ProbeStarted {
+        ProbeRecord::Started(skewscope_core::record::ProbeStarted {
             name: "p".into(),
             host: "h".into(),
             url: "ws://x/ws".into(),
             connections: 1,
             version: "t".into(),
-            at: Stamp::now(),
+            at: skewscope_os::clock::now(),
         })
     }
 
@@ -259,7 +265,7 @@ mod tests {
         for conn in 0..100 {
             recorder.record(receipt(conn));
         }
-        other.record(ProbeRecord::Stopped(Stamp::now()));
+        other.record(ProbeRecord::Stopped(skewscope_os::clock::now()));
         drop((recorder, other));
         let totals = finished.await.unwrap().unwrap();
         assert_eq!(totals.receipts, 100);

@@ -6,10 +6,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use skewscope_core::record::{ProbeRecord, TimeSample};
+use skewscope_core::time_exchange::{PACKET_LEN, Reply, Request};
 use tokio::net::UdpSocket;
-use wire::Stamp;
-use wire::record::{ProbeRecord, TimeSample};
-use wire::timeproto::{PACKET_LEN, Reply, Request};
 
 use crate::recorder::Recorder;
 use crate::shutdown::Shutdown;
@@ -71,7 +70,7 @@ pub(crate) async fn run(
 /// One request and its answer; `None` if none came in time.
 async fn exchange(socket: &UdpSocket) -> Option<TimeSample> {
     let id = fastrand::u64(..);
-    let t1 = Stamp::now();
+    let t1 = skewscope_os::clock::now();
     let request = Request {
         id,
         t1_wall_ns: t1.wall_ns,
@@ -81,7 +80,7 @@ async fn exchange(socket: &UdpSocket) -> Option<TimeSample> {
     let answer = async {
         loop {
             let n = socket.recv(&mut buf).await.ok()?;
-            let t4 = Stamp::now();
+            let t4 = skewscope_os::clock::now();
             // A late answer to an earlier request, or junk: keep waiting.
             match Reply::decode(&buf[..n]) {
                 Ok(r) if r.id == id && r.t1_wall_ns == t1.wall_ns => {

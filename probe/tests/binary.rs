@@ -8,6 +8,8 @@ use std::process::{Child, Command, Output, Stdio};
 use common::{
     BroadcastServer, LIMIT, assert_framed, closed, opened, read_probe_log, receipts, wait_for_log,
 };
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use tokio_tungstenite::tungstenite::Message;
 
 /// A running `skewscope-probe`, killed if the test ends before it exits.
@@ -29,10 +31,10 @@ impl ProbeProcess {
         ProbeProcess { child: Some(child) }
     }
 
-    fn signal(&self, signal: libc::c_int) {
+    fn signal(&self, signal: Signal) {
         let pid = self.child.as_ref().unwrap().id();
-        // SAFETY: kill has no memory effects; the pid is our own child, not yet reaped.
-        assert_eq!(unsafe { libc::kill(pid as libc::pid_t, signal) }, 0);
+        // The pid is our own child, not yet reaped.
+        kill(Pid::from_raw(pid as i32), signal).unwrap();
     }
 
     /// Waits for the exit (at most [`LIMIT`], then kills it and fails).
@@ -43,8 +45,8 @@ impl ProbeProcess {
         match tokio::time::timeout(LIMIT, waiting).await {
             Ok(output) => output.unwrap().unwrap(),
             Err(_) => {
-                // SAFETY: as in `signal`; the waiting task reaps it afterwards.
-                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                // As in `signal`; the waiting task reaps it afterwards.
+                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
                 panic!("skewscope-probe did not exit within {LIMIT:?}");
             }
         }
@@ -99,7 +101,7 @@ async fn sigterm_stops_cleanly_and_keeps_everything_sent_before_it() {
         server.broadcast(Message::text(format!("message {i}")));
     }
     server.wait_sent(15).await;
-    probe.signal(libc::SIGTERM);
+    probe.signal(Signal::SIGTERM);
     let output = probe.wait().await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{:?}: {stderr}", output.status);
@@ -126,14 +128,14 @@ async fn sigkill_loses_nothing_older_than_the_flush_interval() {
     // The running probe hands every receipt to the OS within a flush interval,
     // with no exit and no sync.
     wait_for_log(&out, "8 receipts on disk", |r| receipts(r).len() == 8).await;
-    probe.signal(libc::SIGKILL);
+    probe.signal(Signal::SIGKILL);
     let output = probe.wait().await;
     assert!(!output.status.success());
     let records = read_probe_log(&out);
     assert_eq!(receipts(&records).len(), 8);
     assert!(!matches!(
         records.last(),
-        Some(wire::record::ProbeRecord::Stopped(_))
+        Some(skewscope_core::record::ProbeRecord::Stopped(_))
     ));
 }
 

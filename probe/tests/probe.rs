@@ -8,10 +8,9 @@ use std::time::Duration;
 
 use common::{BroadcastServer, assert_framed, closed, opened, read_probe_log, receipts, within};
 use probe::{ProbeConfig, ProbeError, RunningProbe};
+use skewscope_core::identity::{TestMessage, encode_test_message, payload_hash};
+use skewscope_core::record::{MessageKey, ProbeRecord};
 use tokio_tungstenite::tungstenite::Message;
-use wire::Stamp;
-use wire::identity::{TestMessage, encode_test_message, payload_hash};
-use wire::record::{MessageKey, ProbeRecord};
 
 fn config(url: String, out: &Path, connections: u32) -> ProbeConfig {
     let mut config = ProbeConfig::new(url, out);
@@ -147,7 +146,7 @@ async fn test_messages_are_keyed_by_sequence() {
     for seq in 1..=3 {
         let text = encode_test_message(TestMessage {
             seq,
-            sent_wall_ns: Stamp::now().wall_ns,
+            sent_wall_ns: skewscope_os::clock::now().wall_ns,
         });
         server.broadcast(Message::text(text));
     }
@@ -160,7 +159,10 @@ async fn test_messages_are_keyed_by_sequence() {
         let MessageKey::Seq(seq) = receipt.key else {
             panic!("test message keyed by hash: {receipt:?}");
         };
-        assert_eq!(receipt.len as usize, wire::identity::TEST_MESSAGE_LEN);
+        assert_eq!(
+            receipt.len as usize,
+            skewscope_core::identity::TEST_MESSAGE_LEN
+        );
         seqs.entry(receipt.conn).or_default().push(seq);
     }
     assert_eq!(seqs.len(), 2);
@@ -198,7 +200,7 @@ async fn stop_keeps_every_receipt_and_writes_stopped() {
     let server = BroadcastServer::start(None).await;
     let dir = tempfile::tempdir().unwrap();
     let out = log_path(&dir);
-    let before = Stamp::now();
+    let before = skewscope_os::clock::now();
     let probe = RunningProbe::start(config(server.url(), &out, 4))
         .await
         .unwrap();
@@ -210,7 +212,7 @@ async fn stop_keeps_every_receipt_and_writes_stopped() {
     server.wait_sent(16).await;
     probe.stop();
     let summary = within("the probe finishing", probe.finish()).await.unwrap();
-    let after = Stamp::now();
+    let after = skewscope_os::clock::now();
     assert_eq!(summary.receipts, 16);
 
     let records = read_probe_log(&out);

@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
 /// The `skewscope` binary under test.
 pub const SKEWSCOPE: &str = env!("CARGO_BIN_EXE_skewscope");
 
@@ -39,16 +42,15 @@ impl Drop for Reaped {
     }
 }
 
-pub fn signal(child: &Child, sig: i32) {
-    // SAFETY: plain kill(2) on a child we own.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+pub fn signal(child: &Child, sig: Signal) {
+    kill(Pid::from_raw(child.id() as i32), sig).expect("signal our own child");
 }
 
 pub fn records_in(path: &Path) -> usize {
     // A log being created has no header for a moment: count that as empty.
-    match wire::log::read_file(path) {
-        Ok(wire::log::AnyLog::Probe(d)) => d.records.len(),
-        Ok(wire::log::AnyLog::Agent(d)) => d.records.len(),
+    match skewscope_core::log::read_file(path) {
+        Ok(skewscope_core::log::AnyLog::Probe(d)) => d.records.len(),
+        Ok(skewscope_core::log::AnyLog::Agent(d)) => d.records.len(),
         Err(_) => 0,
     }
 }
@@ -70,7 +72,7 @@ pub fn trigger(addr: &str) {
         .build()
         .unwrap();
     let r = runtime
-        .block_on(agent::trigger::start_test(addr.parse().unwrap(), None))
+        .block_on(agent::http_client::start_test(addr.parse().unwrap(), None))
         .unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
 }

@@ -9,6 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use skewscope_core::log::{AnyLog, Decoded, read_file};
+use skewscope_core::record::{ProbeConnectionClosed, ProbeConnectionOpened, ProbeRecord, Receipt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinSet;
@@ -16,8 +18,6 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use wire::log::{AnyLog, Decoded, read_file};
-use wire::record::{ProbeConnectionClosed, ProbeConnectionOpened, ProbeRecord, Receipt};
 
 /// Upper bound for any single wait in a test: a bug fails the test, never hangs it.
 pub const LIMIT: Duration = Duration::from_secs(10);
@@ -238,10 +238,10 @@ pub async fn wait_for_log(path: &Path, what: &str, ready: impl Fn(&[ProbeRecord]
     let poll = async {
         loop {
             // Before the probe created the file, or mid-write: not ready yet.
-            if let Ok(AnyLog::Probe(decoded)) = read_file(path) {
-                if ready(&decoded.records) {
-                    return;
-                }
+            if let Ok(AnyLog::Probe(decoded)) = read_file(path)
+                && ready(&decoded.records)
+            {
+                return;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

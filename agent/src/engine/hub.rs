@@ -1,0 +1,155 @@
+//! The hub: owns the shards, assigns clients to them, and starts broadcasts.
+//!
+//! A broadcast is encoded into one WebSocket frame here, stamped, recorded, and
+//! handed to every shard at once; each shard's loop writes that same buffer.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use skewscope_core::Stamp;
+use skewscope_core::identity::{TestMessage, encode_test_message, payload_hash};
+use skewscope_core::record::{AgentConnectionOpened, AgentRecord, BroadcastStarted};
+use tungstenite::protocol::frame::Frame;
+use tungstenite::protocol::frame::coding::{Data, OpCode};
+
+use crate::engine::shard::{Job, NewClient, ShardConfig, ShardHandle, encode};
+use crate::recorder::Recorder;
+
+/// What a broadcast reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Broadcasted {
+    /// Broadcast id (in the agent's log).
+    pub id: u64,
+    /// Test sequence number, for `/start_test`.
+    pub seq: Option<u64>,
+    /// Clients it was sent to.
+    pub clients: u32,
+}
+
+/// The fan-out engine's front door, shared by every HTTP task.
+pub struct Hub {
+    shards: Mutex<Vec<ShardHandle>>,
+    recorder: Recorder,
+    next_conn: AtomicU64,
+    next_broadcast: AtomicU64,
+    next_seq: AtomicU64,
+}
+
+impl Hub {
+    /// Starts `shards` shard threads.
+    pub fn start(shards: usize, config: ShardConfig, recorder: Recorder) -> std::io::Result<Hub> {
+        let handles = (0..shards.max(1))
+            .map(|i| ShardHandle::spawn(i as u16, config, recorder.clone()))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(Hub {
+            shards: Mutex::new(handles),
+            recorder,
+            next_conn: AtomicU64::new(1),
+            next_broadcast: AtomicU64::new(1),
+            next_seq: AtomicU64::new(1),
+        })
+    }
+
+    /// Reserves the id a new connection will have (sent in its upgrade response).
+    pub fn next_connection_id(&self) -> u64 {
+        self.next_conn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Records a new client and hands it to the least-loaded shard.
+    pub fn attach(&self, client: NewClient, label: Option<String>, peer: String) {
+        let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((index, shard)) = shards.iter().enumerate().min_by_key(|(_, s)| s.clients())
+        else {
+            return; // shut down: dropping the socket closes it
+        };
+        self.recorder
+            .record(AgentRecord::ConnectionOpened(AgentConnectionOpened {
+                conn: client.id,
+                label,
+                peer,
+                shard: index as u16,
+                at: skewscope_os::clock::now(),
+            }));
+        shard.add(client);
+    }
+
+    /// Whether every shard thread still runs.
+    pub fn shards_alive(&self) -> bool {
+        let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        !shards.is_empty() && shards.iter().all(ShardHandle::alive)
+    }
+
+    /// Connected clients over all shards.
+    pub fn clients(&self) -> usize {
+        let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        shards.iter().map(ShardHandle::clients).sum()
+    }
+
+    /// Broadcasts a payload: a text frame if it is UTF-8, else binary.
+    pub async fn publish(&self, payload: &[u8]) -> Broadcasted {
+        let text = std::str::from_utf8(payload).is_ok();
+        let start = skewscope_os::clock::now();
+        self.broadcast(payload, text, None, start).await
+    }
+
+    /// Broadcasts the built-in test message with the next sequence number.
+    pub async fn start_test(&self) -> Broadcasted {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let start = skewscope_os::clock::now();
+        let text = encode_test_message(TestMessage {
+            seq,
+            sent_wall_ns: start.wall_ns,
+        });
+        self.broadcast(text.as_bytes(), true, Some(seq), start)
+            .await
+    }
+
+    async fn broadcast(
+        &self,
+        payload: &[u8],
+        text: bool,
+        seq: Option<u64>,
+        start: Stamp,
+    ) -> Broadcasted {
+        let id = self.next_broadcast.fetch_add(1, Ordering::Relaxed);
+        let opcode = OpCode::Data(if text { Data::Text } else { Data::Binary });
+        let frame: Arc<[u8]> = encode(Frame::message(payload.to_vec(), opcode, true)).into();
+        // Recorded before any shard can record its sends for it.
+        self.recorder
+            .record(AgentRecord::Broadcast(BroadcastStarted {
+                id,
+                seq,
+                hash: payload_hash(payload),
+                len: payload.len() as u32,
+                text,
+                at: start,
+            }));
+        let job = Arc::new(Job { id, frame });
+        let waits: Vec<_> = {
+            let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+            shards
+                .iter()
+                .map(|shard| {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    shard.broadcast(job.clone(), tx);
+                    rx
+                })
+                .collect()
+        };
+        let mut clients = 0;
+        for wait in waits {
+            clients += wait.await.unwrap_or(0);
+        }
+        Broadcasted { id, seq, clients }
+    }
+
+    /// Closes every client and stops the shard threads. Blocks until they end.
+    pub fn shutdown(&self) {
+        let mut shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        for shard in shards.iter_mut() {
+            shard.shutdown();
+        }
+        shards.clear();
+    }
+}

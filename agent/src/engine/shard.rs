@@ -1,0 +1,493 @@
+//! A fan-out shard: one thread, one mio poll, a set of clients, and the tight
+//! send loop.
+//!
+//! Each broadcast arrives as one pre-encoded frame. The loop writes that same
+//! buffer to every client of the shard in the configured order and stores a
+//! clock reading per client into a preallocated slot vector; nothing else
+//! happens per client. Clients whose send buffer is full keep the remainder
+//! queued and are finished when mio reports them writable. Reads (pings, close,
+//! misbehaviour) are handled between broadcasts.
+
+use std::io::{self, Read};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::thread::JoinHandle;
+
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token, Waker};
+use skewscope_core::record::{
+    AgentConnectionClosed, AgentRecord, CloseReason, SendCompleted, SendOrder, SendOutcome,
+    SendSlot, ShardSends, TxStamp,
+};
+use skewscope_os::clock::mono_ns;
+use slab::Slab;
+use tungstenite::protocol::CloseFrame;
+use tungstenite::protocol::frame::Frame;
+
+use crate::engine::client::{Client, Offer};
+use crate::recorder::Recorder;
+use skewscope_core::client_frames::{ClientFrame, ClientFrameError};
+
+const WAKER: Token = Token(usize::MAX);
+const READ_CHUNK: usize = 64 * 1024;
+
+/// How every shard behaves; fixed for the agent's life.
+#[derive(Clone, Copy, Debug)]
+pub struct ShardConfig {
+    /// Send order within the loop.
+    pub order: SendOrder,
+    /// Read the clock per client and record the slots (off only to measure the cost).
+    pub record_send_times: bool,
+    /// Largest inbound frame or message a client may send.
+    pub max_frame: usize,
+    /// Most bytes a slow client may have pending before it is dropped.
+    pub max_queue_bytes: usize,
+    /// Ask the kernel for TX timestamps of every broadcast write.
+    pub tx_timestamps: bool,
+}
+
+/// One broadcast as shards see it: the frame, encoded once.
+#[derive(Debug)]
+pub struct Job {
+    /// Broadcast id.
+    pub id: u64,
+    /// The complete WebSocket frame, identical for every client.
+    pub frame: Arc<[u8]>,
+}
+
+/// A freshly upgraded client handed to a shard.
+#[derive(Debug)]
+pub struct NewClient {
+    /// The agent's connection id.
+    pub id: u64,
+    /// The socket, already non-blocking.
+    pub stream: std::net::TcpStream,
+    /// Bytes the client sent right after its upgrade request.
+    pub leftover: Vec<u8>,
+}
+
+enum Command {
+    Add(NewClient),
+    Broadcast(Arc<Job>, tokio::sync::oneshot::Sender<u32>),
+    Shutdown,
+}
+
+/// The hub's handle to a running shard.
+pub struct ShardHandle {
+    tx: Sender<Command>,
+    waker: Arc<Waker>,
+    clients: Arc<AtomicUsize>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ShardHandle {
+    /// Starts shard `index` on its own thread.
+    pub fn spawn(index: u16, config: ShardConfig, recorder: Recorder) -> io::Result<ShardHandle> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let (tx, rx) = mpsc::channel();
+        let (recycle_tx, recycle_rx) = mpsc::channel();
+        let clients = Arc::new(AtomicUsize::new(0));
+        let shard = Shard {
+            index,
+            config,
+            poll,
+            commands: rx,
+            clients: Slab::new(),
+            order: Vec::new(),
+            shuffled: Vec::new(),
+            rotation: 0,
+            rng: fastrand::Rng::new(),
+            scratch: vec![0; READ_CHUNK],
+            doomed: Vec::new(),
+            recorder,
+            recycle_tx,
+            recycle_rx,
+            count: clients.clone(),
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("shard-{index}"))
+            .spawn(move || shard.run())?;
+        Ok(ShardHandle {
+            tx,
+            waker,
+            clients,
+            thread: Some(thread),
+        })
+    }
+
+    /// Whether the shard's thread still runs.
+    pub fn alive(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Clients currently served by this shard.
+    pub fn clients(&self) -> usize {
+        self.clients.load(Ordering::Relaxed)
+    }
+
+    /// Hands a client to the shard.
+    pub fn add(&self, client: NewClient) {
+        // Counted now so the hub's least-loaded choice sees it at once.
+        self.clients.fetch_add(1, Ordering::Relaxed);
+        self.send(Command::Add(client));
+    }
+
+    /// Queues a broadcast; `done` receives how many clients it targeted.
+    pub fn broadcast(&self, job: Arc<Job>, done: tokio::sync::oneshot::Sender<u32>) {
+        self.send(Command::Broadcast(job, done));
+    }
+
+    /// Closes every client, records it, and waits for the thread to end.
+    pub fn shutdown(&mut self) {
+        self.send(Command::Shutdown);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    fn send(&self, command: Command) {
+        if self.tx.send(command).is_ok() {
+            // A failed wake means the shard's poll is gone: the shard is ending.
+            let _ = self.waker.wake();
+        }
+    }
+}
+
+struct Shard {
+    index: u16,
+    config: ShardConfig,
+    poll: Poll,
+    commands: Receiver<Command>,
+    clients: Slab<Client>,
+    /// Slab keys in connection order.
+    order: Vec<usize>,
+    shuffled: Vec<usize>,
+    rotation: usize,
+    rng: fastrand::Rng,
+    scratch: Vec<u8>,
+    doomed: Vec<(usize, CloseReason)>,
+    recorder: Recorder,
+    recycle_tx: Sender<Vec<SendSlot>>,
+    recycle_rx: Receiver<Vec<SendSlot>>,
+    count: Arc<AtomicUsize>,
+}
+
+impl Shard {
+    fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        loop {
+            if let Err(e) = self.poll.poll(&mut events, None) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                eprintln!("skewscope-agent: shard {} poll failed: {e}", self.index);
+                break;
+            }
+            // Commands first: a broadcast should not wait behind client chatter.
+            if events.iter().any(|e| e.token() == WAKER) && !self.drain_commands() {
+                break;
+            }
+            for event in events.iter() {
+                let key = event.token().0;
+                if event.token() == WAKER || !self.clients.contains(key) {
+                    continue;
+                }
+                if event.is_error() && self.clients[key].tx.is_some() {
+                    self.drain_tx_stamps(key);
+                }
+                if event.is_writable() {
+                    self.on_writable(key);
+                }
+                if event.is_readable() || event.is_read_closed() || event.is_error() {
+                    self.on_readable(key);
+                }
+            }
+            self.reap();
+        }
+        self.close_all();
+    }
+
+    /// Handles every pending command; false once told to shut down.
+    fn drain_commands(&mut self) -> bool {
+        loop {
+            match self.commands.try_recv() {
+                Ok(Command::Broadcast(job, done)) => {
+                    let targets = self.fan_out(&job);
+                    let _ = done.send(targets);
+                }
+                Ok(Command::Add(new)) => self.add(new),
+                Ok(Command::Shutdown) | Err(TryRecvError::Disconnected) => return false,
+                Err(TryRecvError::Empty) => return true,
+            }
+            // Clients that failed in a send loop leave before the next command.
+            self.reap();
+        }
+    }
+
+    /// The hot path: write one frame to every client, one clock read per client.
+    fn fan_out(&mut self, job: &Job) -> u32 {
+        let loop_start_mono_ns = mono_ns();
+        let n = self.order.len();
+        let record = self.config.record_send_times;
+        let mut slots = if record {
+            let mut v = self.recycle_rx.try_recv().unwrap_or_default();
+            v.reserve(n);
+            v
+        } else {
+            Vec::new()
+        };
+        let first = match self.config.order {
+            SendOrder::Rotate if n > 0 => {
+                self.rotation = self.rotation.wrapping_add(1);
+                self.rotation % n
+            }
+            SendOrder::Shuffle => {
+                self.shuffled.clear();
+                self.shuffled.extend_from_slice(&self.order);
+                self.rng.shuffle(&mut self.shuffled);
+                0
+            }
+            _ => 0,
+        };
+        let sequence = match self.config.order {
+            SendOrder::Shuffle => &self.shuffled,
+            _ => &self.order,
+        };
+        let mut targets = 0u32;
+        for i in 0..n {
+            let key = sequence[(first + i) % n];
+            let client = &mut self.clients[key];
+            let offer = client.offer(&job.frame, job.id, self.config.max_queue_bytes);
+            let outcome = match offer {
+                Offer::Written => SendOutcome::Written,
+                Offer::Queued => SendOutcome::Queued,
+                Offer::OverBound => {
+                    self.doomed.push((key, CloseReason::QueueOverflow));
+                    SendOutcome::Dropped
+                }
+                Offer::Failed => {
+                    self.doomed
+                        .push((key, CloseReason::SocketError("write failed".into())));
+                    SendOutcome::Failed
+                }
+            };
+            if record {
+                slots.push(SendSlot {
+                    conn: client.id,
+                    position: i as u32,
+                    outcome,
+                    mono_ns: mono_ns(),
+                });
+            }
+            targets += 1;
+        }
+        if record {
+            self.recorder.record_sends(
+                ShardSends {
+                    broadcast: job.id,
+                    shard: self.index,
+                    loop_start_mono_ns,
+                    slots,
+                },
+                self.recycle_tx.clone(),
+            );
+        }
+        targets
+    }
+
+    fn add(&mut self, new: NewClient) {
+        let mut stream = TcpStream::from_std(new.stream);
+        let entry = self.clients.vacant_entry();
+        let key = entry.key();
+        if let Err(e) = self.poll.registry().register(
+            &mut stream,
+            Token(key),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            self.count.fetch_sub(1, Ordering::Relaxed);
+            self.record_close(new.id, CloseReason::SocketError(format!("register: {e}")));
+            return;
+        }
+        let mut client = Client::new(new.id, stream);
+        if self.config.tx_timestamps {
+            match skewscope_os::tx_stamp::enable(&client.stream) {
+                Ok(()) => client.tx = Some(Default::default()),
+                Err(e) => eprintln!(
+                    "skewscope-agent: no TX timestamps for connection {}: {e}",
+                    new.id
+                ),
+            }
+        }
+        entry.insert(client);
+        self.order.push(key);
+        if !new.leftover.is_empty() {
+            self.take_inbound(key, &new.leftover);
+        }
+    }
+
+    /// Records the kernel TX stamps queued on a client's socket, converted to
+    /// the monotonic clock the rest of the agent's records use.
+    fn drain_tx_stamps(&mut self, key: usize) {
+        let client = &mut self.clients[key];
+        let conn = client.id;
+        let (Some(tx), stream) = (client.tx.as_mut(), &client.stream) else {
+            return;
+        };
+        // One pair of clock reads maps every stamp of this batch.
+        let (mono_now, real_now) = (mono_ns(), skewscope_os::clock::kernel_realtime_ns());
+        let recorder = &self.recorder;
+        tx.drain(stream, |m| {
+            let age = real_now.saturating_sub(m.realtime_ns);
+            recorder.record(AgentRecord::TxStamp(TxStamp {
+                broadcast: m.broadcast,
+                conn,
+                kind: m.kind,
+                mono_ns: mono_now.saturating_sub(age),
+            }));
+        });
+    }
+
+    fn on_writable(&mut self, key: usize) {
+        let client = &mut self.clients[key];
+        if !client.has_queued() {
+            return;
+        }
+        let conn = client.id;
+        let recorder = &self.recorder;
+        let result = client.flush(|broadcast| {
+            recorder.record(AgentRecord::SendCompleted(SendCompleted {
+                broadcast,
+                conn,
+                mono_ns: mono_ns(),
+            }))
+        });
+        if let Err(e) = result {
+            self.doomed
+                .push((key, CloseReason::SocketError(e.to_string())));
+        }
+    }
+
+    fn on_readable(&mut self, key: usize) {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        loop {
+            match self.clients[key].stream.read(&mut scratch) {
+                Ok(0) => {
+                    self.doomed.push((key, CloseReason::ClientClosed));
+                    break;
+                }
+                Ok(n) => {
+                    if !self.take_inbound(key, &scratch[..n]) {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.doomed
+                        .push((key, CloseReason::SocketError(e.to_string())));
+                    break;
+                }
+            }
+        }
+        self.scratch = scratch;
+    }
+
+    /// Parses bytes a client sent; false once the client is to be closed.
+    fn take_inbound(&mut self, key: usize, bytes: &[u8]) -> bool {
+        let max_frame = self.config.max_frame;
+        let client = &mut self.clients[key];
+        let mut replies = Vec::new();
+        let mut closed = None;
+        let result = client
+            .inbound
+            .feed(bytes, max_frame, |inbound| match inbound {
+                ClientFrame::Ping(payload) => replies.push(Frame::pong(payload)),
+                ClientFrame::Close(code) => {
+                    closed.get_or_insert(code);
+                }
+            });
+        let close = match (result, closed) {
+            (Err(e), _) => Some((
+                e.close_code(),
+                match &e {
+                    ClientFrameError::TooLarge(_) => CloseReason::FrameTooLarge,
+                    ClientFrameError::Protocol(what) => CloseReason::ProtocolError((*what).into()),
+                },
+            )),
+            (Ok(()), Some(code)) => Some((code.unwrap_or(1000), CloseReason::ClientClosed)),
+            (Ok(()), None) => None,
+        };
+        for frame in replies {
+            if client.send_control(encode(frame)).is_err() {
+                break;
+            }
+        }
+        match close {
+            Some((code, reason)) => {
+                let frame = Frame::close(Some(CloseFrame {
+                    code: code.into(),
+                    reason: "".into(),
+                }));
+                // Best effort: the client is going either way.
+                let _ = client.send_control(encode(frame));
+                self.doomed.push((key, reason));
+                false
+            }
+            None => true,
+        }
+    }
+
+    /// Removes the clients marked for closing, recording why.
+    fn reap(&mut self) {
+        if self.doomed.is_empty() {
+            return;
+        }
+        let doomed = std::mem::take(&mut self.doomed);
+        for (key, reason) in doomed {
+            let Some(mut client) = self.clients.try_remove(key) else {
+                continue; // doomed twice
+            };
+            let _ = self.poll.registry().deregister(&mut client.stream);
+            self.count.fetch_sub(1, Ordering::Relaxed);
+            self.record_close(client.id, reason);
+        }
+        let clients = &self.clients;
+        self.order.retain(|&k| clients.contains(k));
+    }
+
+    fn close_all(&mut self) {
+        for (_, client) in self.clients.iter_mut() {
+            let frame = Frame::close(Some(CloseFrame {
+                code: 1001.into(),
+                reason: "server shutting down".into(),
+            }));
+            let _ = client.send_control(encode(frame));
+        }
+        let ids: Vec<u64> = self.clients.iter().map(|(_, c)| c.id).collect();
+        for id in ids {
+            self.record_close(id, CloseReason::Shutdown);
+        }
+        self.clients.clear();
+        self.order.clear();
+        self.count.store(0, Ordering::Relaxed);
+    }
+
+    fn record_close(&self, conn: u64, reason: CloseReason) {
+        self.recorder
+            .record(AgentRecord::ConnectionClosed(AgentConnectionClosed {
+                conn,
+                at: skewscope_os::clock::now(),
+                reason,
+            }));
+    }
+}
+
+/// Encodes a server frame (unmasked) into bytes.
+pub fn encode(frame: Frame) -> Vec<u8> {
+    let mut out = Vec::with_capacity(frame.len());
+    // Formatting into a Vec cannot fail.
+    frame.format(&mut out).expect("format into Vec");
+    out
+}

@@ -1,0 +1,258 @@
+//! Accepting connections and answering HTTP: one tokio task per connection until
+//! it is either answered and closed, or upgraded and handed to a shard.
+//! [`http`] parses and writes HTTP/1.1 heads; [`upgrade`] is the WebSocket
+//! handshake.
+
+pub mod http;
+pub mod upgrade;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use crate::engine::hub::{Broadcasted, Hub};
+use crate::engine::shard::NewClient;
+use crate::server::http::{HeadError, Request, read_head, respond};
+use crate::server::upgrade::{UpgradeError, accept};
+
+/// What every request handler needs.
+pub struct Context {
+    /// The fan-out engine.
+    pub hub: Arc<Hub>,
+    /// Bearer token required by `/publish` and `/start_test`, if any.
+    pub token: Option<String>,
+    /// Largest `/publish` body.
+    pub max_publish: usize,
+    /// Time allowed for a request head or body to arrive.
+    pub request_timeout: Duration,
+    /// The time port's counters, when it runs.
+    pub time: Option<Arc<crate::time_port::TimeCounters>>,
+}
+
+/// Accepts until `stop` turns true.
+pub async fn serve(listener: TcpListener, context: Arc<Context>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let context = context.clone();
+                    tokio::spawn(async move { handle(stream, peer, &context).await });
+                }
+                // Out of file descriptors or a connection reset before accept:
+                // back off briefly and keep serving everyone else.
+                Err(e) => {
+                    eprintln!("skewscope-agent: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+async fn handle(mut stream: TcpStream, peer: SocketAddr, context: &Context) {
+    let request = match read_head(&mut stream, context.request_timeout).await {
+        Ok(r) => r,
+        Err(HeadError::Closed) => return,
+        Err(e @ HeadError::Malformed(_)) => {
+            return respond(&mut stream, 400, "", &format!("{e}\n")).await;
+        }
+        Err(e @ HeadError::TooLarge) => {
+            return respond(&mut stream, 431, "", &format!("{e}\n")).await;
+        }
+        Err(e @ HeadError::Timeout) => {
+            return respond(&mut stream, 408, "", &format!("{e}\n")).await;
+        }
+    };
+    match (request.method.as_str(), request.path.as_str()) {
+        (_, "/ws") => upgrade(stream, peer, request, context).await,
+        ("GET", "/healthz") => respond(&mut stream, 200, "", &health(context)).await,
+        ("POST", "/publish") => {
+            if authorized(&mut stream, &request, context).await {
+                publish(stream, request, context).await
+            }
+        }
+        ("GET" | "POST", "/start_test") => {
+            if authorized(&mut stream, &request, context).await {
+                let sent = context.hub.start_test().await;
+                respond(&mut stream, 200, "", &outcome_json(sent)).await
+            }
+        }
+        (_, "/healthz" | "/publish" | "/start_test") => {
+            respond(&mut stream, 405, "", "method not allowed\n").await
+        }
+        _ => {
+            respond(
+                &mut stream,
+                404,
+                "",
+                "not found; try /ws, /publish, /start_test or /healthz\n",
+            )
+            .await
+        }
+    }
+}
+
+async fn upgrade(mut stream: TcpStream, peer: SocketAddr, request: Request, context: &Context) {
+    let conn = context.hub.next_connection_id();
+    let response = match accept(&request, conn) {
+        Ok(r) => r,
+        Err(UpgradeError::Version) => {
+            return respond(
+                &mut stream,
+                426,
+                "Sec-WebSocket-Version: 13\r\n",
+                "WebSocket version 13 required\n",
+            )
+            .await;
+        }
+        Err(e) => return respond(&mut stream, 400, "", &format!("{e}\n")).await,
+    };
+    if tokio::io::AsyncWriteExt::write_all(&mut stream, response.as_bytes())
+        .await
+        .is_err()
+    {
+        return; // vanished during the handshake
+    }
+    // Latency is the point: never let Nagle hold a broadcast frame back.
+    let _ = stream.set_nodelay(true);
+    let Ok(std_stream) = stream.into_std() else {
+        return;
+    };
+    let label = request.query_param("probe").map(sanitize_label);
+    context.hub.attach(
+        NewClient {
+            id: conn,
+            stream: std_stream,
+            leftover: request.rest,
+        },
+        label,
+        peer.to_string(),
+    );
+}
+
+/// Keeps labels printable and short: they end up in logs and reports.
+fn sanitize_label(raw: &str) -> String {
+    raw.chars()
+        .filter(|c| c.is_ascii_graphic())
+        .take(64)
+        .collect()
+}
+
+async fn authorized(stream: &mut TcpStream, request: &Request, context: &Context) -> bool {
+    let Some(token) = &context.token else {
+        return true;
+    };
+    let given = request
+        .header("authorization")
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if constant_time_eq(given.trim().as_bytes(), token.as_bytes()) {
+        return true;
+    }
+    respond(
+        stream,
+        401,
+        "WWW-Authenticate: Bearer\r\n",
+        "missing or wrong bearer token\n",
+    )
+    .await;
+    false
+}
+
+/// Compares without an early exit, so response timing does not leak the token.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn publish(mut stream: TcpStream, request: Request, context: &Context) {
+    if request.header("transfer-encoding").is_some() {
+        return respond(&mut stream, 411, "", "send the body with Content-Length\n").await;
+    }
+    let Some(len) = request
+        .header("content-length")
+        .and_then(|v| v.trim().parse::<usize>().ok())
+    else {
+        return respond(&mut stream, 411, "", "Content-Length required\n").await;
+    };
+    if len > context.max_publish {
+        let msg = format!(
+            "body of {len} bytes exceeds --max-publish {}\n",
+            context.max_publish
+        );
+        return respond(&mut stream, 413, "", &msg).await;
+    }
+    let mut body = request.rest;
+    body.truncate(len);
+    if body.len() < len {
+        let start = body.len();
+        body.resize(len, 0);
+        let read = tokio::time::timeout(
+            context.request_timeout,
+            stream.read_exact(&mut body[start..]),
+        )
+        .await;
+        match read {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => return, // vanished mid-body: nothing is broadcast
+            Err(_) => return respond(&mut stream, 408, "", "request body timed out\n").await,
+        }
+    }
+    let sent = context.hub.publish(&body).await;
+    respond(&mut stream, 200, "", &outcome_json(sent)).await
+}
+
+fn health(context: &Context) -> String {
+    let time = match &context.time {
+        Some(t) => {
+            let c = t.snapshot();
+            format!(
+                "{{\"answered\":{},\"malformed\":{},\"oversized\":{},\"replayed\":{}}}",
+                c.answered, c.malformed, c.oversized, c.replayed
+            )
+        }
+        None => "null".into(),
+    };
+    format!(
+        "{{\"status\":\"ok\",\"clients\":{},\"time\":{time}}}\n",
+        context.hub.clients()
+    )
+}
+
+fn outcome_json(sent: Broadcasted) -> String {
+    match sent.seq {
+        Some(seq) => format!(
+            "{{\"broadcast\":{},\"seq\":{seq},\"clients\":{}}}\n",
+            sent.id, sent.clients
+        ),
+        None => format!(
+            "{{\"broadcast\":{},\"clients\":{}}}\n",
+            sent.id, sent.clients
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_comparison() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+    }
+
+    #[test]
+    fn labels_are_printable_and_short() {
+        assert_eq!(sanitize_label("dev 1\x07"), "dev1");
+        assert_eq!(sanitize_label(&"x".repeat(100)).len(), 64);
+    }
+}

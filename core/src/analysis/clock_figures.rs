@@ -1,0 +1,280 @@
+//! The clock-aware figures: each device's offset to the agent and what its
+//! clock claims, skew corrected into the agent's timebase with an interval
+//! that contains the truth, skew within one device (no clock error), and the
+//! split of latency into fan-out position, network and device delivery.
+
+use serde::Serialize;
+
+use crate::analysis::clock_model::{Correction, DeviceClock, find_steps};
+use crate::analysis::join::{Joined, JoinedReceipt};
+use crate::analysis::stats::Summary;
+use crate::record::ClockState;
+
+/// A distribution of estimates with the distributions of their lower and upper
+/// bounds. Since every estimate's interval contains its true value, each
+/// percentile of `lo` and `hi` brackets that percentile of the truth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct BoundedSummary {
+    /// The estimates.
+    #[serde(flatten)]
+    pub estimate: Summary,
+    /// Lower bounds.
+    pub lo: Summary,
+    /// Upper bounds.
+    pub hi: Summary,
+}
+
+impl BoundedSummary {
+    /// Summarises (estimate, lo, hi) triples; `None` when there are none.
+    pub fn of(values: &[(i64, i64, i64)]) -> Option<BoundedSummary> {
+        let pick = |f: fn(&(i64, i64, i64)) -> i64| values.iter().map(f).collect::<Vec<_>>();
+        Some(BoundedSummary {
+            estimate: Summary::of(&pick(|v| v.0))?,
+            lo: Summary::of(&pick(|v| v.1))?,
+            hi: Summary::of(&pick(|v| v.2))?,
+        })
+    }
+}
+
+/// A wall-clock step, as reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct StepSummary {
+    /// Wall time just after the step.
+    pub at_wall_ns: u64,
+    /// Size of the jump (positive: forward).
+    pub size_ns: i64,
+}
+
+/// How a device's measured offset compares with what the clocks claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClaimCheck {
+    /// Within what both clocks claim.
+    Consistent,
+    /// Certainly outside what both clocks claim: one of them is wrong about itself.
+    Exceeds,
+    /// A clock claimed nothing (unsynchronised) or no offset was measured.
+    Unknown,
+}
+
+/// One device's clock, as reported.
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct DeviceClockSummary {
+    /// Time exchanges recorded.
+    pub time_samples: u64,
+    /// Device clock minus agent clock, from the least-delayed exchange.
+    pub offset_ns: Option<i64>,
+    /// Error bound of `offset_ns` (half that exchange's round trip).
+    pub offset_bound_ns: Option<u64>,
+    /// Measured drift of the device against the agent (ppb), when the run was long enough.
+    pub drift_ppb: Option<f64>,
+    /// The clock's last claim about itself.
+    pub claim: Option<ClockState>,
+    /// Measured offset against the claims.
+    pub offset_vs_claim: ClaimCheck,
+    /// Wall-clock steps during the run.
+    pub clock_steps: Vec<StepSummary>,
+}
+
+/// All clock-aware figures of a run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timing {
+    /// Per probe (input order).
+    pub devices: Vec<DeviceClockSummary>,
+    /// Steps of the agent's clock.
+    pub agent_steps: Vec<StepSummary>,
+    /// Skew in the agent's timebase, with intervals.
+    pub skew_corrected: Option<BoundedSummary>,
+    /// Skew among connections of one probe (one clock): no clock error.
+    pub skew_intra_device: Option<Summary>,
+    /// Latency in the agent's timebase, with intervals.
+    pub latency_corrected: Option<BoundedSummary>,
+    /// Per receipt: the agent's write of that copy completed, after the start.
+    pub fanout_position: Option<Summary>,
+    /// Per receipt: kernel arrival (corrected) after the agent's write or TX stamp.
+    pub network: Option<BoundedSummary>,
+    /// Per receipt: userspace stamp after the kernel's receive stamp.
+    pub delivery: Option<Summary>,
+    /// Receipts without a correction (their probe, or that stretch of its run
+    /// between clock steps, had no time exchange): left out of corrected figures.
+    pub uncorrected_receipts: u64,
+    /// Receipts without a kernel receive stamp.
+    pub receipts_without_kernel_stamp: u64,
+    /// Whether every probe shares the agent's host and no measurement says
+    /// otherwise (no offset excludes zero, no steps).
+    pub one_clock: bool,
+}
+
+/// Computes every clock-aware figure.
+pub fn timing(joined: &Joined) -> Timing {
+    let clocks: Vec<DeviceClock> = joined
+        .probes
+        .iter()
+        .map(|p| DeviceClock::build(&p.stamps, &p.samples))
+        .collect();
+    let agent_claim = joined
+        .agent
+        .as_ref()
+        .and_then(|a| a.clock_states.last())
+        .and_then(ClockState::claimed_bound_ns);
+    let devices: Vec<DeviceClockSummary> = joined
+        .probes
+        .iter()
+        .zip(&clocks)
+        .map(|(p, clock)| {
+            device_summary(p.samples.len(), p.clock_states.last(), clock, agent_claim)
+        })
+        .collect();
+    let agent_steps = joined
+        .agent
+        .as_ref()
+        .map(|a| summarise_steps(&find_steps(&a.stamps)))
+        .unwrap_or_default();
+
+    let correction = |r: &JoinedReceipt| -> Option<Correction> {
+        let stamp = crate::Stamp {
+            wall_ns: r.wall_ns,
+            mono_ns: r.mono_ns,
+        };
+        clocks[joined.connections[r.connection].probe].at(stamp)
+    };
+    let mut skew_corrected = Vec::new();
+    let mut skew_intra = Vec::new();
+    let mut latency_corrected = Vec::new();
+    let mut fanout_position = Vec::new();
+    let mut network = Vec::new();
+    let mut delivery = Vec::new();
+    let mut uncorrected = 0u64;
+    let mut no_kernel = 0u64;
+    for b in &joined.broadcasts {
+        // (corrected arrival, bound) of every receipt that has a correction.
+        let mut corrected: Vec<(i64, i64)> = Vec::new();
+        for r in &b.receipts {
+            match r.kernel_delay_ns {
+                Some(d) => delivery.push(d as i64),
+                None => no_kernel += 1,
+            }
+            let Some(c) = correction(r) else {
+                uncorrected += 1;
+                continue;
+            };
+            let at = r.arrival_wall_ns() as i64 + c.theta_ns;
+            let e = c.bound_ns as i64;
+            corrected.push((at, e));
+            if let Some(a) = b.agent {
+                let start = a.start.wall_ns as i64;
+                latency_corrected.push((at - start, at - e - start, at + e - start));
+                let sent = r.tx_wall_ns.or(r.sent_wall_ns).map(|t| t as i64);
+                if let Some(sent) = sent {
+                    network.push((at - sent, at - e - sent, at + e - sent));
+                }
+            }
+        }
+        if let Some(a) = b.agent {
+            fanout_position.extend(
+                b.receipts
+                    .iter()
+                    .filter_map(|r| r.sent_wall_ns)
+                    .map(|t| t as i64 - a.start.wall_ns as i64),
+            );
+        }
+        if corrected.len() >= 2 {
+            let max_at = corrected.iter().map(|c| c.0).max().unwrap_or(0);
+            let min_at = corrected.iter().map(|c| c.0).min().unwrap_or(0);
+            let max_lo = corrected.iter().map(|c| c.0 - c.1).max().unwrap_or(0);
+            let min_hi = corrected.iter().map(|c| c.0 + c.1).min().unwrap_or(0);
+            let max_hi = corrected.iter().map(|c| c.0 + c.1).max().unwrap_or(0);
+            let min_lo = corrected.iter().map(|c| c.0 - c.1).min().unwrap_or(0);
+            skew_corrected.push((max_at - min_at, (max_lo - min_hi).max(0), max_hi - min_lo));
+        }
+        for probe in 0..joined.probes.len() {
+            let arrivals: Vec<u64> = b
+                .receipts
+                .iter()
+                .filter(|r| joined.connections[r.connection].probe == probe)
+                .map(JoinedReceipt::arrival_wall_ns)
+                .collect();
+            if arrivals.len() >= 2 {
+                let spread =
+                    arrivals.iter().max().unwrap_or(&0) - arrivals.iter().min().unwrap_or(&0);
+                skew_intra.push(spread as i64);
+            }
+        }
+    }
+
+    // One clock only when every log names the same one: the boot id where
+    // recorded (host names repeat across devices of one image).
+    let one_host = joined
+        .probes
+        .iter()
+        .map(|p| &p.clock)
+        .chain(joined.agent.as_ref().map(|a| &a.clock))
+        .collect::<std::collections::HashSet<_>>()
+        .len()
+        <= 1;
+    let no_contradiction = devices.iter().all(|d| {
+        d.clock_steps.is_empty()
+            && match (d.offset_ns, d.offset_bound_ns) {
+                (Some(o), Some(b)) => o.unsigned_abs() <= b,
+                _ => true,
+            }
+    });
+    Timing {
+        devices,
+        one_clock: one_host && no_contradiction && agent_steps.is_empty(),
+        agent_steps,
+        skew_corrected: BoundedSummary::of(&skew_corrected),
+        skew_intra_device: Summary::of(&skew_intra),
+        latency_corrected: BoundedSummary::of(&latency_corrected),
+        fanout_position: Summary::of(&fanout_position),
+        network: BoundedSummary::of(&network),
+        delivery: Summary::of(&delivery),
+        uncorrected_receipts: uncorrected,
+        receipts_without_kernel_stamp: no_kernel,
+    }
+}
+
+fn summarise_steps(steps: &[crate::analysis::clock_model::ClockStep]) -> Vec<StepSummary> {
+    steps
+        .iter()
+        .map(|s| StepSummary {
+            at_wall_ns: s.at_wall_ns,
+            size_ns: s.size_ns,
+        })
+        .collect()
+}
+
+fn device_summary(
+    samples: usize,
+    claim: Option<&ClockState>,
+    clock: &DeviceClock,
+    agent_claim: Option<u64>,
+) -> DeviceClockSummary {
+    let model = clock.main_model();
+    let best = model.map(|m| (m.at(m.best_exchange_mono()), m));
+    let offset_ns = best.map(|(c, _)| -c.theta_ns);
+    let offset_bound_ns = best.map(|(c, _)| c.bound_ns);
+    let device_claim = claim.and_then(ClockState::claimed_bound_ns);
+    let offset_vs_claim = match (offset_ns, offset_bound_ns, device_claim, agent_claim) {
+        (Some(o), Some(b), Some(dc), Some(ac)) => {
+            if o.unsigned_abs().saturating_sub(b) > dc + ac {
+                ClaimCheck::Exceeds
+            } else {
+                ClaimCheck::Consistent
+            }
+        }
+        _ => ClaimCheck::Unknown,
+    };
+    DeviceClockSummary {
+        time_samples: samples as u64,
+        offset_ns,
+        offset_bound_ns,
+        drift_ppb: model.filter(|m| m.drift_fitted).map(|m| m.drift_ppb),
+        claim: claim.cloned(),
+        offset_vs_claim,
+        clock_steps: summarise_steps(&clock.steps),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,338 @@
+//! Joining and skew math on hand-built records.
+
+use super::*;
+use crate::analysis::report::{ClockBasis, ClockNaming, Report};
+use crate::record::*;
+
+const T0: u64 = 1_764_000_000_000_000_000;
+
+fn at(offset_ns: u64) -> Stamp {
+    Stamp {
+        wall_ns: T0 + offset_ns,
+        mono_ns: 1_000_000 + offset_ns,
+    }
+}
+
+struct ProbeLog(Vec<ProbeRecord>);
+
+impl ProbeLog {
+    fn new(host: &str, conns: &[(u32, Option<u64>)]) -> Self {
+        let mut r = vec![ProbeRecord::Started(ProbeStarted {
+            name: host.into(),
+            host: host.into(),
+            url: "ws://x/ws".into(),
+            connections: conns.len() as u32,
+            version: "t".into(),
+            at: at(0),
+        })];
+        for &(conn, agent_conn) in conns {
+            r.push(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
+                conn,
+                agent_conn,
+                at: at(1),
+            }));
+        }
+        ProbeLog(r)
+    }
+
+    fn receive(&mut self, conn: u32, key: MessageKey, hash: u64, t: u64) -> &mut Self {
+        self.0.push(ProbeRecord::Receipt(Receipt {
+            conn,
+            key,
+            hash,
+            len: 450,
+            at: at(t),
+            kernel_delay_ns: None,
+        }));
+        self
+    }
+
+    fn close(&mut self, conn: u32, t: u64) -> &mut Self {
+        self.0
+            .push(ProbeRecord::ConnectionClosed(ProbeConnectionClosed {
+                conn,
+                at: at(t),
+                reason: "test".into(),
+            }));
+        self
+    }
+
+    fn stop(&mut self, t: u64) -> &mut Self {
+        self.0.push(ProbeRecord::Stopped(at(t)));
+        self
+    }
+}
+
+fn agent_started(host: &str) -> AgentRecord {
+    AgentRecord::Started(AgentStarted {
+        host: host.into(),
+        version: "t".into(),
+        at: at(0),
+        shards: 1,
+        order: SendOrder::Fixed,
+        per_client_times: true,
+    })
+}
+
+/// One shard's loop for broadcast `id` starting at `start`: `conns` written
+/// `gap_ns` apart, the first `gap_ns` after the start. Shared with the timing tests.
+pub(crate) fn shard_sends(id: u64, start: Stamp, gap_ns: u64, conns: &[u64]) -> AgentRecord {
+    AgentRecord::ShardSends(ShardSends {
+        broadcast: id,
+        shard: 0,
+        loop_start_mono_ns: start.mono_ns,
+        slots: conns
+            .iter()
+            .enumerate()
+            .map(|(i, &conn)| SendSlot {
+                conn,
+                position: i as u32,
+                outcome: SendOutcome::Written,
+                mono_ns: start.mono_ns + gap_ns * (i as u64 + 1),
+            })
+            .collect(),
+    })
+}
+
+/// A broadcast at `start` written to `conns` 100 ns apart.
+fn broadcast(id: u64, seq: Option<u64>, hash: u64, start: u64, conns: &[u64]) -> Vec<AgentRecord> {
+    vec![
+        AgentRecord::Broadcast(BroadcastStarted {
+            id,
+            seq,
+            hash,
+            len: 450,
+            text: true,
+            at: at(start),
+        }),
+        shard_sends(id, at(start), 100, conns),
+    ]
+}
+
+#[test]
+fn skew_is_max_minus_min_over_connections_that_received() {
+    let mut p = ProbeLog::new("dev", &[(0, None), (1, None), (2, None)]);
+    p.receive(0, MessageKey::Seq(1), 9, 1_000)
+        .receive(1, MessageKey::Seq(1), 9, 1_700)
+        .receive(2, MessageKey::Seq(1), 9, 1_200)
+        .stop(10_000);
+    let j = join(None, &[&p.0]);
+    assert_eq!(j.broadcasts.len(), 1);
+    assert_eq!(j.broadcasts[0].skew_ns(), Some(700));
+    assert!(j.broadcasts[0].missing.is_empty());
+}
+
+#[test]
+fn probes_only_missing_counts_listening_connections_only() {
+    let mut p = ProbeLog::new("dev", &[(0, None), (1, None), (2, None)]);
+    p.receive(0, MessageKey::Seq(1), 9, 1_000)
+        .receive(1, MessageKey::Seq(1), 9, 1_100)
+        // conn 2 closed before broadcast 2 was first seen: not missing.
+        .close(2, 1_500)
+        .receive(0, MessageKey::Seq(2), 9, 2_000)
+        .stop(10_000);
+    let j = join(None, &[&p.0]);
+    let r = Report::build(&j, vec![]);
+    assert_eq!(r.broadcasts, 2);
+    assert_eq!(r.receipts, 3);
+    // conn 2 missed seq 1 (while open); conn 1 missed seq 2.
+    assert_eq!(r.missing, 2);
+    assert_eq!(j.broadcasts[0].missing, vec![2]);
+    assert_eq!(j.broadcasts[1].missing, vec![1]);
+}
+
+#[test]
+fn duplicates_are_counted_not_joined() {
+    let mut p = ProbeLog::new("dev", &[(0, None), (1, None)]);
+    p.receive(0, MessageKey::Seq(5), 9, 1_000)
+        .receive(0, MessageKey::Seq(5), 9, 9_000)
+        .receive(1, MessageKey::Seq(5), 9, 1_050)
+        .stop(10_000);
+    let j = join(None, &[&p.0]);
+    assert_eq!(j.duplicates, 1);
+    assert_eq!(j.broadcasts[0].receipts.len(), 2);
+    // The duplicate's late time does not widen the skew.
+    assert_eq!(j.broadcasts[0].skew_ns(), Some(50));
+}
+
+#[test]
+fn foreign_payloads_join_by_hash_and_occurrence() {
+    let go = |occurrence| MessageKey::Hash {
+        hash: 77,
+        occurrence,
+    };
+    let mut a = ProbeLog::new("a", &[(0, None)]);
+    a.receive(0, go(0), 77, 1_000)
+        .receive(0, go(1), 77, 5_000)
+        .stop(10_000);
+    let mut b = ProbeLog::new("b", &[(0, None)]);
+    b.receive(0, go(0), 77, 1_300)
+        .receive(0, go(1), 77, 5_100)
+        .stop(10_000);
+    let j = join(None, &[&a.0, &b.0]);
+    let skews: Vec<_> = j.broadcasts.iter().map(|b| b.skew_ns()).collect();
+    assert_eq!(skews, vec![Some(300), Some(100)]);
+    let r = Report::build(&j, vec![]);
+    assert_eq!(r.clock_basis, ClockBasis::UncorrectedDeviceClocks);
+    assert_eq!(r.connections, 2);
+}
+
+#[test]
+fn agent_join_by_sequence_gives_latency_fanout_and_missing() {
+    let mut agent = vec![agent_started("srv")];
+    agent.extend(broadcast(1, Some(10), 9, 1_000, &[100, 101, 102]));
+    agent.extend(broadcast(2, Some(11), 9, 5_000, &[100, 101, 102]));
+    let mut p = ProbeLog::new("srv", &[(0, Some(100)), (1, Some(101)), (2, Some(102))]);
+    p.receive(0, MessageKey::Seq(10), 9, 1_400)
+        .receive(1, MessageKey::Seq(10), 9, 1_500)
+        .receive(2, MessageKey::Seq(10), 9, 1_900)
+        .receive(0, MessageKey::Seq(11), 9, 5_300)
+        .receive(2, MessageKey::Seq(11), 9, 5_600)
+        .stop(10_000);
+    let j = join(Some(&agent), &[&p.0]);
+    assert_eq!(j.broadcasts.len(), 2);
+    assert_eq!(j.broadcasts[1].missing, vec![1]);
+    let r = Report::build(&j, vec![]);
+    assert_eq!(r.clock_basis, ClockBasis::SingleHost);
+    assert_eq!((r.broadcasts, r.receipts, r.missing), (2, 5, 1));
+    let skew = r.skew_ns.unwrap();
+    assert_eq!((skew.min, skew.max), (300, 500));
+    let latency = r.latency_ns.unwrap();
+    assert_eq!((latency.min, latency.max), (300, 900));
+    // Three writes 100 ns apart: the last completes 300 ns after start.
+    let fanout = r.fanout_ns.unwrap();
+    assert_eq!((fanout.min, fanout.max), (300, 300));
+}
+
+#[test]
+fn agent_join_by_hash_uses_the_connection_and_occurrence() {
+    // The same payload broadcast twice; conn 101 joined only for the second one,
+    // so its occurrence 0 is the agent's broadcast 2.
+    let mut agent = vec![agent_started("srv")];
+    agent.extend(broadcast(1, None, 77, 1_000, &[100]));
+    agent.extend(broadcast(2, None, 77, 5_000, &[100, 101]));
+    let go = |occurrence| MessageKey::Hash {
+        hash: 77,
+        occurrence,
+    };
+    let mut p = ProbeLog::new("srv", &[(0, Some(100)), (1, Some(101))]);
+    p.receive(0, go(0), 77, 1_200)
+        .receive(0, go(1), 77, 5_200)
+        .receive(1, go(0), 77, 5_250)
+        .stop(10_000);
+    let j = join(Some(&agent), &[&p.0]);
+    assert_eq!(j.unmatched, 0);
+    assert_eq!(j.broadcasts[0].receipts.len(), 1);
+    assert_eq!(j.broadcasts[1].receipts.len(), 2);
+    assert_eq!(j.broadcasts[1].skew_ns(), Some(50));
+}
+
+#[test]
+fn receipts_from_another_run_are_unmatched_not_joined() {
+    let mut agent = vec![agent_started("srv")];
+    agent.extend(broadcast(1, Some(10), 9, 1_000, &[100]));
+    let mut p = ProbeLog::new("srv", &[(0, Some(100))]);
+    p.receive(0, MessageKey::Seq(10), 9, 1_100)
+        // seq 99 was never sent by this agent; seq 10 with another hash is not ours.
+        .receive(0, MessageKey::Seq(99), 9, 2_000)
+        .receive(0, MessageKey::Seq(10), 8, 2_100)
+        .stop(10_000);
+    let j = join(Some(&agent), &[&p.0]);
+    assert_eq!(j.unmatched, 2);
+    assert_eq!(j.duplicates, 0);
+}
+
+#[test]
+fn agent_targets_after_the_probe_stopped_are_not_missing() {
+    let mut agent = vec![agent_started("srv")];
+    agent.extend(broadcast(1, Some(1), 9, 1_000, &[100]));
+    agent.extend(broadcast(2, Some(2), 9, 50_000, &[100]));
+    let mut p = ProbeLog::new("srv", &[(0, Some(100))]);
+    p.receive(0, MessageKey::Seq(1), 9, 1_100).stop(2_000);
+    let j = join(Some(&agent), &[&p.0]);
+    let r = Report::build(&j, vec![]);
+    assert_eq!(r.missing, 0);
+}
+
+#[test]
+fn queued_writes_complete_later_and_dropped_clients_are_counted() {
+    let mut agent = vec![agent_started("srv")];
+    agent.push(AgentRecord::Broadcast(BroadcastStarted {
+        id: 1,
+        seq: Some(1),
+        hash: 9,
+        len: 450,
+        text: true,
+        at: at(1_000),
+    }));
+    agent.push(AgentRecord::ShardSends(ShardSends {
+        broadcast: 1,
+        shard: 0,
+        loop_start_mono_ns: at(1_000).mono_ns,
+        slots: vec![
+            SendSlot {
+                conn: 100,
+                position: 0,
+                outcome: SendOutcome::Queued,
+                mono_ns: at(1_100).mono_ns,
+            },
+            SendSlot {
+                conn: 101,
+                position: 1,
+                outcome: SendOutcome::Dropped,
+                mono_ns: at(1_200).mono_ns,
+            },
+        ],
+    }));
+    agent.push(AgentRecord::SendCompleted(SendCompleted {
+        broadcast: 1,
+        conn: 100,
+        mono_ns: at(9_000).mono_ns,
+    }));
+    let j = join(Some(&agent), &[]);
+    let side = j.broadcasts[0].agent.unwrap();
+    assert_eq!((side.targets, side.queued, side.dropped), (2, 1, 1));
+    assert_eq!(side.fanout_span_ns, Some(8_000));
+}
+
+fn identity(run_id: u128, boot_id: Option<&str>) -> RunIdentity {
+    RunIdentity {
+        run_id,
+        boot_id: boot_id.map(str::to_owned),
+    }
+}
+
+#[test]
+fn one_host_name_with_two_boot_ids_is_two_clocks() {
+    // Two devices made from one OS image: both are called "raspberrypi".
+    let go = |occurrence| MessageKey::Hash {
+        hash: 77,
+        occurrence,
+    };
+    let mut a = ProbeLog::new("raspberrypi", &[(0, None)]);
+    a.0.push(ProbeRecord::Identity(identity(1, Some("boot-a"))));
+    a.receive(0, go(0), 77, 1_000).stop(10_000);
+    let mut b = ProbeLog::new("raspberrypi", &[(0, None)]);
+    b.0.push(ProbeRecord::Identity(identity(2, Some("boot-b"))));
+    b.receive(0, go(0), 77, 1_300).stop(10_000);
+    let r = Report::build(&join(None, &[&a.0, &b.0]), vec![]);
+    assert_ne!(r.clock_basis, ClockBasis::SingleHost);
+    assert_eq!(r.clocks_named_by, ClockNaming::BootId);
+    assert_eq!(r.probes[0].boot_id.as_deref(), Some("boot-a"));
+
+    // The same boot id on both logs is one clock, whatever the names say.
+    let mut c = ProbeLog::new("kiosk-1", &[(0, None)]);
+    c.0.push(ProbeRecord::Identity(identity(3, Some("boot-a"))));
+    c.receive(0, go(0), 77, 1_200).stop(10_000);
+    let r = Report::build(&join(None, &[&a.0, &c.0]), vec![]);
+    assert_eq!(r.clock_basis, ClockBasis::SingleHost);
+
+    // Logs without boot ids fall back to the host name, and the report says so.
+    let mut d = ProbeLog::new("raspberrypi", &[(0, None)]);
+    d.receive(0, go(0), 77, 1_000).stop(10_000);
+    let mut e = ProbeLog::new("raspberrypi", &[(0, None)]);
+    e.receive(0, go(0), 77, 1_300).stop(10_000);
+    let r = Report::build(&join(None, &[&d.0, &e.0]), vec![]);
+    assert_eq!(r.clock_basis, ClockBasis::SingleHost);
+    assert_eq!(r.clocks_named_by, ClockNaming::HostName);
+}

@@ -1,0 +1,18 @@
+//! From records to a report, without I/O. The steps, in the order a report
+//! runs them:
+//!
+//! - [`join`]: which receipt belongs to which broadcast and which send;
+//! - [`clock_model`]: each device's offset to the agent's clock, its error
+//!   bound, and its clock steps, from the time-exchange samples;
+//! - [`clock_figures`]: skew and latency moved into the agent's timebase with
+//!   intervals that contain the truth, and the latency split;
+//! - [`triggers`]: latency from trigger times, for servers that record nothing;
+//! - [`stats`]: HDR-histogram summaries (percentiles, never a mean alone);
+//! - [`report`]: the whole report, as rendered and as JSON.
+
+pub mod clock_figures;
+pub mod clock_model;
+pub mod join;
+pub mod report;
+pub mod stats;
+pub mod triggers;

@@ -1,0 +1,339 @@
+//! The report: counts and distributions computed from a [`Joined`] run, in the
+//! shape the JSON output documents. Rendering for people lives in the collector.
+
+use serde::Serialize;
+
+use crate::analysis::clock_figures::{BoundedSummary, DeviceClockSummary, StepSummary, timing};
+use crate::analysis::join::{BroadcastKey, ClockIdentity, Joined, JoinedBroadcast};
+use crate::analysis::stats::Summary;
+use crate::record::{ClockState, MessageKey, SendOrder, TimeServiceCounters};
+
+/// How much a log file contributed, and what was lost reading it.
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct InputSummary {
+    /// The file as given on the command line.
+    pub file: String,
+    /// `"agent"` or `"probe"`.
+    pub kind: &'static str,
+    /// Intact records read.
+    pub records: u64,
+    /// Bytes not part of an intact record.
+    pub skipped_bytes: u64,
+    /// The file ends mid-record (its writer was killed mid-write).
+    pub torn_tail: bool,
+}
+
+/// Which clocks the cross-connection figures were measured with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClockBasis {
+    /// Every receipt (and the agent, if present) came from one host and nothing
+    /// measured says otherwise: one clock, so raw skew carries no clock error.
+    SingleHost,
+    /// Every receipt could be mapped into the agent's timebase with a bound:
+    /// `skew_corrected_ns` holds the defensible figures.
+    CorrectedToAgent,
+    /// Some receipts came from clocks that could not be bounded (no time
+    /// exchange): raw skew includes their offsets, and corrected figures leave
+    /// those receipts out.
+    UncorrectedDeviceClocks,
+}
+
+/// How the report told clocks apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClockNaming {
+    /// Every log records its kernel's boot id: clocks are told apart exactly.
+    BootId,
+    /// Some log records no boot id (written before skewscope recorded it):
+    /// those are told apart by host name, which devices of one OS image share.
+    HostName,
+}
+
+/// The agent run, as reported.
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct AgentSummary {
+    /// Server host name.
+    pub host: String,
+    /// Fan-out shards.
+    pub shards: u16,
+    /// Send order.
+    pub order: &'static str,
+    /// Copies queued because a client's send buffer was full.
+    pub queued: u64,
+    /// Clients dropped or failed during broadcasts.
+    pub dropped: u64,
+    /// The server clock's last claim about itself.
+    pub claim: Option<ClockState>,
+    /// The time port's counters (answered and dropped packets).
+    pub time_service: Option<TimeServiceCounters>,
+    /// Steps of the server's wall clock during the run.
+    pub clock_steps: Vec<StepSummary>,
+}
+
+/// Per-probe figures.
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct ProbeSummary {
+    /// Probe name.
+    pub name: String,
+    /// Device host name, for people.
+    pub host: String,
+    /// The device kernel's boot id: what names its clock (`None` in logs that
+    /// predate it).
+    pub boot_id: Option<String>,
+    /// Connections it opened.
+    pub connections: u64,
+    /// Broadcasts its connections received.
+    pub receipts: u64,
+    /// Broadcasts its connections missed.
+    pub missing: u64,
+    /// Its clock against the agent's.
+    #[serde(flatten)]
+    pub clock: DeviceClockSummary,
+}
+
+/// One broadcast among the worst by skew.
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct BroadcastSummary {
+    /// `"id 12"` (agent), `"seq 12"` or `"hash 0123abcd… #0"` (probes only).
+    pub broadcast: String,
+    /// Connections that received it.
+    pub receipts: u64,
+    /// Connections that missed it.
+    pub missing: u64,
+    /// Its skew.
+    pub skew_ns: Option<u64>,
+    /// Start to last completed write, when the agent recorded it.
+    pub fanout_ns: Option<u64>,
+}
+
+/// Everything `skewscope report` prints, in the shape of its JSON output.
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct Report {
+    /// The logs read.
+    pub inputs: Vec<InputSummary>,
+    /// The agent run, when an agent log was given.
+    pub agent: Option<AgentSummary>,
+    /// Which clocks the skew was measured with.
+    pub clock_basis: ClockBasis,
+    /// How clocks were told apart.
+    pub clocks_named_by: ClockNaming,
+    /// Broadcasts seen (agent log) or distinct messages received (probes only).
+    pub broadcasts: u64,
+    /// Probe connections.
+    pub connections: u64,
+    /// Receipts joined to a broadcast, duplicates excluded.
+    pub receipts: u64,
+    /// (broadcast, connection) pairs where a connection that was listening did not
+    /// receive the broadcast.
+    pub missing: u64,
+    /// Receipts of a broadcast already received on that connection.
+    pub duplicates: u64,
+    /// Receipts matching no broadcast in the agent log.
+    pub unmatched: u64,
+    /// Skew per broadcast: max − min receipt time over the connections that got
+    /// it, each device's wall clock as it is (raw). Receipt time is the kernel's
+    /// receive stamp where there is one.
+    pub skew_ns: Option<Summary>,
+    /// The same, at the userspace stamps: the difference is device delivery.
+    pub skew_userspace_ns: Option<Summary>,
+    /// Skew with every receipt mapped into the agent's timebase, with intervals.
+    pub skew_corrected_ns: Option<BoundedSummary>,
+    /// Skew among connections of one probe (one clock): no clock error.
+    pub skew_intra_device_ns: Option<Summary>,
+    /// Per receipt: receipt time − broadcast start, raw clocks (needs the agent log).
+    pub latency_ns: Option<Summary>,
+    /// The same in the agent's timebase, with intervals.
+    pub latency_corrected_ns: Option<BoundedSummary>,
+    /// Per receipt: receipt time − the trigger time given for its broadcast
+    /// (`skewscope report --triggers`), for servers that record nothing.
+    pub latency_from_trigger: Option<crate::analysis::triggers::TriggerLatency>,
+    /// Per broadcast: start to the last completed write on the agent.
+    pub fanout_ns: Option<Summary>,
+    /// Latency split, per receipt: start to the agent's write of that copy.
+    pub fanout_position_ns: Option<Summary>,
+    /// Latency split: agent write (kernel TX stamp when recorded) to the device
+    /// kernel's receive stamp, across clocks, with intervals.
+    pub network_ns: Option<BoundedSummary>,
+    /// Latency split: device kernel receive to the probe's userspace stamp.
+    pub delivery_ns: Option<Summary>,
+    /// Receipts left out of corrected figures: no offset estimate for them.
+    pub uncorrected_receipts: u64,
+    /// Receipts with no kernel receive stamp (their userspace stamp is used).
+    pub receipts_without_kernel_stamp: u64,
+    /// Per-probe breakdown.
+    pub probes: Vec<ProbeSummary>,
+    /// The five broadcasts with the largest skew.
+    pub worst_broadcasts: Vec<BroadcastSummary>,
+}
+
+impl Report {
+    /// Computes the report of a joined run.
+    pub fn build(joined: &Joined, inputs: Vec<InputSummary>) -> Report {
+        let skews: Vec<i64> = joined
+            .broadcasts
+            .iter()
+            .filter_map(|b| b.skew_ns())
+            .map(|s| s as i64)
+            .collect();
+        let userspace_skews: Vec<i64> = joined
+            .broadcasts
+            .iter()
+            .filter_map(|b| spread(b.receipts.iter().map(|r| r.wall_ns)))
+            .map(|s| s as i64)
+            .collect();
+        let latencies: Vec<i64> = joined
+            .broadcasts
+            .iter()
+            .filter_map(|b| b.agent.map(|a| (a, &b.receipts)))
+            .flat_map(|(a, receipts)| {
+                receipts
+                    .iter()
+                    .map(move |r| (r.arrival_wall_ns() as i128 - a.start.wall_ns as i128) as i64)
+            })
+            .collect();
+        let timing = timing(joined);
+        let fanouts: Vec<i64> = joined
+            .broadcasts
+            .iter()
+            .filter_map(|b| b.agent.and_then(|a| a.fanout_span_ns))
+            .map(|s| s as i64)
+            .collect();
+
+        let mut probes: Vec<ProbeSummary> = joined
+            .probes
+            .iter()
+            .zip(&timing.devices)
+            .map(|(p, clock)| ProbeSummary {
+                name: p.name.clone(),
+                host: p.host.clone(),
+                boot_id: p.identity.as_ref().and_then(|i| i.boot_id.clone()),
+                connections: 0,
+                receipts: 0,
+                missing: 0,
+                clock: clock.clone(),
+            })
+            .collect();
+        for c in &joined.connections {
+            probes[c.probe].connections += 1;
+        }
+        for b in &joined.broadcasts {
+            for r in &b.receipts {
+                probes[joined.connections[r.connection].probe].receipts += 1;
+            }
+            for &m in &b.missing {
+                probes[joined.connections[m].probe].missing += 1;
+            }
+        }
+
+        let mut worst: Vec<&JoinedBroadcast> = joined.broadcasts.iter().collect();
+        worst.sort_by_key(|b| std::cmp::Reverse(b.skew_ns()));
+        let worst_broadcasts = worst
+            .into_iter()
+            .take(5)
+            .map(|b| BroadcastSummary {
+                broadcast: describe(b.key),
+                receipts: b.receipts.len() as u64,
+                missing: b.missing.len() as u64,
+                skew_ns: b.skew_ns(),
+                fanout_ns: b.agent.and_then(|a| a.fanout_span_ns),
+            })
+            .collect();
+
+        let agent = joined.agent.as_ref().map(|a| AgentSummary {
+            host: a.host.clone(),
+            shards: a.shards,
+            order: match a.order {
+                SendOrder::Fixed => "fixed",
+                SendOrder::Rotate => "rotate",
+                SendOrder::Shuffle => "shuffle",
+            },
+            queued: joined
+                .broadcasts
+                .iter()
+                .filter_map(|b| b.agent.map(|a| a.queued as u64))
+                .sum(),
+            dropped: joined
+                .broadcasts
+                .iter()
+                .filter_map(|b| b.agent.map(|a| a.dropped as u64))
+                .sum(),
+            claim: a.clock_states.last().cloned(),
+            time_service: a.time_service,
+            clock_steps: timing.agent_steps.clone(),
+        });
+        let clock_basis = if timing.one_clock {
+            ClockBasis::SingleHost
+        } else if timing.uncorrected_receipts == 0 && timing.skew_corrected.is_some() {
+            ClockBasis::CorrectedToAgent
+        } else {
+            ClockBasis::UncorrectedDeviceClocks
+        };
+
+        let by_boot_id = joined
+            .probes
+            .iter()
+            .map(|p| &p.clock)
+            .chain(joined.agent.as_ref().map(|a| &a.clock))
+            .all(|c| matches!(c, ClockIdentity::BootId(_)));
+        let clocks_named_by = if by_boot_id {
+            ClockNaming::BootId
+        } else {
+            ClockNaming::HostName
+        };
+
+        Report {
+            inputs,
+            agent,
+            clock_basis,
+            clocks_named_by,
+            broadcasts: joined.broadcasts.len() as u64,
+            connections: joined.connections.len() as u64,
+            receipts: joined
+                .broadcasts
+                .iter()
+                .map(|b| b.receipts.len() as u64)
+                .sum(),
+            missing: joined
+                .broadcasts
+                .iter()
+                .map(|b| b.missing.len() as u64)
+                .sum(),
+            duplicates: joined.duplicates,
+            unmatched: joined.unmatched,
+            skew_ns: Summary::of(&skews),
+            skew_userspace_ns: Summary::of(&userspace_skews),
+            skew_corrected_ns: timing.skew_corrected,
+            skew_intra_device_ns: timing.skew_intra_device,
+            latency_ns: Summary::of(&latencies),
+            latency_corrected_ns: timing.latency_corrected,
+            latency_from_trigger: None,
+            fanout_ns: Summary::of(&fanouts),
+            fanout_position_ns: timing.fanout_position,
+            network_ns: timing.network,
+            delivery_ns: timing.delivery,
+            uncorrected_receipts: timing.uncorrected_receipts,
+            receipts_without_kernel_stamp: timing.receipts_without_kernel_stamp,
+            probes,
+            worst_broadcasts,
+        }
+    }
+}
+
+/// max − min of some times; `None` with fewer than two.
+fn spread(times: impl Iterator<Item = u64> + Clone) -> Option<u64> {
+    if times.clone().count() < 2 {
+        return None;
+    }
+    Some(times.clone().max()? - times.min()?)
+}
+
+fn describe(key: BroadcastKey) -> String {
+    match key {
+        BroadcastKey::Agent(id) => format!("id {id}"),
+        BroadcastKey::Message(MessageKey::Seq(seq)) => format!("seq {seq}"),
+        BroadcastKey::Message(MessageKey::Hash { hash, occurrence }) => {
+            format!("hash {hash:016x} #{occurrence}")
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! skewscope's core: what every part writes and how it is read back, and the
+//! pure math that turns records into a skew report.
+//!
+//! Nothing here does I/O of its own or reads a clock: timestamps come in as
+//! arguments ([`Stamp`] is plain data), byte streams as `&[u8]` or
+//! `impl Write`. That keeps the decoders fuzzable, the analysis testable with
+//! hand-built records, and `skewscope report` buildable on any OS. Every
+//! syscall lives in the `skewscope-os` crate.
+//!
+//! - records and their framing: [`stamp`], [`record`], [`log`];
+//! - what crosses the network, as bytes: [`identity`] (which broadcast a
+//!   payload is), [`time_exchange`] (the UDP time packets),
+//!   [`client_frames`] (what WebSocket clients send a hub), [`chrony`] (what
+//!   `chronyc` prints);
+//! - [`units`]: durations and sizes as written in flags;
+//! - the [`analysis`]: joining, the clock model, the figures and the report.
+
+#![forbid(unsafe_code)]
+
+pub mod analysis;
+pub mod chrony;
+pub mod client_frames;
+pub mod identity;
+pub mod log;
+pub mod record;
+pub mod stamp;
+pub mod time_exchange;
+pub mod units;
+
+pub use stamp::Stamp;

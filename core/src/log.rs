@@ -1,0 +1,439 @@
+//! The append-only record log: a versioned header, then framed postcard records.
+//!
+//! ```text
+//! header:  "SKWSCOPE" (8 bytes) | version u16 LE | kind u8 | reserved u8
+//! record:  length u32 LE | crc32 u32 LE (of the payload) | postcard payload
+//! ```
+//!
+//! The framing survives a torn tail (a writer killed mid-record) and corruption in
+//! the middle: the reader keeps every record whose length and checksum hold,
+//! resynchronises past anything else, and reports how many bytes it skipped.
+
+#[cfg(feature = "fs")]
+use std::fs::File;
+#[cfg(feature = "fs")]
+use std::io::BufWriter;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// First bytes of every skewscope log.
+pub const MAGIC: &[u8; 8] = b"SKWSCOPE";
+/// The format version this build writes and reads.
+pub const FORMAT_VERSION: u16 = 1;
+/// Size of the file header.
+pub const HEADER_LEN: usize = 12;
+/// Size of a record's frame header (length and checksum).
+pub const FRAME_HEADER_LEN: usize = 8;
+/// Largest record accepted: bounds memory when reading a corrupt length.
+pub const MAX_RECORD_LEN: usize = 64 * 1024 * 1024;
+
+/// Which program wrote a log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogKind {
+    /// `skewscope-agent`: broadcasts and per-client sends.
+    Agent,
+    /// `skewscope-probe`: receipts.
+    Probe,
+}
+
+impl LogKind {
+    fn to_byte(self) -> u8 {
+        match self {
+            LogKind::Agent => 1,
+            LogKind::Probe => 2,
+        }
+    }
+
+    fn from_byte(b: u8) -> Option<LogKind> {
+        match b {
+            1 => Some(LogKind::Agent),
+            2 => Some(LogKind::Probe),
+            _ => None,
+        }
+    }
+}
+
+/// Why a log could not be read at all. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// The file could not be opened or read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The file does not start with the skewscope header.
+    #[error("{path}: not a skewscope record log (missing the SKWSCOPE header)")]
+    NotALog {
+        /// The file.
+        path: PathBuf,
+    },
+    /// Written by a different format version.
+    #[error(
+        "{path}: record log format version {found} is not supported by this build (it reads version {FORMAT_VERSION}); use a matching skewscope"
+    )]
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// The version in the header.
+        found: u16,
+    },
+    /// The header names a writer this build does not know.
+    #[error("{path}: unknown log kind {found} in the header")]
+    UnknownKind {
+        /// The file.
+        path: PathBuf,
+        /// The byte found.
+        found: u8,
+    },
+}
+
+/// Encodes the file header.
+pub fn header(kind: LogKind) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..10].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    h[10] = kind.to_byte();
+    h
+}
+
+/// Appends one framed record to `out`.
+pub fn encode_record<R: Serialize>(record: &R, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0u8; FRAME_HEADER_LEN]);
+    // postcard serialising plain data into a Vec cannot fail.
+    let mut body = postcard::to_extend(record, std::mem::take(out)).expect("postcard into Vec");
+    let len = (body.len() - start - FRAME_HEADER_LEN) as u32;
+    let crc = crc32fast::hash(&body[start + FRAME_HEADER_LEN..]);
+    body[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    body[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    *out = body;
+}
+
+/// Writes a record log to any `Write`; callers choose when to flush.
+pub struct LogWriter<W: Write> {
+    out: W,
+    scratch: Vec<u8>,
+    written: u64,
+}
+
+#[cfg(feature = "fs")]
+impl LogWriter<BufWriter<File>> {
+    /// Creates (or truncates) a log file and writes its header.
+    pub fn create(path: &Path, kind: LogKind) -> io::Result<Self> {
+        let file = File::create(path)?;
+        let mut writer = LogWriter::new(BufWriter::with_capacity(256 * 1024, file), kind)?;
+        // On disk at once: a writer killed before its first flush still leaves a
+        // file that reads as an (empty) log rather than as a foreign file.
+        writer.flush()?;
+        Ok(writer)
+    }
+
+    /// Reopens a log for appending (SIGHUP after a log rotation): appends to
+    /// `path` if it already holds a log of this kind, else creates it afresh.
+    /// Returns the writer and whether the file was created.
+    pub fn reopen(path: &Path, kind: LogKind) -> io::Result<(Self, bool)> {
+        // Only the header is read: a long log is appended to, not loaded.
+        let existing = File::open(path).ok().and_then(|mut file| {
+            let mut head = [0u8; HEADER_LEN];
+            io::Read::read_exact(&mut file, &mut head).ok()?;
+            let len = file.metadata().ok()?.len();
+            (read_header(path, &head).ok() == Some(kind)).then_some(len)
+        });
+        match existing {
+            Some(len) => {
+                let file = std::fs::OpenOptions::new().append(true).open(path)?;
+                Ok((
+                    LogWriter {
+                        out: BufWriter::with_capacity(256 * 1024, file),
+                        scratch: Vec::with_capacity(4096),
+                        written: len,
+                    },
+                    false,
+                ))
+            }
+            None => Ok((LogWriter::create(path, kind)?, true)),
+        }
+    }
+
+    /// Flushes buffered records and asks the OS to make them durable.
+    pub fn sync(&mut self) -> io::Result<()> {
+        self.out.flush()?;
+        self.out.get_ref().sync_data()
+    }
+}
+
+impl<W: Write> LogWriter<W> {
+    /// Wraps `out` and writes the header.
+    pub fn new(mut out: W, kind: LogKind) -> io::Result<Self> {
+        out.write_all(&header(kind))?;
+        Ok(LogWriter {
+            out,
+            scratch: Vec::with_capacity(4096),
+            written: HEADER_LEN as u64,
+        })
+    }
+
+    /// Appends one record. A record is written with a single `write_all`, so a
+    /// crash leaves at worst one torn record at the tail.
+    pub fn append<R: Serialize>(&mut self, record: &R) -> io::Result<()> {
+        self.scratch.clear();
+        encode_record(record, &mut self.scratch);
+        self.written += self.scratch.len() as u64;
+        self.out.write_all(&self.scratch)
+    }
+
+    /// Bytes written so far, header included: for rotating segments by size.
+    pub fn bytes_written(&self) -> u64 {
+        self.written
+    }
+
+    /// Pushes buffered bytes to the OS.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    /// Returns the inner writer.
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+}
+
+/// What a reader recovered from one log.
+#[derive(Debug)]
+pub struct Decoded<R> {
+    /// Every complete, intact record, in file order.
+    pub records: Vec<R>,
+    /// Bytes that were not part of an intact record (torn tail, corruption,
+    /// records of a kind this build does not know).
+    pub skipped_bytes: u64,
+    /// Whether the file ended in the middle of a record (a writer killed mid-write).
+    pub torn_tail: bool,
+}
+
+/// Reads the header and returns the kind, or an error naming `path`.
+pub fn read_header(path: &Path, bytes: &[u8]) -> Result<LogKind, LogError> {
+    if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
+        return Err(LogError::NotALog {
+            path: path.to_owned(),
+        });
+    }
+    let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+    if version != FORMAT_VERSION {
+        return Err(LogError::UnsupportedVersion {
+            path: path.to_owned(),
+            found: version,
+        });
+    }
+    LogKind::from_byte(bytes[10]).ok_or(LogError::UnknownKind {
+        path: path.to_owned(),
+        found: bytes[10],
+    })
+}
+
+/// Decodes the records after the header, recovering from damage.
+pub fn decode_records<R: DeserializeOwned>(body: &[u8]) -> Decoded<R> {
+    let mut records = Vec::new();
+    let mut skipped = 0u64;
+    let mut torn_tail = false;
+    let mut pos = 0usize;
+    while pos < body.len() {
+        match frame_at(body, pos) {
+            Frame::Intact(payload) => {
+                let next = pos + FRAME_HEADER_LEN + payload.len();
+                match postcard::from_bytes::<R>(payload) {
+                    Ok(r) => records.push(r),
+                    Err(_) => skipped += (next - pos) as u64,
+                }
+                pos = next;
+            }
+            Frame::Truncated => {
+                // Nothing intact follows: either the writer died mid-record or the
+                // length is corrupt. Look for a later intact frame before giving up.
+                match resync(body, pos + 1) {
+                    Some(next) => {
+                        skipped += (next - pos) as u64;
+                        pos = next;
+                    }
+                    None => {
+                        skipped += (body.len() - pos) as u64;
+                        torn_tail = true;
+                        pos = body.len();
+                    }
+                }
+            }
+            Frame::Corrupt => {
+                let next = resync(body, pos + 1).unwrap_or(body.len());
+                skipped += (next - pos) as u64;
+                pos = next;
+            }
+        }
+    }
+    Decoded {
+        records,
+        skipped_bytes: skipped,
+        torn_tail,
+    }
+}
+
+enum Frame<'a> {
+    Intact(&'a [u8]),
+    Truncated,
+    Corrupt,
+}
+
+fn frame_at(body: &[u8], pos: usize) -> Frame<'_> {
+    let rest = &body[pos..];
+    if rest.len() < FRAME_HEADER_LEN {
+        return Frame::Truncated;
+    }
+    let len = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
+    let crc = u32::from_le_bytes(rest[4..8].try_into().unwrap());
+    if len > MAX_RECORD_LEN {
+        return Frame::Corrupt;
+    }
+    if rest.len() < FRAME_HEADER_LEN + len {
+        return Frame::Truncated;
+    }
+    let payload = &rest[FRAME_HEADER_LEN..FRAME_HEADER_LEN + len];
+    if crc32fast::hash(payload) == crc {
+        Frame::Intact(payload)
+    } else {
+        Frame::Corrupt
+    }
+}
+
+/// Finds the next offset at or after `from` where an intact frame starts.
+fn resync(body: &[u8], from: usize) -> Option<usize> {
+    (from..body.len())
+        .find(|&at| matches!(frame_at(body, at), Frame::Intact(payload) if !payload.is_empty()))
+}
+
+/// A log read from disk, of either kind.
+#[derive(Debug)]
+pub enum AnyLog {
+    /// An agent's log.
+    Agent(Decoded<crate::record::AgentRecord>),
+    /// A probe's log.
+    Probe(Decoded<crate::record::ProbeRecord>),
+}
+
+/// Reads a log file of either kind. Damage inside the file is recovered and
+/// counted; only a missing or foreign file is an error.
+#[cfg(feature = "fs")]
+pub fn read_file(path: &Path) -> Result<AnyLog, LogError> {
+    let bytes = std::fs::read(path).map_err(|source| LogError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    let kind = read_header(path, &bytes)?;
+    let body = &bytes[HEADER_LEN..];
+    Ok(match kind {
+        LogKind::Agent => AnyLog::Agent(decode_records(body)),
+        LogKind::Probe => AnyLog::Probe(decode_records(body)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Stamp;
+    use crate::record::{MessageKey, ProbeRecord, Receipt};
+
+    fn receipt(i: u64) -> ProbeRecord {
+        ProbeRecord::Receipt(Receipt {
+            conn: i as u32,
+            key: MessageKey::Seq(i),
+            hash: i * 7,
+            len: 450,
+            at: Stamp {
+                wall_ns: 1_700_000_000_000_000_000 + i,
+                mono_ns: i,
+            },
+            kernel_delay_ns: Some(i),
+        })
+    }
+
+    fn log_of(n: u64) -> Vec<u8> {
+        let mut w = LogWriter::new(Vec::new(), LogKind::Probe).unwrap();
+        for i in 0..n {
+            w.append(&receipt(i)).unwrap();
+        }
+        w.into_inner()
+    }
+
+    #[test]
+    fn round_trips_every_record() {
+        let bytes = log_of(100);
+        assert_eq!(read_header(Path::new("x"), &bytes).unwrap(), LogKind::Probe);
+        let d: Decoded<ProbeRecord> = decode_records(&bytes[HEADER_LEN..]);
+        assert_eq!(d.records.len(), 100);
+        assert_eq!(d.records[42], receipt(42));
+        assert_eq!(d.skipped_bytes, 0);
+        assert!(!d.torn_tail);
+    }
+
+    #[test]
+    fn torn_tail_keeps_every_complete_record() {
+        let bytes = log_of(10);
+        let full = bytes.len();
+        let one = (full - HEADER_LEN) / 10;
+        // Cut 5 bytes into the last record.
+        let cut = &bytes[HEADER_LEN..full - one + 5];
+        let d: Decoded<ProbeRecord> = decode_records(cut);
+        assert_eq!(d.records.len(), 9);
+        assert_eq!(d.skipped_bytes, 5);
+        assert!(d.torn_tail);
+    }
+
+    #[test]
+    fn corruption_in_the_middle_loses_only_that_record() {
+        let mut bytes = log_of(10);
+        let one = (bytes.len() - HEADER_LEN) / 10;
+        // Flip a payload byte of record 3.
+        bytes[HEADER_LEN + 3 * one + FRAME_HEADER_LEN + 2] ^= 0xff;
+        let d: Decoded<ProbeRecord> = decode_records(&bytes[HEADER_LEN..]);
+        assert_eq!(d.records.len(), 9);
+        assert_eq!(d.skipped_bytes, one as u64);
+        assert!(!d.records.contains(&receipt(3)));
+        assert!(d.records.contains(&receipt(4)));
+        assert!(!d.torn_tail);
+    }
+
+    #[test]
+    fn corrupt_length_resynchronises() {
+        let mut bytes = log_of(10);
+        let one = (bytes.len() - HEADER_LEN) / 10;
+        bytes[HEADER_LEN + 5 * one..HEADER_LEN + 5 * one + 4]
+            .copy_from_slice(&u32::MAX.to_le_bytes());
+        let d: Decoded<ProbeRecord> = decode_records(&bytes[HEADER_LEN..]);
+        assert_eq!(d.records.len(), 9);
+        assert!(d.records.contains(&receipt(6)));
+    }
+
+    #[test]
+    fn foreign_and_future_files_are_errors_naming_the_file() {
+        let e = read_header(Path::new("/tmp/notes.txt"), b"hello world, not a log").unwrap_err();
+        assert!(e.to_string().contains("/tmp/notes.txt"));
+        assert!(e.to_string().contains("not a skewscope record log"));
+
+        let mut bytes = log_of(1);
+        bytes[8..10].copy_from_slice(&99u16.to_le_bytes());
+        let e = read_header(Path::new("future.sklog"), &bytes).unwrap_err();
+        assert!(matches!(e, LogError::UnsupportedVersion { found: 99, .. }));
+        assert!(e.to_string().contains("future.sklog"));
+    }
+
+    #[test]
+    fn empty_log_has_no_records() {
+        let bytes = log_of(0);
+        let d: Decoded<ProbeRecord> = decode_records(&bytes[HEADER_LEN..]);
+        assert!(d.records.is_empty());
+        assert_eq!(d.skipped_bytes, 0);
+    }
+}

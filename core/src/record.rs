@@ -1,0 +1,434 @@
+//! The records the agent and the probes write, one enum per writer.
+//!
+//! Records are encoded with postcard inside the framing of [`crate::log`]. Postcard
+//! tags enum variants by position, so new variants and record kinds are only ever
+//! appended; anything else bumps [`crate::log::FORMAT_VERSION`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::Stamp;
+
+/// How the agent orders clients within one shard's send loop.
+///
+/// Recorded with every run so lateness can be attributed to fan-out position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum SendOrder {
+    /// Connection order, every time: the first client connected is always first.
+    Fixed,
+    /// Each broadcast starts one place further along, so the penalty of being
+    /// last is shared.
+    Rotate,
+    /// A fresh random permutation per broadcast.
+    Shuffle,
+}
+
+/// Everything the agent writes to its log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum AgentRecord {
+    /// First record of a log: who wrote it and how it was configured.
+    Started(AgentStarted),
+    /// A WebSocket client finished its upgrade and joined a shard.
+    ConnectionOpened(AgentConnectionOpened),
+    /// A client left, or was closed by the agent; `reason` says which.
+    ConnectionClosed(AgentConnectionClosed),
+    /// A broadcast began: its identity and start time.
+    Broadcast(BroadcastStarted),
+    /// One shard's send loop for one broadcast: a slot per target client.
+    ShardSends(ShardSends),
+    /// A write that was queued (send buffer full) finished later.
+    SendCompleted(SendCompleted),
+    /// Last record of a clean shutdown.
+    Stopped(Stamp),
+    /// The server clock's own claim about its error, at start and periodically.
+    ClockState(ClockState),
+    /// Counters of the UDP time exchange, written periodically and at shutdown.
+    TimeService(TimeServiceCounters),
+    /// A kernel transmit timestamp for one client's copy of a broadcast
+    /// (`--tx-timestamps`).
+    TxStamp(TxStamp),
+    /// What names this run and its clock exactly; written after `Started`.
+    Identity(RunIdentity),
+}
+
+/// Identity and configuration of an agent run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AgentStarted {
+    /// Host name of the server, so reports can tell whether probes share its clock.
+    pub host: String,
+    /// skewscope version that wrote the log.
+    pub version: String,
+    /// When the agent started.
+    pub at: Stamp,
+    /// Number of fan-out shards (threads).
+    pub shards: u16,
+    /// Send order within a shard.
+    pub order: SendOrder,
+    /// Whether per-client send times are recorded (off only for overhead benchmarks).
+    pub per_client_times: bool,
+}
+
+/// A client joined the hub.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AgentConnectionOpened {
+    /// The agent's connection id; also sent to the client in the
+    /// `X-Skewscope-Conn` upgrade response header so probes can join on it.
+    pub conn: u64,
+    /// The `?probe=NAME` label, if the client gave one.
+    pub label: Option<String>,
+    /// The client's socket address.
+    pub peer: String,
+    /// The shard that serves it.
+    pub shard: u16,
+    /// When the upgrade completed.
+    pub at: Stamp,
+}
+
+/// Why a connection ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum CloseReason {
+    /// The client sent a close frame or closed its socket.
+    ClientClosed,
+    /// The client broke the WebSocket protocol (garbage, unmasked frames, bad opcodes).
+    ProtocolError(String),
+    /// A frame or fragmented message exceeded `--max-frame`.
+    FrameTooLarge,
+    /// The client could not keep up: its pending bytes exceeded the queue bound.
+    QueueOverflow,
+    /// A socket read or write failed (reset, broken pipe).
+    SocketError(String),
+    /// The agent shut down.
+    Shutdown,
+}
+
+/// A connection's end.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AgentConnectionClosed {
+    /// The connection id from [`AgentConnectionOpened`].
+    pub conn: u64,
+    /// When the agent noticed.
+    pub at: Stamp,
+    /// Why.
+    pub reason: CloseReason,
+}
+
+/// The start of a broadcast, taken once before any shard writes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct BroadcastStarted {
+    /// Broadcast id, unique within the agent run.
+    pub id: u64,
+    /// Sequence number when the payload is a skewscope test message.
+    pub seq: Option<u64>,
+    /// [`crate::identity::payload_hash`] of the payload.
+    pub hash: u64,
+    /// Payload size in bytes.
+    pub len: u32,
+    /// Sent as a text frame (else binary).
+    pub text: bool,
+    /// Start of the broadcast: the reference for latency and fan-out span.
+    pub at: Stamp,
+}
+
+/// What happened to one client's copy of a broadcast in the send loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum SendOutcome {
+    /// The whole frame went into the socket; the slot time is when `write` returned.
+    Written,
+    /// The send buffer was full (or earlier bytes were still pending): the rest was
+    /// queued. A [`SendCompleted`] follows if it is ever finished.
+    Queued,
+    /// Queueing would exceed the bound: the client was dropped.
+    Dropped,
+    /// The write failed (the peer vanished): the client was closed.
+    Failed,
+}
+
+/// One target client in one shard's send loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SendSlot {
+    /// Connection id.
+    pub conn: u64,
+    /// Position in this shard's loop, from 0.
+    pub position: u32,
+    /// What happened.
+    pub outcome: SendOutcome,
+    /// `CLOCK_MONOTONIC` when the write call returned (0 when not recorded).
+    pub mono_ns: u64,
+}
+
+/// One shard's send loop for one broadcast.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ShardSends {
+    /// Broadcast id.
+    pub broadcast: u64,
+    /// Shard index.
+    pub shard: u16,
+    /// `CLOCK_MONOTONIC` when this shard began the loop (its wake-up delay shows
+    /// as the gap from the broadcast start).
+    pub loop_start_mono_ns: u64,
+    /// One slot per target, in send order.
+    pub slots: Vec<SendSlot>,
+}
+
+/// A queued frame finished writing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SendCompleted {
+    /// Broadcast id.
+    pub broadcast: u64,
+    /// Connection id.
+    pub conn: u64,
+    /// `CLOCK_MONOTONIC` when the last byte went into the socket.
+    pub mono_ns: u64,
+}
+
+/// How a probe identifies a received message across connections.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
+pub enum MessageKey {
+    /// A skewscope test message, by its sequence number.
+    Seq(u64),
+    /// Any other payload: a 64-bit hash of its bytes and how many times this
+    /// connection had already seen that hash.
+    Hash {
+        /// [`crate::identity::payload_hash`] of the payload.
+        hash: u64,
+        /// 0 for the first time this connection saw the hash, then 1, 2, ...
+        occurrence: u32,
+    },
+}
+
+/// Everything a probe writes to its log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum ProbeRecord {
+    /// First record: who and what is being probed.
+    Started(ProbeStarted),
+    /// A connection's upgrade completed.
+    ConnectionOpened(ProbeConnectionOpened),
+    /// A connection attempt failed.
+    ConnectionFailed(ProbeConnectionFailed),
+    /// A connection ended.
+    ConnectionClosed(ProbeConnectionClosed),
+    /// A message arrived.
+    Receipt(Receipt),
+    /// Last record of a clean stop.
+    Stopped(Stamp),
+    /// The device clock's own claim about its error, at start and every few seconds.
+    ClockState(ClockState),
+    /// One completed time exchange with the agent.
+    TimeSample(TimeSample),
+    /// What names this run and its clock exactly; written after `Started`.
+    Identity(RunIdentity),
+}
+
+/// What names a run and the clock it was stamped with. Appended after the
+/// first records were defined, so logs written before it lack it, and a
+/// report then falls back to the host name and says so.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RunIdentity {
+    /// Random per run, 128 bits: tells runs apart when names repeat.
+    pub run_id: u128,
+    /// The kernel's boot id (`/proc/sys/kernel/random/boot_id`): names the
+    /// clock exactly. Host names do not: every device made from one OS image
+    /// carries the same one. `None` where the kernel does not publish it.
+    pub boot_id: Option<String>,
+}
+
+/// Identity of a probe run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ProbeStarted {
+    /// `--name`, or the host name.
+    pub name: String,
+    /// Host name of the device, so reports can tell which connections share a clock.
+    pub host: String,
+    /// The WebSocket URL probed.
+    pub url: String,
+    /// Connections requested.
+    pub connections: u32,
+    /// skewscope version that wrote the log.
+    pub version: String,
+    /// When the probe started.
+    pub at: Stamp,
+}
+
+/// A probe connection is up.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ProbeConnectionOpened {
+    /// Connection index within this probe, from 0.
+    pub conn: u32,
+    /// The agent's connection id from the `X-Skewscope-Conn` header; `None` for a
+    /// server that is not a skewscope agent.
+    pub agent_conn: Option<u64>,
+    /// When the upgrade completed.
+    pub at: Stamp,
+}
+
+/// A probe connection could not be made.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ProbeConnectionFailed {
+    /// Connection index within this probe.
+    pub conn: u32,
+    /// When it failed.
+    pub at: Stamp,
+    /// The error, for people.
+    pub error: String,
+}
+
+/// A probe connection ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ProbeConnectionClosed {
+    /// Connection index within this probe.
+    pub conn: u32,
+    /// When.
+    pub at: Stamp,
+    /// Why, for people ("count reached", "server closed", an error).
+    pub reason: String,
+}
+
+/// One message received on one connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Receipt {
+    /// Connection index within this probe.
+    pub conn: u32,
+    /// Which message.
+    pub key: MessageKey,
+    /// [`crate::identity::payload_hash`] of the payload.
+    pub hash: u64,
+    /// Payload size in bytes.
+    pub len: u32,
+    /// Userspace time the frame was complete.
+    pub at: Stamp,
+    /// How long before `at` the kernel received the frame's last segment
+    /// (`SO_TIMESTAMPING` software RX stamp), measured on the kernel's own clock
+    /// so it stays right even when the process clock is shifted; `None` when the
+    /// kernel gave no stamp.
+    pub kernel_delay_ns: Option<u64>,
+}
+
+/// What a clock says about its own error: the kernel's NTP state and, when
+/// chronyd answers, its tracking figures.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ClockState {
+    /// When it was read.
+    pub at: Stamp,
+    /// `adjtimex` with modes 0; `None` if the call failed.
+    pub kernel: Option<KernelClock>,
+    /// `chronyc -c tracking`; `None` when chronyd is absent or silent.
+    pub chrony: Option<ChronyTracking>,
+}
+
+/// The kernel's NTP discipline state (`adjtimex`, read only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct KernelClock {
+    /// `STA_UNSYNC` is clear: a time daemon disciplines the clock.
+    pub synchronized: bool,
+    /// The raw status bits.
+    pub status: i32,
+    /// Maximum error the kernel claims, in nanoseconds.
+    pub max_error_ns: u64,
+    /// Estimated error the kernel claims, in nanoseconds.
+    pub est_error_ns: u64,
+    /// Current offset being slewed away, in nanoseconds.
+    pub offset_ns: i64,
+    /// Frequency correction, in parts per billion.
+    pub freq_ppb: i64,
+}
+
+/// chronyd's tracking report, the fields that bound the clock's error.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ChronyTracking {
+    /// Reference (server) name or id.
+    pub reference: String,
+    /// Stratum of this clock.
+    pub stratum: u32,
+    /// Offset of the system clock from chrony's estimate of true time, in ns.
+    pub system_offset_ns: i64,
+    /// Last measured offset, in ns.
+    pub last_offset_ns: i64,
+    /// RMS of recent offsets, in ns.
+    pub rms_offset_ns: u64,
+    /// Root delay to the reference, in ns.
+    pub root_delay_ns: u64,
+    /// Root dispersion, in ns.
+    pub root_dispersion_ns: u64,
+    /// Leap status text ("Normal", "Not synchronised", ...).
+    pub leap: String,
+}
+
+impl ClockState {
+    /// The error bound the clock itself claims, if it claims one: chrony's
+    /// root dispersion plus half the root delay plus its system offset, else the
+    /// kernel's maximum error; `None` for an unsynchronised clock.
+    pub fn claimed_bound_ns(&self) -> Option<u64> {
+        if let Some(c) = &self.chrony
+            && c.leap != "Not synchronised"
+        {
+            return Some(
+                c.root_dispersion_ns + c.root_delay_ns / 2 + c.system_offset_ns.unsigned_abs(),
+            );
+        }
+        self.kernel
+            .filter(|k| k.synchronized)
+            .map(|k| k.max_error_ns)
+    }
+}
+
+/// One NTP-style exchange with the agent: the probe sent at `t1`, the agent
+/// received at `t2` and answered at `t3`, the probe received at `t4`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TimeSample {
+    /// Probe clocks when the request left.
+    pub t1: Stamp,
+    /// Agent wall clock when the request arrived.
+    pub t2_wall_ns: u64,
+    /// Agent wall clock when the reply left.
+    pub t3_wall_ns: u64,
+    /// Probe clocks when the reply arrived.
+    pub t4: Stamp,
+}
+
+/// What the agent's time port did with the packets it got.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub struct TimeServiceCounters {
+    /// Requests answered.
+    pub answered: u64,
+    /// Dropped: shorter than a request, or not a request.
+    pub malformed: u64,
+    /// Dropped: longer than a request (answering could amplify).
+    pub oversized: u64,
+    /// Dropped: a request id seen recently.
+    pub replayed: u64,
+}
+
+/// Which kernel transmit timestamp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum TxKind {
+    /// The packet entered the queueing discipline (`SOF_TIMESTAMPING_TX_SCHED`).
+    Sched,
+    /// The packet left for the device driver (`SOF_TIMESTAMPING_TX_SOFTWARE`).
+    Software,
+}
+
+/// A kernel transmit timestamp for the last byte of one client's copy of a broadcast.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TxStamp {
+    /// Broadcast id.
+    pub broadcast: u64,
+    /// Connection id.
+    pub conn: u64,
+    /// Which stamp.
+    pub kind: TxKind,
+    /// The stamp on the agent's monotonic clock.
+    pub mono_ns: u64,
+}

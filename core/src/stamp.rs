@@ -1,0 +1,44 @@
+//! Timestamps: what every record carries, as plain data. The clocks are read
+//! by `skewscope_os::clock`; here a stamp is only a pair of numbers.
+//!
+//! Every timestamp skewscope records is a [`Stamp`]: the wall clock
+//! (`CLOCK_REALTIME`, comparable across hosts once their offsets are known) and
+//! the monotonic clock (`CLOCK_MONOTONIC`, for intervals inside one host, immune to
+//! clock steps), read back to back.
+
+use serde::{Deserialize, Serialize};
+
+/// A pair of clock readings taken together, in nanoseconds.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema,
+)]
+pub struct Stamp {
+    /// `CLOCK_REALTIME`: nanoseconds since the Unix epoch.
+    pub wall_ns: u64,
+    /// `CLOCK_MONOTONIC`: nanoseconds since an unspecified start (boot).
+    pub mono_ns: u64,
+}
+
+impl Stamp {
+    /// Maps a monotonic reading taken on the same host into wall time, using this
+    /// stamp as the anchor. Used so the hot path only reads one clock per send.
+    pub fn wall_at(&self, mono_ns: u64) -> u64 {
+        let delta = mono_ns as i128 - self.mono_ns as i128;
+        (self.wall_ns as i128 + delta).max(0) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wall_at_moves_with_the_monotonic_clock() {
+        let anchor = Stamp {
+            wall_ns: 1_000_000,
+            mono_ns: 500,
+        };
+        assert_eq!(anchor.wall_at(700), 1_000_200);
+        assert_eq!(anchor.wall_at(400), 999_900);
+    }
+}

@@ -1,0 +1,73 @@
+//! Reading the clocks. A [`Stamp`] is plain data in the core; this is where
+//! one is taken.
+
+use nix::time::{ClockId, clock_gettime};
+use skewscope_core::Stamp;
+
+/// Reads one clock through libc (the vDSO: no syscall), in nanoseconds.
+fn read(clock: ClockId) -> u64 {
+    // CLOCK_REALTIME and CLOCK_MONOTONIC exist on every Linux: this cannot fail.
+    let ts = clock_gettime(clock).expect("clock_gettime of a standard clock");
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}
+
+/// Both clocks, read back to back: what every record's time is.
+pub fn now() -> Stamp {
+    Stamp {
+        wall_ns: read(ClockId::CLOCK_REALTIME),
+        mono_ns: read(ClockId::CLOCK_MONOTONIC),
+    }
+}
+
+/// `CLOCK_MONOTONIC` alone: the cheapest stamp, taken per client on the
+/// agent's hot path.
+pub fn mono_ns() -> u64 {
+    read(ClockId::CLOCK_MONOTONIC)
+}
+
+/// `CLOCK_REALTIME` straight from the kernel, bypassing libc: the clock kernel
+/// timestamps (`SO_TIMESTAMPING`) are taken on. Intervals between a kernel stamp
+/// and now are measured with it, so they stay right even when the process's
+/// libc clock is shifted (as `faketime` does in tests).
+#[allow(unsafe_code)]
+pub fn kernel_realtime_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // Why raw: libc's clock_gettime is what an LD_PRELOADed libfaketime
+    // replaces, and this reading must be the kernel's own (nix offers only the
+    // libc call).
+    // SAFETY: the syscall writes one timespec into `ts`, which is valid and
+    // writable; CLOCK_REALTIME exists on every Linux.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clock_gettime,
+            libc::CLOCK_REALTIME,
+            &mut ts as *mut libc::timespec,
+        )
+    };
+    debug_assert_eq!(rc, 0, "clock_gettime syscall failed");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn now_reads_plausible_clocks() {
+        let a = now();
+        let b = now();
+        assert!(b.mono_ns >= a.mono_ns);
+        // After 2020-01-01.
+        assert!(a.wall_ns > 1_577_836_800_000_000_000);
+    }
+
+    #[test]
+    fn kernel_realtime_agrees_with_libc() {
+        let a = now().wall_ns;
+        let k = kernel_realtime_ns();
+        assert!(k.abs_diff(a) < 100_000_000, "{a} vs {k}");
+    }
+}
