@@ -18,6 +18,7 @@ mod clock_watch;
 pub mod config;
 mod engine;
 pub mod http_client;
+mod ingest;
 mod recorder;
 mod segments;
 mod server;
@@ -136,6 +137,11 @@ impl RunningAgent {
             token,
             max_publish: config.max_publish,
             request_timeout: config.request_timeout(),
+            ingest: Arc::new(
+                ingest::IngestStore::new(&config.data_dir, config.max_data_bytes).with_context(
+                    || format!("cannot create {}/probes", config.data_dir.display()),
+                )?,
+            ),
         });
         let (stop, stopped) = watch::channel(false);
         tokio::spawn(clock_watch::watch(

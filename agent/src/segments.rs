@@ -111,7 +111,11 @@ impl SegmentedLog {
             })
             .collect();
         logs.sort();
-        let mut total: u64 = logs.iter().map(|l| l.2).sum();
+        // Uploaded probe runs count against the budget too, but are never
+        // removed here: when they alone fill it, ingest stops acknowledging.
+        let uploads =
+            crate::ingest::store::record_bytes(&self.dir.join(crate::ingest::store::PROBES_DIR));
+        let mut total: u64 = logs.iter().map(|l| l.2).sum::<u64>() + uploads;
         for (_, path, size) in logs {
             if total <= self.limits.max_data_bytes {
                 break;

@@ -85,7 +85,14 @@ fn sighup_starts_a_new_segment_and_sigterm_flushes() {
     let pid = Pid::from_raw(child.id() as i32);
     kill(pid, Signal::SIGHUP).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    let segments = || std::fs::read_dir(&data).unwrap().count();
+    // Record segments only: the data directory also holds probes/ (uploads).
+    let is_segment = |p: &std::path::Path| p.extension().is_some_and(|x| x == "sklog");
+    let segments = || {
+        std::fs::read_dir(&data)
+            .unwrap()
+            .filter(|e| is_segment(&e.as_ref().unwrap().path()))
+            .count()
+    };
     while segments() < 2 {
         assert!(Instant::now() < deadline, "no second segment after SIGHUP");
         std::thread::sleep(Duration::from_millis(20));
@@ -95,6 +102,7 @@ fn sighup_starts_a_new_segment_and_sigterm_flushes() {
     let mut names: Vec<_> = std::fs::read_dir(&data)
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| is_segment(p))
         .collect();
     names.sort();
     assert_eq!(names.len(), 2);

@@ -17,6 +17,41 @@ pub struct Inputs {
     pub summaries: Vec<InputSummary>,
 }
 
+/// The record logs named: files as given, and for a directory (an agent's
+/// data directory) every `.sklog` in it and in its `probes/` (uploaded runs),
+/// sorted by name.
+pub fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for path in paths {
+        if !path.is_dir() {
+            files.push(path.clone());
+            continue;
+        }
+        let mut found = Vec::new();
+        for dir in [path.clone(), path.join("probes")] {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries {
+                let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
+                let p = entry.path();
+                if p.extension().is_some_and(|x| x == "sklog") && p.is_file() {
+                    found.push(p);
+                }
+            }
+        }
+        if found.is_empty() {
+            bail!(
+                "{}: a directory with no record logs (*.sklog) in it",
+                path.display()
+            );
+        }
+        found.sort();
+        files.extend(found);
+    }
+    Ok(files)
+}
+
 /// Reads every file; damage inside a file is recovered and counted, a foreign
 /// or unreadable file is an error naming it.
 pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
@@ -112,4 +147,29 @@ pub fn read_triggers(path: &Path) -> anyhow::Result<Vec<u64>> {
         bail!("{}: no trigger times in it", path.display());
     }
     Ok(times)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_data_directory_stands_for_its_logs_and_uploaded_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("probes")).unwrap();
+        for name in ["agent-1-0000.sklog", "notes.txt", "probes/probe-ab.sklog"] {
+            std::fs::write(dir.path().join(name), b"").unwrap();
+        }
+        let files = expand(&[dir.path().to_owned()]).unwrap();
+        assert_eq!(
+            files,
+            vec![
+                dir.path().join("agent-1-0000.sklog"),
+                dir.path().join("probes/probe-ab.sklog")
+            ]
+        );
+        let empty = tempfile::tempdir().unwrap();
+        let err = expand(&[empty.path().to_owned()]).unwrap_err();
+        assert!(err.to_string().contains("no record logs"), "{err}");
+    }
 }

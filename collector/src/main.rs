@@ -23,7 +23,9 @@ struct Cli {
 enum Command {
     /// Join agent and probe logs and report skew, latency, fan-out and loss.
     Report {
-        /// Record logs: at most one agent log and any number of probe logs.
+        /// Record logs: one agent run's segments and any number of probe logs;
+        /// a directory (an agent's data directory) stands for every log in it
+        /// and in its probes/ (the runs probes uploaded).
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Also write the report as JSON to this file (`-` for standard output).
@@ -66,6 +68,7 @@ fn main() -> anyhow::Result<()> {
             triggers,
         } => {
             let triggers = triggers.as_deref().map(inputs::read_triggers).transpose()?;
+            let files = inputs::expand(&files)?;
             let report = inputs::report(inputs::read_inputs(&files)?, triggers.as_deref());
             print!("{}", table::render(&report));
             write_json(&report, json.as_deref())

@@ -11,7 +11,7 @@
 //! - what crosses the network, as bytes: [`identity`] (which broadcast a
 //!   payload is), [`time_exchange`] (the UDP time packets),
 //!   [`client_frames`] (what WebSocket clients send a hub), [`chrony`] (what
-//!   `chronyc` prints);
+//!   `chronyc` prints), [`ingest`] (probes uploading their records);
 //! - [`units`]: durations and sizes as written in flags;
 //! - the [`analysis`]: joining, the clock model, the figures and the report.
 
@@ -21,6 +21,7 @@ pub mod analysis;
 pub mod chrony;
 pub mod client_frames;
 pub mod identity;
+pub mod ingest;
 pub mod log;
 pub mod record;
 pub mod stamp;

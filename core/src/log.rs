@@ -281,13 +281,21 @@ pub fn decode_records<R: DeserializeOwned>(body: &[u8]) -> Decoded<R> {
     }
 }
 
-enum Frame<'a> {
+/// What starts at one offset of a record log's body.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FrameAt<'a> {
+    /// An intact frame: its payload.
     Intact(&'a [u8]),
+    /// Too few bytes for the frame its header announces (or for a header).
     Truncated,
+    /// A length over [`MAX_RECORD_LEN`] or a checksum that does not hold.
     Corrupt,
 }
+use FrameAt as Frame;
 
-fn frame_at(body: &[u8], pos: usize) -> Frame<'_> {
+/// Reads the frame at `pos` of a log body: what the reader, the probe's
+/// uploader and the agent's ingest all frame records by.
+pub fn frame_at(body: &[u8], pos: usize) -> FrameAt<'_> {
     let rest = &body[pos..];
     if rest.len() < FRAME_HEADER_LEN {
         return Frame::Truncated;

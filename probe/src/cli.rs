@@ -100,6 +100,17 @@ pub struct Args {
     /// Do not run the time exchange (reports then cannot bound this device's clock).
     #[arg(long)]
     pub no_time_exchange: bool,
+
+    /// Stream every record to this agent (http://HOST:PORT) while running, for
+    /// `skewscope audit`. The log stays the source of truth: what the agent has
+    /// not acknowledged is sent again after a reconnect.
+    #[arg(long, value_name = "URL")]
+    pub upload: Option<String>,
+
+    /// File holding the agent's bearer token for --upload (kept out of
+    /// process lists and settings).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
 }
 
 impl skewscope_os::settings::FileSettings for Args {
@@ -149,8 +160,28 @@ impl Args {
             time_exchange: !self.no_time_exchange,
             time_server: self.time_server,
             time_interval: self.time_interval,
+            upload: self.upload,
+            upload_token: match &self.token_file {
+                Some(path) => Some(read_token(path)?),
+                None => None,
+            },
         })
     }
+}
+
+/// The bearer token in `path`, trimmed; an empty or unreadable file is an error.
+fn read_token(path: &std::path::Path) -> Result<String, ProbeError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ProbeError::Config(format!("cannot read --token-file {}: {e}", path.display()))
+    })?;
+    let token = text.trim().to_owned();
+    if token.is_empty() {
+        return Err(ProbeError::Config(format!(
+            "--token-file {} is empty; put the agent's bearer token in it",
+            path.display()
+        )));
+    }
+    Ok(token)
 }
 
 /// Durations in config files, written as on the command line ("10s", "500ms").

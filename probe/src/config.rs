@@ -44,6 +44,10 @@ pub struct ProbeConfig {
     pub time_server: Option<String>,
     /// Pause between time exchanges after the first burst.
     pub time_interval: Duration,
+    /// Stream the records to this agent (`http://HOST:PORT`) while running.
+    pub upload: Option<String>,
+    /// Bearer token for the upload, when the agent has one.
+    pub upload_token: Option<String>,
 }
 
 impl ProbeConfig {
@@ -62,6 +66,8 @@ impl ProbeConfig {
             time_exchange: true,
             time_server: None,
             time_interval: DEFAULT_TIME_INTERVAL,
+            upload: None,
+            upload_token: None,
         }
     }
 

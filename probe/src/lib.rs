@@ -36,6 +36,7 @@ mod recorder;
 mod request;
 mod shutdown;
 mod time_exchange;
+mod uploader;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -54,6 +55,7 @@ pub use error::ProbeError;
 pub use recorder::{FLUSH_INTERVAL, ReopenHandle};
 pub use request::{AGENT_CONN_HEADER, PROBE_PARAM};
 pub use shutdown::StopHandle;
+pub use uploader::UploadState;
 
 use connection::{Connection, Progress, Settings};
 use recorder::Recorder;
@@ -83,6 +85,12 @@ pub struct RunningProbe {
     /// The time exchange and clock watch: they end when the connections do.
     helpers: JoinSet<()>,
     reopen: ReopenHandle,
+    /// Turns true once the log is complete and synced: the uploader's cue
+    /// to send the rest and stop.
+    log_ended: watch::Sender<bool>,
+    /// The `--upload` task, if any.
+    upload_task: Option<tokio::task::JoinHandle<()>>,
+    upload_state: watch::Receiver<uploader::UploadState>,
 }
 
 /// What a finished run did, counted from what was written to its log.
@@ -96,6 +104,8 @@ pub struct ProbeSummary {
     pub receipts: u64,
     /// The record log.
     pub out: PathBuf,
+    /// With `--upload`: what the agent acknowledged.
+    pub uploaded: Option<UploadState>,
 }
 
 impl fmt::Display for ProbeSummary {
@@ -107,7 +117,16 @@ impl fmt::Display for ProbeSummary {
             self.failed,
             self.receipts,
             self.out.display()
-        )
+        )?;
+        match self.uploaded {
+            Some(u) if u.complete => write!(f, "; all {} record(s) uploaded", u.acked),
+            Some(u) => write!(
+                f,
+                "; upload INCOMPLETE: the agent acknowledged {} record(s), the rest are only in the log",
+                u.acked
+            ),
+            None => Ok(()),
+        }
     }
 }
 
@@ -148,7 +167,22 @@ impl RunningProbe {
             at: skewscope_os::clock::now(),
         }));
         let identity = skewscope_os::host::new_run_identity().map_err(ProbeError::RunId)?;
+        let run_id = identity.run_id;
         recorder.record(ProbeRecord::Identity(identity));
+        let (log_ended, ended) = watch::channel(false);
+        let (upload_state_tx, upload_state) = watch::channel(uploader::UploadState::default());
+        let upload_task = match &config.upload {
+            Some(base) => {
+                let upload = uploader::Upload {
+                    url: uploader::ingest_url(base).map_err(ProbeError::Config)?,
+                    token: config.upload_token.clone(),
+                    log: config.out.clone(),
+                    run_id,
+                };
+                Some(tokio::spawn(uploader::run(upload, ended, upload_state_tx)))
+            }
+            None => None,
+        };
 
         let settings = Arc::new(Settings {
             url,
@@ -195,6 +229,9 @@ impl RunningProbe {
             finished,
             helpers,
             reopen,
+            log_ended,
+            upload_task,
+            upload_state,
         })
     }
 
@@ -247,6 +284,9 @@ impl RunningProbe {
             finished,
             mut helpers,
             reopen,
+            log_ended,
+            upload_task,
+            upload_state,
             ..
         } = self;
         let mut panicked = None;
@@ -271,6 +311,15 @@ impl RunningProbe {
             Err(_) => Err(std::io::Error::other(
                 "the record log writer thread ended unexpectedly",
             )),
+        };
+        // The log is synced: the uploader sends what is left, then stops.
+        let _ = log_ended.send(true);
+        let uploaded = match upload_task {
+            Some(task) => {
+                let _ = task.await;
+                Some(*upload_state.borrow())
+            }
+            None => None,
         };
         if let Some(payload) = panicked {
             // A bug in a connection task: surface it, now that the log is safe.
@@ -299,6 +348,7 @@ impl RunningProbe {
             failed: totals.failed,
             receipts: totals.receipts,
             out,
+            uploaded,
         })
     }
 }

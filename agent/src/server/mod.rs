@@ -31,6 +31,8 @@ pub struct Context {
     pub request_timeout: Duration,
     /// The time port's counters, when it runs.
     pub time: Option<Arc<crate::time_port::TimeCounters>>,
+    /// Uploaded probe runs (`/ingest`).
+    pub ingest: Arc<crate::ingest::IngestStore>,
 }
 
 /// Accepts until `stop` turns true.
@@ -70,6 +72,13 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, context: &Context) {
     };
     match (request.method.as_str(), request.path.as_str()) {
         (_, "/ws") => upgrade(stream, peer, request, context).await,
+        (_, "/ingest") => {
+            if authorized(&mut stream, &request, context).await {
+                ingest(stream, request, context).await
+            } else {
+                context.ingest.counters.reject("token");
+            }
+        }
         ("GET", "/healthz") => respond(&mut stream, 200, "", &health(context)).await,
         ("POST", "/publish") => {
             if authorized(&mut stream, &request, context).await {
@@ -133,6 +142,25 @@ async fn upgrade(mut stream: TcpStream, peer: SocketAddr, request: Request, cont
         label,
         peer.to_string(),
     );
+}
+
+/// Upgrades an `/ingest` request and hands the connection to the ingest
+/// session (on this task: uploads never touch the fan-out shards).
+async fn ingest(mut stream: TcpStream, request: Request, context: &Context) {
+    let response = match accept(&request, 0) {
+        Ok(r) => r,
+        Err(e) => {
+            context.ingest.counters.reject("handshake");
+            return respond(&mut stream, 400, "", &format!("{e}\n")).await;
+        }
+    };
+    if tokio::io::AsyncWriteExt::write_all(&mut stream, response.as_bytes())
+        .await
+        .is_err()
+    {
+        return;
+    }
+    crate::ingest::serve(stream, request.rest, context.ingest.clone()).await;
 }
 
 /// Keeps labels printable and short: they end up in logs and reports.
@@ -221,8 +249,9 @@ fn health(context: &Context) -> String {
         None => "null".into(),
     };
     format!(
-        "{{\"status\":\"ok\",\"clients\":{},\"time\":{time}}}\n",
-        context.hub.clients()
+        "{{\"status\":\"ok\",\"clients\":{},\"time\":{time},\"ingest\":{}}}\n",
+        context.hub.clients(),
+        crate::ingest::health_json(&context.ingest)
     )
 }
 

@@ -80,15 +80,15 @@ pub fn trigger(addr: &str) {
 /// Starts the agent binary on 127.0.0.1:0 with its data under `dir`; returns
 /// the process, its address and its log.
 pub fn start_agent(dir: &Path) -> (Reaped, String, PathBuf) {
+    start_agent_at(dir, "127.0.0.1:0")
+}
+
+/// As [`start_agent`], listening on `listen` (to restart one on its port).
+pub fn start_agent_at(dir: &Path, listen: &str) -> (Reaped, String, PathBuf) {
     let data = dir.join("agent");
     let mut agent = Reaped(
         Command::new(sibling_binary("skewscope-agent"))
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--data-dir",
-                data.to_str().unwrap(),
-            ])
+            .args(["--listen", listen, "--data-dir", data.to_str().unwrap()])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap(),

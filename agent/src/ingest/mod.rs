@@ -1,0 +1,166 @@
+//! `/ingest`: probes stream their records to the agent over a WebSocket
+//! (binary messages of [`skewscope_core::ingest`]), and the agent stores each
+//! run as a probe record log in its data directory, acknowledging what is
+//! durable. Runs on the server's tokio tasks, never on the fan-out shards.
+
+pub mod store;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures_util::{SinkExt, StreamExt};
+use skewscope_core::ingest::{
+    INGEST_VERSION, IngestError, MAX_BATCH_BYTES, ToAgent, ToProbe, accept_batch, decode_to_agent,
+    encode,
+};
+use tokio::net::TcpStream;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+
+pub use store::IngestStore;
+use store::OpenError;
+
+/// Serves one upgraded `/ingest` connection until the probe leaves or breaks
+/// the protocol. `leftover` is what followed the request head.
+pub async fn serve(stream: TcpStream, leftover: Vec<u8>, store: Arc<IngestStore>) {
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_BATCH_BYTES + 64))
+        .max_frame_size(Some(MAX_BATCH_BYTES + 64));
+    let mut ws =
+        WebSocketStream::from_partially_read(stream, leftover, Role::Server, Some(config)).await;
+    let mut run = None;
+    let outcome = session(&mut ws, &store, &mut run).await;
+    if let Some(run) = run.take() {
+        store.release(run);
+    }
+    if let Err(e) = outcome {
+        store.counters.reject(e.counter());
+        let frame = CloseFrame {
+            code: CloseCode::Policy,
+            reason: e.to_string().into(),
+        };
+        let _ = ws.close(Some(frame)).await;
+    }
+}
+
+/// Why a session ended badly.
+enum SessionError {
+    Protocol(IngestError),
+    InUse,
+    NotBinary,
+}
+
+impl SessionError {
+    fn counter(&self) -> &'static str {
+        match self {
+            SessionError::Protocol(e) => e.counter(),
+            SessionError::InUse => "run_in_use",
+            SessionError::NotBinary => "malformed",
+        }
+    }
+}
+
+impl std::fmt::Display for SessionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SessionError::Protocol(e) => write!(f, "{e}"),
+            SessionError::InUse => f.write_str("this run is already being uploaded"),
+            SessionError::NotBinary => f.write_str("ingest messages are binary"),
+        }
+    }
+}
+
+async fn session(
+    ws: &mut WebSocketStream<TcpStream>,
+    store: &IngestStore,
+    claimed: &mut Option<u128>,
+) -> Result<(), SessionError> {
+    let mut open = None;
+    while let Some(message) = ws.next().await {
+        let bytes = match message {
+            Ok(Message::Binary(b)) => b,
+            Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => continue,
+            Ok(Message::Close(_)) | Err(_) => return Ok(()),
+            Ok(Message::Text(_)) => return Err(SessionError::NotBinary),
+        };
+        let reply = match (
+            decode_to_agent(&bytes).map_err(SessionError::Protocol)?,
+            &mut open,
+        ) {
+            (ToAgent::Hello { version, run_id }, None) => {
+                if version != INGEST_VERSION {
+                    return Err(SessionError::Protocol(IngestError::Version(version)));
+                }
+                let run = match store.open(run_id) {
+                    Ok(run) => run,
+                    Err(OpenError::InUse(_)) => return Err(SessionError::InUse),
+                    Err(OpenError::Io(e)) => {
+                        eprintln!("skewscope-agent: ingest: cannot open run {run_id:032x}: {e}");
+                        return Ok(());
+                    }
+                };
+                *claimed = Some(run_id);
+                let next_seq = run.next_seq;
+                open = Some(run);
+                ToProbe::Ack { next_seq }
+            }
+            (ToAgent::Records { first_seq, frames }, Some(run)) => {
+                let accepted = accept_batch(run.run_id, run.next_seq, first_seq, &frames)
+                    .map_err(SessionError::Protocol)?;
+                store
+                    .counters
+                    .duplicates
+                    .fetch_add(accepted.duplicates, Ordering::Relaxed);
+                match store.append(run, accepted.new_frames, accepted.new_records) {
+                    Ok(()) => ToProbe::Ack {
+                        next_seq: run.next_seq,
+                    },
+                    Err(e) => {
+                        store.counters.busy.fetch_add(1, Ordering::Relaxed);
+                        ToProbe::Busy {
+                            next_seq: run.next_seq,
+                            reason: e.to_string(),
+                        }
+                    }
+                }
+            }
+            // Records before Hello, or a second Hello.
+            _ => return Err(SessionError::Protocol(IngestError::Malformed)),
+        };
+        if ws
+            .send(Message::Binary(encode(&reply).into()))
+            .await
+            .is_err()
+        {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// The counters as JSON, for `/healthz`.
+pub fn health_json(store: &IngestStore) -> String {
+    let c = &store.counters;
+    let mut rejected: Vec<(&str, u64)> = c
+        .rejected
+        .lock()
+        .expect("counters lock")
+        .iter()
+        .map(|(k, v)| (*k, *v))
+        .collect();
+    rejected.sort();
+    let rejected = rejected
+        .iter()
+        .map(|(k, v)| format!("\"{k}\":{v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    format!(
+        "{{\"records\":{},\"duplicates\":{},\"busy\":{},\"rejected\":{{{rejected}}}}}",
+        c.records.load(Ordering::Relaxed),
+        c.duplicates.load(Ordering::Relaxed),
+        c.busy.load(Ordering::Relaxed),
+    )
+}

@@ -1,0 +1,90 @@
+//! Probes stream their records to the agent (`--upload`): what the agent
+//! stores is the probe's own log, record for record, exactly once, across a
+//! SIGKILL and restart of the agent in the middle of the upload.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{Reaped, sibling_binary, signal, start_agent_at, trigger, wait_until};
+use nix::sys::signal::Signal;
+use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::record::ProbeRecord;
+
+fn probe_records(path: &Path) -> Vec<ProbeRecord> {
+    match read_file(path) {
+        Ok(AnyLog::Probe(d)) => d.records,
+        other => panic!("{}: not a probe log: {other:?}", path.display()),
+    }
+}
+
+fn uploaded_runs(data: &Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(data.join("probes"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_agent_stores_every_record_once_across_its_own_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, addr, first_run_log) = start_agent_at(dir.path(), "127.0.0.1:0");
+    let out = dir.path().join("probe.sklog");
+    let mut probe = Reaped(
+        Command::new(sibling_binary("skewscope-probe"))
+            .args(["--url", &format!("ws://{addr}/ws"), "--connections", "5"])
+            .args(["--name", "uploader", "--upload", &format!("http://{addr}")])
+            .arg("--out")
+            .arg(&out)
+            .spawn()
+            .unwrap(),
+    );
+    let data = dir.path().join("agent");
+    wait_until("the probe's five connections", || {
+        out.exists()
+            && probe_records(&out)
+                .iter()
+                .filter(|r| matches!(r, ProbeRecord::ConnectionOpened(_)))
+                .count()
+                == 5
+    });
+    for _ in 0..10 {
+        trigger(&addr);
+    }
+    // Some of the run reached the agent; then it dies without warning.
+    wait_until("a first upload", || {
+        uploaded_runs(&data)
+            .first()
+            .is_some_and(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 2_000))
+    });
+    signal(&agent.0, Signal::SIGKILL);
+    agent.0.wait().unwrap();
+    // The probe's connections end with the agent; it finishes its run and
+    // keeps trying to upload the rest until an agent answers again.
+    let (mut agent, _, _) = start_agent_at(dir.path(), &addr);
+    let status = probe.0.wait().unwrap();
+    assert!(status.success(), "probe exit {status:?}");
+    signal(&agent.0, Signal::SIGTERM);
+    agent.0.wait().unwrap();
+
+    let runs = uploaded_runs(&data);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let stored = probe_records(&runs[0]);
+    let own = probe_records(&out);
+    assert!(own.iter().any(|r| matches!(r, ProbeRecord::Receipt(_))));
+    assert!(matches!(own.last(), Some(ProbeRecord::Stopped(_))));
+    assert_eq!(stored.len(), own.len(), "record counts differ");
+    assert!(stored == own, "the stored run differs from the probe's log");
+
+    // The uploaded run joins the agent run it was measured against like any
+    // probe log. (The data directory now holds two agent runs, which one
+    // report does not join yet: the restarted agent broadcast nothing.)
+    let (text, json) = common::json_report(&[&first_run_log, &runs[0]]);
+    let receipts = own
+        .iter()
+        .filter(|r| matches!(r, ProbeRecord::Receipt(_)))
+        .count();
+    assert_eq!(json["receipts"], receipts as u64, "{text}");
+    assert_eq!(json["duplicates"], 0, "{text}");
+    assert_eq!(json["probes"][0]["name"], "uploader", "{text}");
+}

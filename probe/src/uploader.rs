@@ -1,0 +1,282 @@
+//! `--upload`: streams this run's record log to the agent's `/ingest` while
+//! the probe runs. The log is the spool: the uploader reads what the recorder
+//! has flushed, sends it from the agent's `next_seq`, and moves on only when
+//! the agent acknowledges it durable. A lost connection is retried with a
+//! bounded, jittered back-off; a probe that cannot reach the agent keeps
+//! recording and catches up later.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use skewscope_core::ingest::{
+    INGEST_VERSION, MAX_BATCH_BYTES, ToAgent, ToProbe, decode_to_probe, encode,
+};
+use skewscope_core::log::{FRAME_HEADER_LEN, FrameAt, HEADER_LEN, frame_at};
+use tokio::sync::watch;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+/// Pause before looking for newly flushed records.
+const POLL: Duration = Duration::from_millis(200);
+/// First and longest pause before reconnecting.
+const BACKOFF_MIN: Duration = Duration::from_millis(250);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// Batches this size or smaller: well under the agent's limit.
+const BATCH_BYTES: usize = MAX_BATCH_BYTES / 4;
+/// How long the last records may take to reach the agent once the run ended.
+pub const FINAL_DRAIN: Duration = Duration::from_secs(10);
+
+/// Where to upload and what.
+#[derive(Clone, Debug)]
+pub struct Upload {
+    /// `ws://HOST:PORT/ingest` (from `--upload http://HOST:PORT`).
+    pub url: String,
+    /// Bearer token, if the agent has one.
+    pub token: Option<String>,
+    /// The run's log file.
+    pub log: PathBuf,
+    /// The run's id.
+    pub run_id: u128,
+}
+
+/// What the uploader last achieved, for the run's summary.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UploadState {
+    /// Records the agent acknowledged.
+    pub acked: u64,
+    /// Whether everything flushed when the run ended was acknowledged.
+    pub complete: bool,
+}
+
+/// `http://host:port[/]` (or `ws://…`) to the ingest WebSocket URL.
+pub fn ingest_url(base: &str) -> Result<String, String> {
+    let rest = base
+        .strip_prefix("http://")
+        .or_else(|| base.strip_prefix("ws://"))
+        .ok_or_else(|| {
+            format!("--upload {base}: give the agent as http://HOST:PORT (TLS is not supported)")
+        })?;
+    let host = rest.trim_end_matches('/');
+    if host.is_empty() || host.contains('/') {
+        return Err(format!("--upload {base}: give only http://HOST:PORT"));
+    }
+    Ok(format!("ws://{host}/ingest"))
+}
+
+/// Uploads until `ended` turns true and the log is fully acknowledged (or
+/// [`FINAL_DRAIN`] passes after the end).
+pub async fn run(
+    upload: Upload,
+    mut ended: watch::Receiver<bool>,
+    state: watch::Sender<UploadState>,
+) {
+    let mut backoff = BACKOFF_MIN;
+    let mut deadline: Option<tokio::time::Instant> = None;
+    loop {
+        if *ended.borrow() && deadline.is_none() {
+            deadline = Some(tokio::time::Instant::now() + FINAL_DRAIN);
+        }
+        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            return;
+        }
+        match session(&upload, &mut ended, &state).await {
+            Ok(()) => return, // complete after the end
+            Err(e) => {
+                eprintln!("skewscope-probe: upload to {}: {e}; retrying", upload.url);
+                let jitter = fastrand::u64(0..=backoff.as_millis() as u64 / 2);
+                let pause = backoff + Duration::from_millis(jitter);
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = ended.changed(), if !*ended.borrow() => {}
+                }
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+}
+
+/// One connection: hello, then batches until the run ended and all is acked.
+async fn session(
+    upload: &Upload,
+    ended: &mut watch::Receiver<bool>,
+    state: &watch::Sender<UploadState>,
+) -> Result<(), String> {
+    let mut request = upload
+        .url
+        .as_str()
+        .into_client_request()
+        .map_err(|e| e.to_string())?;
+    if let Some(token) = &upload.token {
+        let value = format!("Bearer {token}").parse().map_err(|_| "bad token")?;
+        request.headers_mut().insert("authorization", value);
+    }
+    let (mut ws, _) = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio_tungstenite::connect_async(request),
+    )
+    .await
+    .map_err(|_| "connect timed out".to_owned())?
+    .map_err(|e| e.to_string())?;
+    let hello = ToAgent::Hello {
+        version: INGEST_VERSION,
+        run_id: upload.run_id,
+    };
+    ws.send(Message::Binary(encode(&hello).into()))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut spool = Spool::open(&upload.log).map_err(|e| e.to_string())?;
+    let mut next_seq = receive_ack(&mut ws).await?.0;
+    loop {
+        // Read the end flag before the log: what was flushed before it is in the file.
+        let was_ended = *ended.borrow();
+        let (first_seq, frames) = spool.batch_from(next_seq).map_err(|e| e.to_string())?;
+        if frames.is_empty() {
+            state.send_modify(|s| {
+                s.acked = next_seq;
+                s.complete = was_ended;
+            });
+            if was_ended {
+                let _ = ws.close(None).await;
+                return Ok(());
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(POLL) => {}
+                _ = ended.changed() => {}
+            }
+            continue;
+        }
+        let batch = ToAgent::Records { first_seq, frames };
+        ws.send(Message::Binary(encode(&batch).into()))
+            .await
+            .map_err(|e| e.to_string())?;
+        let (acked, busy) = receive_ack(&mut ws).await?;
+        next_seq = acked;
+        state.send_modify(|s| s.acked = acked);
+        if let Some(reason) = busy {
+            eprintln!(
+                "skewscope-probe: the agent stored nothing ({reason}); records stay in the log"
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Waits for the agent's answer: its `next_seq`, and why nothing was stored
+/// when it was busy.
+async fn receive_ack(ws: &mut Socket) -> Result<(u64, Option<String>), String> {
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(30), ws.next())
+            .await
+            .map_err(|_| "no answer from the agent in 30 s".to_owned())?;
+        match message {
+            Some(Ok(Message::Binary(b))) => {
+                return match decode_to_probe(&b) {
+                    Some(ToProbe::Ack { next_seq }) => Ok((next_seq, None)),
+                    Some(ToProbe::Busy { next_seq, reason }) => Ok((next_seq, Some(reason))),
+                    None => Err("the agent sent something that is not an ingest answer".into()),
+                };
+            }
+            Some(Ok(Message::Close(frame))) => {
+                return Err(format!(
+                    "the agent closed the upload: {}",
+                    frame.map_or_else(String::new, |f| f.reason.to_string())
+                ));
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(e.to_string()),
+            None => return Err("the agent closed the connection".into()),
+        }
+    }
+}
+
+/// The run's log, read forward: where each sequence number's frame starts.
+struct Spool {
+    file: std::fs::File,
+    /// Byte offset (in the file) and sequence number of the next unread frame.
+    offset: u64,
+    seq: u64,
+}
+
+impl Spool {
+    fn open(path: &std::path::Path) -> std::io::Result<Spool> {
+        Ok(Spool {
+            file: std::fs::File::open(path)?,
+            offset: HEADER_LEN as u64,
+            seq: 0,
+        })
+    }
+
+    /// Whole frames from `seq` on, up to [`BATCH_BYTES`] (at least one frame):
+    /// what the recorder has flushed so far.
+    fn batch_from(&mut self, seq: u64) -> std::io::Result<(u64, Vec<u8>)> {
+        if seq < self.seq {
+            // The agent has less than we thought (it lost a torn tail): rescan.
+            self.offset = HEADER_LEN as u64;
+            self.seq = 0;
+        }
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; BATCH_BYTES + 64 * 1024];
+        loop {
+            self.file.seek(SeekFrom::Start(self.offset))?;
+            let n = read_up_to(&mut self.file, &mut buf)?;
+            let mut pos = 0;
+            let mut progressed = false;
+            while let FrameAt::Intact(payload) = frame_at(&buf[..n], pos) {
+                let len = FRAME_HEADER_LEN + payload.len();
+                if self.seq >= seq {
+                    if !out.is_empty() && out.len() + len > BATCH_BYTES {
+                        return Ok((seq, out));
+                    }
+                    out.extend_from_slice(&buf[pos..pos + len]);
+                }
+                pos += len;
+                self.offset += len as u64;
+                self.seq += 1;
+                progressed = true;
+            }
+            if !progressed || n < buf.len() || out.len() >= BATCH_BYTES {
+                // Skipping forward to `seq` may have moved the cursor past
+                // frames now in `out`: keep it at the batch's start for a resend.
+                return Ok((seq, out));
+            }
+            if matches!(frame_at(&buf[..n], pos), FrameAt::Truncated) && pos == 0 {
+                return Ok((seq, out));
+            }
+        }
+    }
+}
+
+fn read_up_to(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..])? {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    Ok(filled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upload_urls_name_the_ingest_endpoint() {
+        assert_eq!(
+            ingest_url("http://srv:8080").unwrap(),
+            "ws://srv:8080/ingest"
+        );
+        assert_eq!(
+            ingest_url("http://srv:8080/").unwrap(),
+            "ws://srv:8080/ingest"
+        );
+        assert!(ingest_url("https://srv").is_err());
+        assert!(ingest_url("http://srv/x").is_err());
+    }
+}
