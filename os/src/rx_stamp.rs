@@ -31,14 +31,15 @@ use tokio::net::TcpStream;
 pub struct LastRx(Arc<AtomicU64>);
 
 impl LastRx {
-    /// How long before now (kernel realtime clock) the kernel received the bytes
-    /// of the latest read; `None` when it gave no stamp.
-    pub fn delay_ns(&self) -> Option<u64> {
+    /// How long before `kernel_now_ns` (a [`crate::clock::kernel_realtime_ns`]
+    /// reading) the kernel received the bytes of the latest read; `None` when
+    /// it gave no stamp.
+    pub fn delay_ns(&self, kernel_now_ns: u64) -> Option<u64> {
         let stamp = self.0.load(Ordering::Acquire);
         if stamp == 0 {
             return None;
         }
-        crate::clock::kernel_realtime_ns().checked_sub(stamp)
+        kernel_now_ns.checked_sub(stamp)
     }
 }
 

@@ -182,11 +182,21 @@ struct Receipts {
     last_rx: LastRx,
 }
 
+/// When a frame was complete: the kernel's realtime clock read first, then
+/// the process's clocks. The interval since the kernel's stamp is measured to
+/// the first reading, so it never includes the time the second took (or a
+/// preemption between them), and the kernel arrival derived from `at` is
+/// never placed early: late at worst.
+fn arrival() -> (Stamp, u64) {
+    let kernel_now = skewscope_os::clock::kernel_realtime_ns();
+    (skewscope_os::clock::now(), kernel_now)
+}
+
 impl Receipts {
-    /// Identifies a payload stamped `at` and queues its receipt.
-    fn record(&mut self, payload: &[u8], at: Stamp) {
-        // Read right after `at`: the interval since the kernel's stamp, on its clock.
-        let kernel_delay_ns = self.last_rx.delay_ns();
+    /// Identifies a payload that arrived at `at` (see [`arrival`]) and queues
+    /// its receipt.
+    fn record(&mut self, payload: &[u8], (at, kernel_now): (Stamp, u64)) {
+        let kernel_delay_ns = self.last_rx.delay_ns(kernel_now);
         let (key, hash) = self.identifier.identify(payload);
         self.recorder.record(ProbeRecord::Receipt(Receipt {
             conn: self.conn,
@@ -223,7 +233,7 @@ async fn receive(
         tokio::select! {
             next = ws.next() => {
                 // The frame is complete: stamp before anything else touches it.
-                let at = skewscope_os::clock::now();
+                let at = arrival();
                 match next {
                     Some(Ok(Message::Close(frame))) => {
                         finish_close(ws).await;
@@ -262,7 +272,7 @@ async fn close(ws: &mut Ws, code: CloseCode, why: &'static str, mut keep: Option
     let _ = ws.close(Some(frame)).await;
     let drain = async {
         while let Some(Ok(message)) = ws.next().await {
-            let at = skewscope_os::clock::now();
+            let at = arrival();
             if let (Some(receipts), Some(data)) = (keep.as_deref_mut(), payload(&message)) {
                 receipts.record(data, at);
             }
