@@ -244,7 +244,7 @@ pub fn decode_records<R: DeserializeOwned>(body: &[u8]) -> Decoded<R> {
     let mut pos = 0usize;
     while pos < body.len() {
         match frame_at(body, pos) {
-            Frame::Intact(payload) => {
+            FrameAt::Intact(payload) => {
                 let next = pos + FRAME_HEADER_LEN + payload.len();
                 match postcard::from_bytes::<R>(payload) {
                     Ok(r) => records.push(r),
@@ -252,7 +252,7 @@ pub fn decode_records<R: DeserializeOwned>(body: &[u8]) -> Decoded<R> {
                 }
                 pos = next;
             }
-            Frame::Truncated => {
+            FrameAt::Truncated => {
                 // Nothing intact follows: either the writer died mid-record or the
                 // length is corrupt. Look for a later intact frame before giving up.
                 match resync(body, pos + 1) {
@@ -267,7 +267,7 @@ pub fn decode_records<R: DeserializeOwned>(body: &[u8]) -> Decoded<R> {
                     }
                 }
             }
-            Frame::Corrupt => {
+            FrameAt::Corrupt => {
                 let next = resync(body, pos + 1).unwrap_or(body.len());
                 skipped += (next - pos) as u64;
                 pos = next;
@@ -291,35 +291,34 @@ pub enum FrameAt<'a> {
     /// A length over [`MAX_RECORD_LEN`] or a checksum that does not hold.
     Corrupt,
 }
-use FrameAt as Frame;
 
 /// Reads the frame at `pos` of a log body: what the reader, the probe's
 /// uploader and the agent's ingest all frame records by.
 pub fn frame_at(body: &[u8], pos: usize) -> FrameAt<'_> {
     let rest = &body[pos..];
     if rest.len() < FRAME_HEADER_LEN {
-        return Frame::Truncated;
+        return FrameAt::Truncated;
     }
     let len = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
     let crc = u32::from_le_bytes(rest[4..8].try_into().unwrap());
     if len > MAX_RECORD_LEN {
-        return Frame::Corrupt;
+        return FrameAt::Corrupt;
     }
     if rest.len() < FRAME_HEADER_LEN + len {
-        return Frame::Truncated;
+        return FrameAt::Truncated;
     }
     let payload = &rest[FRAME_HEADER_LEN..FRAME_HEADER_LEN + len];
     if crc32fast::hash(payload) == crc {
-        Frame::Intact(payload)
+        FrameAt::Intact(payload)
     } else {
-        Frame::Corrupt
+        FrameAt::Corrupt
     }
 }
 
 /// Finds the next offset at or after `from` where an intact frame starts.
 fn resync(body: &[u8], from: usize) -> Option<usize> {
     (from..body.len())
-        .find(|&at| matches!(frame_at(body, at), Frame::Intact(payload) if !payload.is_empty()))
+        .find(|&at| matches!(frame_at(body, at), FrameAt::Intact(payload) if !payload.is_empty()))
 }
 
 /// A log read from disk, of either kind.

@@ -65,24 +65,31 @@ pub fn ingest_url(base: &str) -> Result<String, String> {
     Ok(format!("ws://{host}/ingest"))
 }
 
-/// Uploads until `ended` turns true and the log is fully acknowledged (or
-/// [`FINAL_DRAIN`] passes after the end).
-pub async fn run(
-    upload: Upload,
+/// Uploads until `ended` turns true and the log is fully acknowledged, or
+/// until [`FINAL_DRAIN`] has passed since the end, whichever comes first.
+pub async fn run(upload: Upload, ended: watch::Receiver<bool>, state: watch::Sender<UploadState>) {
+    let mut end = ended.clone();
+    let drain_over = async move {
+        let _ = end.wait_for(|e| *e).await;
+        tokio::time::sleep(FINAL_DRAIN).await;
+    };
+    tokio::select! {
+        () = upload_until_complete(&upload, ended, &state) => {}
+        () = drain_over => {}
+    }
+}
+
+/// Sessions, with a bounded, jittered back-off between them, until one
+/// returns complete.
+async fn upload_until_complete(
+    upload: &Upload,
     mut ended: watch::Receiver<bool>,
-    state: watch::Sender<UploadState>,
+    state: &watch::Sender<UploadState>,
 ) {
     let mut backoff = BACKOFF_MIN;
-    let mut deadline: Option<tokio::time::Instant> = None;
     loop {
-        if *ended.borrow() && deadline.is_none() {
-            deadline = Some(tokio::time::Instant::now() + FINAL_DRAIN);
-        }
-        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
-            return;
-        }
-        match session(&upload, &mut ended, &state).await {
-            Ok(()) => return, // complete after the end
+        match session(upload, &mut ended, state).await {
+            Ok(()) => return,
             Err(e) => {
                 eprintln!("skewscope-probe: upload to {}: {e}; retrying", upload.url);
                 let jitter = fastrand::u64(0..=backoff.as_millis() as u64 / 2);
@@ -211,8 +218,8 @@ impl Spool {
         })
     }
 
-    /// Whole frames from `seq` on, up to [`BATCH_BYTES`] (at least one frame):
-    /// what the recorder has flushed so far.
+    /// Whole frames from `seq` on, up to [`BATCH_BYTES`]: what the recorder
+    /// has flushed so far (empty when there is nothing new).
     fn batch_from(&mut self, seq: u64) -> std::io::Result<(u64, Vec<u8>)> {
         if seq < self.seq {
             // The agent has less than we thought (it lost a torn tail): rescan.
@@ -225,11 +232,10 @@ impl Spool {
             self.file.seek(SeekFrom::Start(self.offset))?;
             let n = read_up_to(&mut self.file, &mut buf)?;
             let mut pos = 0;
-            let mut progressed = false;
             while let FrameAt::Intact(payload) = frame_at(&buf[..n], pos) {
                 let len = FRAME_HEADER_LEN + payload.len();
                 if self.seq >= seq {
-                    if !out.is_empty() && out.len() + len > BATCH_BYTES {
+                    if out.len() + len > BATCH_BYTES && !out.is_empty() {
                         return Ok((seq, out));
                     }
                     out.extend_from_slice(&buf[pos..pos + len]);
@@ -237,14 +243,10 @@ impl Spool {
                 pos += len;
                 self.offset += len as u64;
                 self.seq += 1;
-                progressed = true;
             }
-            if !progressed || n < buf.len() || out.len() >= BATCH_BYTES {
-                // Skipping forward to `seq` may have moved the cursor past
-                // frames now in `out`: keep it at the batch's start for a resend.
-                return Ok((seq, out));
-            }
-            if matches!(frame_at(&buf[..n], pos), FrameAt::Truncated) && pos == 0 {
+            // Read on only when a full buffer was consumed while still
+            // skipping forward to `seq`.
+            if pos == 0 || n < buf.len() || !out.is_empty() {
                 return Ok((seq, out));
             }
         }

@@ -150,7 +150,8 @@ fn open_run(path: &Path, run_id: u128) -> io::Result<OpenRun> {
         .create(true)
         .truncate(false)
         .open(path)?;
-    let bytes = std::fs::read(path)?;
+    let mut bytes = Vec::new();
+    io::Read::read_to_end(&mut file, &mut bytes)?;
     if bytes.len() < HEADER_LEN || bytes[..HEADER_LEN] != header(LogKind::Probe) {
         // New (or never got its header onto the disk): start it.
         file.set_len(0)?;
@@ -174,8 +175,10 @@ fn open_run(path: &Path, run_id: u128) -> io::Result<OpenRun> {
         file.set_len(len)?;
         file.sync_data()?;
     }
-    use std::io::Seek;
-    file.seek(io::SeekFrom::End(0))?;
+    // Reading left the handle at the end, where appends go.
+    if len != bytes.len() as u64 {
+        io::Seek::seek(&mut file, io::SeekFrom::Start(len))?;
+    }
     Ok(OpenRun {
         file,
         len,

@@ -205,10 +205,7 @@ pub fn timing(joined: &Joined) -> Timing {
     // One clock only when every log names the same one: the boot id where
     // recorded (host names repeat across devices of one image).
     let one_host = joined
-        .probes
-        .iter()
-        .map(|p| &p.clock)
-        .chain(joined.agent.as_ref().map(|a| &a.clock))
+        .clocks()
         .collect::<std::collections::HashSet<_>>()
         .len()
         <= 1;

@@ -201,6 +201,16 @@ pub struct Joined {
     pub unmatched: u64,
 }
 
+impl Joined {
+    /// The clock of every log joined: each probe's, then the agent's.
+    pub fn clocks(&self) -> impl Iterator<Item = &ClockIdentity> {
+        self.probes
+            .iter()
+            .map(|p| &p.clock)
+            .chain(self.agent.as_ref().map(|a| &a.clock))
+    }
+}
+
 struct AgentBroadcast {
     seq: Option<u64>,
     hash: u64,

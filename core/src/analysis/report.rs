@@ -271,10 +271,7 @@ impl Report {
         };
 
         let by_boot_id = joined
-            .probes
-            .iter()
-            .map(|p| &p.clock)
-            .chain(joined.agent.as_ref().map(|a| &a.clock))
+            .clocks()
             .all(|c| matches!(c, ClockIdentity::BootId(_)));
         let clocks_named_by = if by_boot_id {
             ClockNaming::BootId
