@@ -108,6 +108,11 @@ impl RunningAgent {
         }));
         let identity = skewscope_os::host::new_run_identity()
             .context("cannot draw a run id from /dev/urandom")?;
+        let audit = server::audit::AuditSource {
+            data_dir: config.data_dir.clone(),
+            segment_stem: segments::stem_of(&recorder.path),
+            run_id: identity.run_id,
+        };
         recorder.handle().record(AgentRecord::Identity(identity));
         let hub = Arc::new(Hub::start(
             shards,
@@ -142,6 +147,7 @@ impl RunningAgent {
                     || format!("cannot create {}/probes", config.data_dir.display()),
                 )?,
             ),
+            audit,
         });
         let (stop, stopped) = watch::channel(false);
         tokio::spawn(clock_watch::watch(

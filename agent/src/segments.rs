@@ -138,6 +138,17 @@ impl SegmentedLog {
     }
 }
 
+/// The run's stem (`agent-SECS-PID`) from one of its segments' paths.
+pub fn stem_of(segment: &Path) -> String {
+    let name = segment
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // `STEM-NNNN.sklog`
+    name.rsplit_once('-')
+        .map_or(name.clone(), |(stem, _)| stem.to_owned())
+}
+
 fn segment_path(dir: &Path, stem: &str, sequence: u32) -> PathBuf {
     dir.join(format!("{stem}-{sequence:04}.sklog"))
 }

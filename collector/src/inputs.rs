@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
+use skewscope_core::analysis::join::{Joined, Window};
 use skewscope_core::analysis::report::InputSummary;
 use skewscope_core::log::{AnyLog, read_file};
 use skewscope_core::record::{AgentRecord, ProbeRecord};
@@ -122,14 +123,45 @@ fn probe_run(records: &[ProbeRecord]) -> Option<(String, String, u64)> {
     })
 }
 
+/// Which broadcasts a report covers, and whose they were.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// Only these broadcasts (an audit's); all when `None`.
+    pub window: Option<Window>,
+    /// The probes listened to a server that is not the agent: the agent's
+    /// log is the clock reference only, broadcasts are what probes received.
+    pub agent_as_reference: bool,
+}
+
+/// Joins the inputs within `scope`.
+pub fn join(inputs: &Inputs, scope: Scope) -> Joined {
+    let probes: Vec<&[ProbeRecord]> = inputs.probes.iter().map(Vec::as_slice).collect();
+    let mut joined = match (inputs.agent.as_deref(), scope.agent_as_reference) {
+        (Some(agent), true) => skewscope_core::analysis::join::join_with_reference(agent, &probes),
+        (agent, _) => skewscope_core::analysis::join::join(agent, &probes),
+    };
+    if let Some(window) = &scope.window {
+        joined.keep(window);
+    }
+    joined
+}
+
 /// Joins the inputs and computes the report; with trigger times (sorted), also
 /// the latency from them.
 pub fn report(
     inputs: Inputs,
     triggers: Option<&[u64]>,
 ) -> skewscope_core::analysis::report::Report {
-    let probes: Vec<&[ProbeRecord]> = inputs.probes.iter().map(Vec::as_slice).collect();
-    let joined = skewscope_core::analysis::join::join(inputs.agent.as_deref(), &probes);
+    report_within(inputs, triggers, Scope::default())
+}
+
+/// [`report`] of the broadcasts in `scope` only.
+pub fn report_within(
+    inputs: Inputs,
+    triggers: Option<&[u64]>,
+    scope: Scope,
+) -> skewscope_core::analysis::report::Report {
+    let joined = join(&inputs, scope);
     let mut report = skewscope_core::analysis::report::Report::build(&joined, inputs.summaries);
     report.latency_from_trigger =
         triggers.map(|t| skewscope_core::analysis::triggers::latency(&joined, t));

@@ -7,10 +7,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod audit;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod inputs;
 pub mod table;
+pub mod verdict_lines;
 
 /// The JSON Schema of the report `--json` writes, generated from the types
 /// so the documented shape cannot drift from the code.

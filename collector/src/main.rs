@@ -1,14 +1,17 @@
 //! `skewscope`: report on recorded runs, or run the embedded demo.
 
 use std::path::{Path, PathBuf};
-#[cfg(feature = "demo")]
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use collector::audit::progress::Progress;
+use collector::audit::{self, AuditOptions};
 #[cfg(feature = "demo")]
 use collector::demo::{self, DemoOptions};
-use collector::{inputs, table};
+use collector::{inputs, table, verdict_lines};
+use skewscope_core::analysis::join::Window;
+use skewscope_core::analysis::verdict::Thresholds;
 
 /// skewscope: how far apart in time your WebSocket clients really receive each
 /// broadcast, and why.
@@ -35,7 +38,33 @@ enum Command {
         /// one wall-clock time in ns since 1970 per line (`date +%s%N`).
         #[arg(long)]
         triggers: Option<PathBuf>,
+        /// Only the agent's broadcasts with these ids, `FIRST-LAST` (what an
+        /// audit of the hub judged).
+        #[arg(long, value_parser = parse_range, conflicts_with = "between")]
+        broadcasts: Option<(u64, u64)>,
+        /// Only broadcasts first received between these wall-clock times, in
+        /// ns since 1970, `FROM-TO` (what an audit of a foreign server judged).
+        #[arg(long, value_parser = parse_range)]
+        between: Option<(u64, u64)>,
+        /// The probes listened to a server that is not the agent: use the
+        /// agent's log as the clock reference only.
+        #[arg(long)]
+        agent_as_reference: bool,
     },
+    /// Audit a running installation: trigger broadcasts, wait for the
+    /// probes' uploaded receipts, print the report and a PASS/FAIL line per
+    /// threshold.
+    ///
+    /// Exit status: 0 every threshold passes; 1 a threshold fails; 2 the
+    /// audit could not run (agent unreachable, token refused, fewer probes
+    /// uploading than --require-probes, a trigger refused, the agent
+    /// restarted, or no broadcast reached two connections).
+    ///
+    /// Skew thresholds are judged on the upper bound of the skew corrected
+    /// to the agent's clock (or on the measured skew when every receipt is
+    /// on one clock): a pass holds for the truth, not only the estimate.
+    #[command(verbatim_doc_comment)]
+    Audit(AuditArgs),
     /// Print the JSON Schema of `report --json` (the committed copy is
     /// docs/report.schema.json).
     JsonSchema,
@@ -60,22 +89,110 @@ enum Command {
     },
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+/// `skewscope audit`'s options.
+#[derive(clap::Args)]
+struct AuditArgs {
+    /// The agent's base URL.
+    #[arg(long, value_name = "URL")]
+    agent: String,
+    /// File holding the agent's bearer token.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Broadcasts to trigger.
+    #[arg(long, default_value_t = 20)]
+    broadcasts: u64,
+    /// Pause between broadcasts.
+    #[arg(long, default_value = "1s", value_parser = skewscope_core::units::parse_duration)]
+    interval: Duration,
+    /// Longest wait for probes before the first broadcast, and for receipts
+    /// after the last; receipts still absent then count missing.
+    #[arg(long, default_value = "5s", value_parser = skewscope_core::units::parse_duration)]
+    settle: Duration,
+    /// Probes that must be uploading to the agent.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    require_probes: usize,
+    /// Trigger broadcasts here instead of the agent's /start_test: a server
+    /// that is not the agent (e.g. FastAPI's /start_test); the agent stays
+    /// the clock reference and collector.
+    #[arg(long, value_name = "URL")]
+    trigger: Option<String>,
+    /// HTTP method for --trigger.
+    #[arg(long, default_value = "GET", value_parser = ["GET", "POST"])]
+    trigger_method: String,
+    /// Most median skew per broadcast allowed.
+    #[arg(long, value_name = "D", value_parser = parse_ns)]
+    max_skew_p50: Option<u64>,
+    /// Most 99th-percentile skew allowed.
+    #[arg(long, value_name = "D", default_value = "10ms", value_parser = parse_ns)]
+    max_skew_p99: Option<u64>,
+    /// Most skew of any one broadcast allowed.
+    #[arg(long, value_name = "D", value_parser = parse_ns)]
+    max_skew_max: Option<u64>,
+    /// Most receipts missing allowed (broadcast × connection).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    max_missing: u64,
+    /// Most error bound of any probe's clock offset to the agent.
+    #[arg(long, value_name = "D", value_parser = parse_ns)]
+    max_offset_bound: Option<u64>,
+    /// Every clock (probes' and server's) must claim to be synchronised.
+    #[arg(long)]
+    require_synced_clocks: bool,
+    /// Also write the audit (facts, verdict, report) as JSON here (`-` for
+    /// standard output).
+    #[arg(long, value_name = "OUT")]
+    json: Option<PathBuf>,
+    /// Keep the copy of the agent's logs in this directory (reused by the
+    /// next audit, which then fetches only what is new).
+    #[arg(long, value_name = "DIR")]
+    keep: Option<PathBuf>,
+}
+
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse().command) {
+        Ok(code) => std::process::ExitCode::from(code),
+        Err(e) => {
+            eprintln!("skewscope: {e:#}");
+            // An audit that cannot run exits 2, like every other failure
+            // before a verdict.
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<u8> {
+    match command {
         Command::Report {
             files,
             json,
             triggers,
+            broadcasts,
+            between,
+            agent_as_reference,
         } => {
             let triggers = triggers.as_deref().map(inputs::read_triggers).transpose()?;
             let files = inputs::expand(&files)?;
-            let report = inputs::report(inputs::read_inputs(&files)?, triggers.as_deref());
+            let window = match (broadcasts, between) {
+                (Some((first, last)), _) => Some(Window::AgentIds { first, last }),
+                (None, Some((from_wall_ns, to_wall_ns))) => Some(Window::FirstReceiptBetween {
+                    from_wall_ns,
+                    to_wall_ns,
+                }),
+                (None, None) => None,
+            };
+            let scope = inputs::Scope {
+                window,
+                agent_as_reference,
+            };
+            let report =
+                inputs::report_within(inputs::read_inputs(&files)?, triggers.as_deref(), scope);
             print!("{}", table::render(&report));
-            write_json(&report, json.as_deref())
+            write_json(&report, json.as_deref())?;
+            Ok(0)
         }
+        Command::Audit(args) => audit(args),
         Command::JsonSchema => {
             print!("{}", collector::report_schema());
-            Ok(())
+            Ok(0)
         }
         #[cfg(feature = "demo")]
         Command::Demo {
@@ -108,9 +225,103 @@ fn main() -> anyhow::Result<()> {
                     probe_log.display()
                 );
             }
-            write_json(&report, json.as_deref())
+            write_json(&report, json.as_deref())?;
+            Ok(0)
         }
     }
+}
+
+fn audit(args: AuditArgs) -> anyhow::Result<u8> {
+    let token = args
+        .token_file
+        .as_deref()
+        .map(|p| {
+            std::fs::read_to_string(p)
+                .map(|t| t.trim().to_owned())
+                .with_context(|| format!("cannot read --token-file {}", p.display()))
+        })
+        .transpose()?;
+    let options = AuditOptions {
+        agent: args.agent,
+        token,
+        broadcasts: args.broadcasts.max(1),
+        interval: args.interval,
+        settle: args.settle,
+        require_probes: args.require_probes,
+        trigger: args.trigger,
+        trigger_method: args.trigger_method,
+        thresholds: Thresholds {
+            max_skew_p50_ns: args.max_skew_p50,
+            max_skew_p99_ns: args.max_skew_p99,
+            max_skew_max_ns: args.max_skew_max,
+            max_missing: Some(args.max_missing),
+            max_offset_bound_ns: args.max_offset_bound,
+            require_synced_clocks: args.require_synced_clocks,
+        },
+        keep: args.keep,
+    };
+    let mut progress = Progress::new(options.broadcasts);
+    let outcome = audit::run(&options, &mut progress);
+    progress.finish();
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("skewscope audit: cannot audit: {e}");
+            return Ok(2);
+        }
+    };
+    print!("{}", table::render(&outcome.report));
+    println!();
+    print!("{}", verdict_lines::render(&outcome.verdict));
+    let a = &outcome.audit;
+    if !a.complete {
+        println!(
+            "  (not every receipt had arrived {} after the last broadcast: those count missing)",
+            table::duration(options.settle.as_nanos() as i64)
+        );
+    }
+    println!(
+        "  verdict {} after the last broadcast; reproduce: skewscope {}",
+        table::duration(a.last_broadcast_to_verdict_ms as i64 * 1_000_000),
+        a.reproduce.replace(
+            "DIR",
+            a.kept
+                .as_deref()
+                .unwrap_or("AGENT_DATA_DIR (or --keep DIR)")
+        )
+    );
+    if let Some(out) = &args.json {
+        write_text(&serde_json::to_string_pretty(&outcome)?, out)?;
+    }
+    if outcome.report.skew_ns.is_none() {
+        eprintln!("skewscope audit: cannot audit: no broadcast reached two connections");
+        return Ok(2);
+    }
+    Ok(outcome.exit_code())
+}
+
+fn parse_ns(s: &str) -> Result<u64, String> {
+    skewscope_core::units::parse_duration(s)
+        .map(|d| d.as_nanos() as u64)
+        .map_err(|e| e.to_string())
+}
+
+fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = s
+        .split_once('-')
+        .ok_or_else(|| format!("{s:?}: give FIRST-LAST"))?;
+    let a = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("{a:?} is not a number"))?;
+    let b = b
+        .trim()
+        .parse()
+        .map_err(|_| format!("{b:?} is not a number"))?;
+    if a > b {
+        return Err(format!("{s:?}: FIRST is after LAST"));
+    }
+    Ok((a, b))
 }
 
 fn write_json(
@@ -118,7 +329,11 @@ fn write_json(
     out: Option<&Path>,
 ) -> anyhow::Result<()> {
     let Some(out) = out else { return Ok(()) };
-    let text = serde_json::to_string_pretty(report)? + "\n";
+    write_text(&serde_json::to_string_pretty(report)?, out)
+}
+
+fn write_text(text: &str, out: &Path) -> anyhow::Result<()> {
+    let text = format!("{text}\n");
     if out == Path::new("-") {
         print!("{text}");
         Ok(())

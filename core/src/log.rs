@@ -321,6 +321,27 @@ fn resync(body: &[u8], from: usize) -> Option<usize> {
         .find(|&at| matches!(frame_at(body, at), FrameAt::Intact(payload) if !payload.is_empty()))
 }
 
+/// How much of `body` after `from` can be handed to a reader that follows a
+/// log while it is written (the agent serving `/audit/log`): whole frames
+/// only, so a frame still being written is never sent half. A damaged stretch
+/// followed by intact frames is included (the reader counts it as skipped)
+/// rather than stalling the follower forever. Stops after `limit` bytes, or
+/// later if the first frame alone is larger. Returns an offset into `body`.
+pub fn whole_frames_end(body: &[u8], from: usize, limit: usize) -> usize {
+    let mut pos = from;
+    while pos < body.len() && pos - from < limit {
+        match frame_at(body, pos) {
+            FrameAt::Intact(payload) => pos += FRAME_HEADER_LEN + payload.len(),
+            FrameAt::Truncated => break,
+            FrameAt::Corrupt => match resync(body, pos + 1) {
+                Some(next) => pos = next,
+                None => break,
+            },
+        }
+    }
+    pos
+}
+
 /// A log read from disk, of either kind.
 #[derive(Debug)]
 pub enum AnyLog {
@@ -442,5 +463,37 @@ mod tests {
         let d: Decoded<ProbeRecord> = decode_records(&bytes[HEADER_LEN..]);
         assert!(d.records.is_empty());
         assert_eq!(d.skipped_bytes, 0);
+    }
+
+    #[test]
+    fn a_follower_gets_whole_frames_only_and_is_never_stalled_by_damage() {
+        let bytes = log_of(10);
+        let body = &bytes[HEADER_LEN..];
+        let one = body.len() / 10;
+        // All of it; then, with the last frame cut, all but that frame.
+        assert_eq!(whole_frames_end(body, 0, usize::MAX), body.len());
+        assert_eq!(
+            whole_frames_end(&body[..body.len() - 3], 0, usize::MAX),
+            9 * one
+        );
+        // A limit stops at the first frame boundary past it, never inside one.
+        assert_eq!(whole_frames_end(body, 0, one + 1), 2 * one);
+        assert_eq!(whole_frames_end(body, 4 * one, 1), 5 * one);
+        // A damaged frame in the middle is passed over, not waited on.
+        let mut damaged = bytes.clone();
+        damaged[HEADER_LEN + 3 * one + FRAME_HEADER_LEN + 1] ^= 0xff;
+        let body = &damaged[HEADER_LEN..];
+        assert_eq!(whole_frames_end(body, 0, usize::MAX), body.len());
+        // Following piece by piece reads exactly what reading at once does.
+        let (mut pos, mut pieces) = (0, Vec::new());
+        while pos < body.len() {
+            let end = whole_frames_end(body, pos, one);
+            pieces.extend_from_slice(&body[pos..end]);
+            pos = end;
+        }
+        let whole: Decoded<ProbeRecord> = decode_records(body);
+        let followed: Decoded<ProbeRecord> = decode_records(&pieces);
+        assert_eq!(followed.records, whole.records);
+        assert_eq!(followed.records.len(), 9);
     }
 }

@@ -86,6 +86,11 @@ impl Hub {
         shards.iter().map(ShardHandle::clients).sum()
     }
 
+    /// Broadcasts started so far in this run (ids are 1 to this).
+    pub fn broadcasts(&self) -> u64 {
+        self.next_broadcast.load(Ordering::Relaxed) - 1
+    }
+
     /// Broadcasts a payload: a text frame if it is UTF-8, else binary.
     pub async fn publish(&self, payload: &[u8]) -> Broadcasted {
         let text = std::str::from_utf8(payload).is_ok();

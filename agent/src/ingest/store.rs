@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use skewscope_core::log::{FRAME_HEADER_LEN, FrameAt, HEADER_LEN, LogKind, frame_at, header};
+use skewscope_core::record::ProbeRecord;
 
 /// The subdirectory of the data directory that holds uploaded runs.
 pub const PROBES_DIR: &str = "probes";
@@ -53,12 +54,33 @@ pub struct OpenRun {
     pub run_id: u128,
 }
 
+/// What the audit is told about one run uploaded since the agent started.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RunStatus {
+    /// The run id, 32 hex digits.
+    pub run: String,
+    /// Its log, relative to the data directory.
+    pub file: String,
+    /// The probe's `--name`, from the run's `Started` record.
+    pub name: String,
+    /// The device's host name, from the same record.
+    pub host: String,
+    /// Records durably stored.
+    pub records: u64,
+    /// A connection is uploading it right now.
+    pub uploading: bool,
+    /// Milliseconds since its last batch was stored (or since it was opened).
+    pub idle_ms: u64,
+    #[serde(skip)]
+    last_activity: Option<std::time::Instant>,
+}
+
 /// Every uploaded run, and which are being uploaded right now.
 #[derive(Debug)]
 pub struct IngestStore {
     data_dir: PathBuf,
     max_data_bytes: u64,
-    uploading: Mutex<std::collections::HashSet<u128>>,
+    runs: Mutex<HashMap<u128, RunStatus>>,
     /// What was stored and refused.
     pub counters: IngestCounters,
 }
@@ -82,7 +104,7 @@ impl IngestStore {
         Ok(IngestStore {
             data_dir: data_dir.to_owned(),
             max_data_bytes,
-            uploading: Mutex::default(),
+            runs: Mutex::default(),
             counters: IngestCounters::default(),
         })
     }
@@ -97,17 +119,64 @@ impl IngestStore {
     /// Claims run `run_id` for one connection (released by [`Self::release`])
     /// and opens its file, cutting a torn tail.
     pub fn open(&self, run_id: u128) -> Result<OpenRun, OpenError> {
-        if !self.uploading.lock().expect("lock").insert(run_id) {
-            return Err(OpenError::InUse(run_id));
+        {
+            let mut runs = self.runs.lock().expect("lock");
+            let status = runs.entry(run_id).or_insert_with(|| RunStatus {
+                run: format!("{run_id:032x}"),
+                file: format!("{PROBES_DIR}/probe-{run_id:032x}.sklog"),
+                name: String::new(),
+                host: String::new(),
+                records: 0,
+                uploading: false,
+                idle_ms: 0,
+                last_activity: None,
+            });
+            if status.uploading {
+                return Err(OpenError::InUse(run_id));
+            }
+            status.uploading = true;
         }
-        open_run(&self.path_of(run_id), run_id)
+        let (run, started) = open_run(&self.path_of(run_id), run_id)
             .inspect_err(|_| self.release(run_id))
-            .map_err(OpenError::from)
+            .map_err(OpenError::from)?;
+        self.update(run_id, |s| {
+            s.records = run.next_seq;
+            s.last_activity = Some(std::time::Instant::now());
+            if let Some((name, host)) = started {
+                (s.name, s.host) = (name, host);
+            }
+        });
+        Ok(run)
     }
 
     /// Gives run `run_id` back: another connection may now upload it.
     pub fn release(&self, run_id: u128) {
-        self.uploading.lock().expect("lock").remove(&run_id);
+        self.update(run_id, |s| s.uploading = false);
+    }
+
+    /// Every run uploaded since the agent started, by name then run id.
+    pub fn runs(&self) -> Vec<RunStatus> {
+        let now = std::time::Instant::now();
+        let mut runs: Vec<RunStatus> = self
+            .runs
+            .lock()
+            .expect("lock")
+            .values()
+            .map(|s| RunStatus {
+                idle_ms: s
+                    .last_activity
+                    .map_or(0, |t| now.duration_since(t).as_millis() as u64),
+                ..s.clone()
+            })
+            .collect();
+        runs.sort_by(|a, b| (&a.name, &a.run).cmp(&(&b.name, &b.run)));
+        runs
+    }
+
+    fn update(&self, run_id: u128, change: impl FnOnce(&mut RunStatus)) {
+        if let Some(s) = self.runs.lock().expect("lock").get_mut(&run_id) {
+            change(s);
+        }
     }
 
     /// Appends `frames` (`records` whole records, already checked) and makes
@@ -135,15 +204,36 @@ impl IngestStore {
             let _ = run.file.set_len(run.len);
             return Err(e);
         }
+        let first_batch = run.next_seq == 0;
         run.len += frames.len() as u64;
         run.next_seq += records;
         self.counters.records.fetch_add(records, Ordering::Relaxed);
+        let started = first_batch.then(|| started_by(frames)).flatten();
+        self.update(run.run_id, |s| {
+            s.records = run.next_seq;
+            s.last_activity = Some(std::time::Instant::now());
+            if let Some((name, host)) = started {
+                (s.name, s.host) = (name, host);
+            }
+        });
         Ok(())
     }
 }
 
-/// Opens (or creates) a run's log and counts its intact records.
-fn open_run(path: &Path, run_id: u128) -> io::Result<OpenRun> {
+/// The probe name and host of a run's `Started` record, the first of `frames`.
+fn started_by(frames: &[u8]) -> Option<(String, String)> {
+    match frame_at(frames, 0) {
+        FrameAt::Intact(payload) => match postcard::from_bytes::<ProbeRecord>(payload) {
+            Ok(ProbeRecord::Started(s)) => Some((s.name, s.host)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Opens (or creates) a run's log and counts its intact records; also
+/// returns who started the run, when the file already says.
+fn open_run(path: &Path, run_id: u128) -> io::Result<(OpenRun, Option<(String, String)>)> {
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -157,14 +247,16 @@ fn open_run(path: &Path, run_id: u128) -> io::Result<OpenRun> {
         file.set_len(0)?;
         file.write_all(&header(LogKind::Probe))?;
         file.sync_data()?;
-        return Ok(OpenRun {
+        let run = OpenRun {
             file,
             len: HEADER_LEN as u64,
             next_seq: 0,
             run_id,
-        });
+        };
+        return Ok((run, None));
     }
     let body = &bytes[HEADER_LEN..];
+    let started = started_by(body);
     let (mut pos, mut records) = (0usize, 0u64);
     while let FrameAt::Intact(payload) = frame_at(body, pos) {
         pos += FRAME_HEADER_LEN + payload.len();
@@ -179,12 +271,13 @@ fn open_run(path: &Path, run_id: u128) -> io::Result<OpenRun> {
     if len != bytes.len() as u64 {
         io::Seek::seek(&mut file, io::SeekFrom::Start(len))?;
     }
-    Ok(OpenRun {
+    let run = OpenRun {
         file,
         len,
         next_seq: records,
         run_id,
-    })
+    };
+    Ok((run, started))
 }
 
 /// Bytes of record logs directly in `dir`.

@@ -118,6 +118,22 @@ async fn read_head_inner(stream: &mut TcpStream) -> Result<Request, HeadError> {
 
 /// Writes a complete response and closes the write side.
 pub async fn respond(stream: &mut TcpStream, status: u16, extra_headers: &str, body: &str) {
+    let content_type = if body.starts_with('{') {
+        "application/json"
+    } else {
+        "text/plain; charset=utf-8"
+    };
+    respond_bytes(stream, status, content_type, extra_headers, body.as_bytes()).await
+}
+
+/// [`respond`] with any body and its content type.
+pub async fn respond_bytes(
+    stream: &mut TcpStream,
+    status: u16,
+    content_type: &str,
+    extra_headers: &str,
+    body: &[u8],
+) {
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",
@@ -128,14 +144,11 @@ pub async fn respond(stream: &mut TcpStream, status: u16, extra_headers: &str, b
         411 => "Length Required",
         413 => "Content Too Large",
         426 => "Upgrade Required",
+        416 => "Range Not Satisfiable",
         431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
         503 => "Service Unavailable",
         _ => "Error",
-    };
-    let content_type = if body.starts_with('{') {
-        "application/json"
-    } else {
-        "text/plain; charset=utf-8"
     };
     let head = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n{extra_headers}\r\n",
@@ -143,6 +156,6 @@ pub async fn respond(stream: &mut TcpStream, status: u16, extra_headers: &str, b
     );
     // The peer may already be gone; there is no one to tell.
     let _ = stream.write_all(head.as_bytes()).await;
-    let _ = stream.write_all(body.as_bytes()).await;
+    let _ = stream.write_all(body).await;
     let _ = stream.shutdown().await;
 }

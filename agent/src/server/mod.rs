@@ -3,6 +3,7 @@
 //! [`http`] parses and writes HTTP/1.1 heads; [`upgrade`] is the WebSocket
 //! handshake.
 
+pub mod audit;
 pub mod http;
 pub mod upgrade;
 
@@ -23,7 +24,8 @@ use crate::server::upgrade::{UpgradeError, accept};
 pub struct Context {
     /// The fan-out engine.
     pub hub: Arc<Hub>,
-    /// Bearer token required by `/publish` and `/start_test`, if any.
+    /// Bearer token required by `/publish`, `/start_test`, `/ingest` and
+    /// `/audit/…`, if any.
     pub token: Option<String>,
     /// Largest `/publish` body.
     pub max_publish: usize,
@@ -33,6 +35,8 @@ pub struct Context {
     pub time: Option<Arc<crate::time_port::TimeCounters>>,
     /// Uploaded probe runs (`/ingest`).
     pub ingest: Arc<crate::ingest::IngestStore>,
+    /// This run and its data directory, for `/audit/…`.
+    pub audit: audit::AuditSource,
 }
 
 /// Accepts until `stop` turns true.
@@ -91,7 +95,17 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, context: &Context) {
                 respond(&mut stream, 200, "", &outcome_json(sent)).await
             }
         }
-        (_, "/healthz" | "/publish" | "/start_test") => {
+        ("GET", "/audit/status") => {
+            if authorized(&mut stream, &request, context).await {
+                audit::status(&mut stream, context).await
+            }
+        }
+        ("GET", "/audit/log") => {
+            if authorized(&mut stream, &request, context).await {
+                audit::log(&mut stream, &request, context).await
+            }
+        }
+        (_, "/healthz" | "/publish" | "/start_test" | "/audit/status" | "/audit/log") => {
             respond(&mut stream, 405, "", "method not allowed\n").await
         }
         _ => {
@@ -99,7 +113,7 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, context: &Context) {
                 &mut stream,
                 404,
                 "",
-                "not found; try /ws, /publish, /start_test or /healthz\n",
+                "not found; try /ws, /publish, /start_test, /healthz, /ingest or /audit/status\n",
             )
             .await
         }

@@ -85,10 +85,16 @@ pub fn start_agent(dir: &Path) -> (Reaped, String, PathBuf) {
 
 /// As [`start_agent`], listening on `listen` (to restart one on its port).
 pub fn start_agent_at(dir: &Path, listen: &str) -> (Reaped, String, PathBuf) {
+    start_agent_with(dir, listen, &[])
+}
+
+/// As [`start_agent_at`], with more arguments.
+pub fn start_agent_with(dir: &Path, listen: &str, extra: &[&str]) -> (Reaped, String, PathBuf) {
     let data = dir.join("agent");
     let mut agent = Reaped(
         Command::new(sibling_binary("skewscope-agent"))
             .args(["--listen", listen, "--data-dir", data.to_str().unwrap()])
+            .args(extra)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap(),

@@ -201,7 +201,54 @@ pub struct Joined {
     pub unmatched: u64,
 }
 
+/// Which broadcasts a report is about: an audit judges its own, not the
+/// whole history of the logs it read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Window {
+    /// The agent's broadcasts with ids `first..=last`.
+    AgentIds {
+        /// First id kept.
+        first: u64,
+        /// Last id kept.
+        last: u64,
+    },
+    /// Broadcasts whose first receipt (device wall clock) falls within
+    /// `from_wall_ns..=to_wall_ns`: for servers that are not the agent.
+    FirstReceiptBetween {
+        /// Earliest first receipt kept.
+        from_wall_ns: u64,
+        /// Latest first receipt kept.
+        to_wall_ns: u64,
+    },
+}
+
+impl Window {
+    /// Whether `broadcast` is inside.
+    pub fn contains(&self, broadcast: &JoinedBroadcast) -> bool {
+        match *self {
+            Window::AgentIds { first, last } => {
+                matches!(broadcast.key, BroadcastKey::Agent(id) if (first..=last).contains(&id))
+            }
+            Window::FirstReceiptBetween {
+                from_wall_ns,
+                to_wall_ns,
+            } => broadcast
+                .receipts
+                .iter()
+                .map(|r| r.wall_ns)
+                .min()
+                .is_some_and(|t| (from_wall_ns..=to_wall_ns).contains(&t)),
+        }
+    }
+}
+
 impl Joined {
+    /// Keeps only the broadcasts inside `window`. Clock samples, claims and
+    /// connections stay whole: they bound the clocks over the window too.
+    pub fn keep(&mut self, window: &Window) {
+        self.broadcasts.retain(|b| window.contains(b));
+    }
+
     /// The clock of every log joined: each probe's, then the agent's.
     pub fn clocks(&self) -> impl Iterator<Item = &ClockIdentity> {
         self.probes
@@ -246,6 +293,29 @@ pub fn join(agent: Option<&[AgentRecord]>, probes: &[&[ProbeRecord]]) -> Joined 
         Some(records) => join_with_agent(&mut joined, records, &receipts),
         None => join_probes_only(&mut joined, &receipts),
     }
+    joined
+}
+
+/// Joins probe logs of a server that is not the agent, with an agent run as
+/// the clock reference (the probes' time exchange) and collector: broadcasts
+/// are what the probes received, as without an agent; the agent's own
+/// broadcasts, if any, are left out (they went to other connections).
+pub fn join_with_reference(agent: &[AgentRecord], probes: &[&[ProbeRecord]]) -> Joined {
+    let mut joined = join(None, probes);
+    let clock_only: Vec<AgentRecord> = agent
+        .iter()
+        .filter(|r| {
+            !matches!(
+                r,
+                AgentRecord::Broadcast(_)
+                    | AgentRecord::ShardSends(_)
+                    | AgentRecord::SendCompleted(_)
+                    | AgentRecord::TxStamp(_)
+            )
+        })
+        .cloned()
+        .collect();
+    joined.agent = join(Some(&clock_only), &[]).agent;
     joined
 }
 

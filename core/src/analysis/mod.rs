@@ -8,7 +8,8 @@
 //!   intervals that contain the truth, and the latency split;
 //! - [`triggers`]: latency from trigger times, for servers that record nothing;
 //! - [`stats`]: HDR-histogram summaries (percentiles, never a mean alone);
-//! - [`report`]: the whole report, as rendered and as JSON.
+//! - [`report`]: the whole report, as rendered and as JSON;
+//! - [`verdict`]: the report held against an audit's thresholds.
 
 pub mod clock_figures;
 pub mod clock_model;
@@ -16,3 +17,4 @@ pub mod join;
 pub mod report;
 pub mod stats;
 pub mod triggers;
+pub mod verdict;

@@ -1,0 +1,243 @@
+//! The agent's HTTP endpoints the audit uses, and the trigger of a foreign
+//! server: small blocking calls with a bearer token and a timeout.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// How long one request may take before the agent counts as unreachable.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Largest `/audit/log` body accepted: the agent's piece limit plus one
+/// record of the largest size a log allows.
+const MAX_BODY: u64 = 4 * 1024 * 1024 + 64 * 1024 * 1024 + 8;
+
+/// Why a call failed: whether the agent could be reached decides the
+/// audit's exit status.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// No answer at all (refused, timed out, reset).
+    #[error("{url}: no answer: {source}")]
+    Unreachable {
+        /// What was asked.
+        url: String,
+        /// What went wrong.
+        source: ureq::Error,
+    },
+    /// 401: the token is missing or wrong.
+    #[error("{url}: the agent refused the token (401); give the agent's token with --token-file")]
+    Unauthorized {
+        /// What was asked.
+        url: String,
+    },
+    /// Any other status than the one expected.
+    #[error("{url}: answered {status}: {body}")]
+    Status {
+        /// What was asked.
+        url: String,
+        /// The status.
+        status: u16,
+        /// The start of the body, for the message.
+        body: String,
+    },
+    /// An answer that is not what this version of skewscope expects.
+    #[error("{url}: unexpected answer: {detail}")]
+    Unexpected {
+        /// What was asked.
+        url: String,
+        /// What was wrong with it.
+        detail: String,
+    },
+}
+
+/// One probe run the agent stores, as `/audit/status` lists it.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ProbeRun {
+    /// Run id (hex).
+    pub run: String,
+    /// Its log, relative to the data directory.
+    pub file: String,
+    /// The probe's name.
+    pub name: String,
+    /// Records stored.
+    pub records: u64,
+    /// Uploading right now.
+    pub uploading: bool,
+}
+
+/// A log of the agent's data directory.
+#[derive(Clone, Debug, Deserialize)]
+pub struct LogFile {
+    /// Its name, relative to the data directory.
+    pub name: String,
+    /// Its size.
+    pub bytes: u64,
+}
+
+/// `/audit/status`.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Status {
+    /// This agent run's id: changes when the agent restarts.
+    pub agent_run: String,
+    /// Prefix of this run's segment files.
+    pub segment_stem: String,
+    /// The agent's wall clock when it answered.
+    pub now_wall_ns: u64,
+    /// WebSocket clients of the hub.
+    pub clients: u64,
+    /// Broadcasts so far in this run.
+    pub broadcasts: u64,
+    /// Probe runs uploaded since the agent started.
+    pub probes: Vec<ProbeRun>,
+    /// Every record log in the data directory.
+    pub logs: Vec<LogFile>,
+}
+
+/// What the agent's `/start_test` answered.
+#[derive(Clone, Copy, Debug, Deserialize)]
+pub struct Sent {
+    /// The broadcast's id in the agent's log.
+    pub broadcast: u64,
+    /// Clients it was sent to.
+    pub clients: u64,
+}
+
+/// A piece of a log: bytes from the offset asked, and the file's size.
+pub struct Piece {
+    /// Whole frames (and the header, from offset 0).
+    pub bytes: Vec<u8>,
+    /// The file's size on the agent when it answered.
+    pub file_bytes: u64,
+}
+
+/// The agent, at a base URL like `http://server:8080`.
+pub struct AgentApi {
+    base: String,
+    token: Option<String>,
+    http: ureq::Agent,
+}
+
+impl AgentApi {
+    /// A client of the agent at `base`, sending `token` if given.
+    pub fn new(base: &str, token: Option<String>) -> AgentApi {
+        let http = ureq::Agent::config_builder()
+            .timeout_global(Some(REQUEST_TIMEOUT))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        AgentApi {
+            base: base.trim_end_matches('/').to_owned(),
+            token,
+            http,
+        }
+    }
+
+    /// `GET /audit/status`.
+    pub fn status(&self) -> Result<Status, ApiError> {
+        let url = format!("{}/audit/status", self.base);
+        let body = self.get(&url, MAX_BODY)?.1;
+        serde_json::from_slice(&body).map_err(|e| ApiError::Unexpected {
+            url,
+            detail: e.to_string(),
+        })
+    }
+
+    /// `GET /start_test`: one test broadcast through the hub.
+    pub fn start_test(&self) -> Result<Sent, ApiError> {
+        let url = format!("{}/start_test", self.base);
+        let body = self.get(&url, 1 << 20)?.1;
+        serde_json::from_slice(&body).map_err(|e| ApiError::Unexpected {
+            url,
+            detail: e.to_string(),
+        })
+    }
+
+    /// `GET /audit/log?name=NAME&from=FROM`; `Ok(None)` when the file is now
+    /// shorter than `from` (cut back: read it again from 0).
+    pub fn log_piece(&self, name: &str, from: u64) -> Result<Option<Piece>, ApiError> {
+        let url = format!("{}/audit/log?name={name}&from={from}", self.base);
+        match self.get(&url, MAX_BODY) {
+            Ok((file_bytes, bytes)) => {
+                let file_bytes = file_bytes.ok_or_else(|| ApiError::Unexpected {
+                    url,
+                    detail: "no X-Skewscope-File-Bytes header".into(),
+                })?;
+                Ok(Some(Piece { bytes, file_bytes }))
+            }
+            Err(ApiError::Status { status: 416, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A GET expecting 200: the file-size header if any, and the body.
+    fn get(&self, url: &str, limit: u64) -> Result<(Option<u64>, Vec<u8>), ApiError> {
+        let mut request = self.http.get(url);
+        if let Some(token) = &self.token {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        let mut response = request.call().map_err(|source| ApiError::Unreachable {
+            url: url.to_owned(),
+            source,
+        })?;
+        let status = response.status().as_u16();
+        let file_bytes = response
+            .headers()
+            .get("x-skewscope-file-bytes")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(limit)
+            .read_to_vec()
+            .map_err(|source| ApiError::Unreachable {
+                url: url.to_owned(),
+                source,
+            })?;
+        match status {
+            200 => Ok((file_bytes, body)),
+            401 => Err(ApiError::Unauthorized {
+                url: url.to_owned(),
+            }),
+            _ => Err(ApiError::Status {
+                url: url.to_owned(),
+                status,
+                body: String::from_utf8_lossy(&body[..body.len().min(200)])
+                    .trim()
+                    .to_owned(),
+            }),
+        }
+    }
+}
+
+/// Triggers one broadcast on a server that is not the agent (`--trigger`):
+/// any 2xx answer counts.
+pub fn trigger(http: &ureq::Agent, url: &str, method: &str) -> Result<(), ApiError> {
+    let result = match method {
+        "POST" => http.post(url).send_empty(),
+        _ => http.get(url).call(),
+    };
+    let response = result.map_err(|source| ApiError::Unreachable {
+        url: url.to_owned(),
+        source,
+    })?;
+    let status = response.status().as_u16();
+    if (200..300).contains(&status) {
+        Ok(())
+    } else {
+        Err(ApiError::Status {
+            url: url.to_owned(),
+            status,
+            body: String::new(),
+        })
+    }
+}
+
+/// A client for `--trigger` with the same timeout and status handling.
+pub fn trigger_client() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(REQUEST_TIMEOUT))
+        .http_status_as_error(false)
+        .build()
+        .into()
+}

@@ -1,0 +1,84 @@
+//! The audit's copy of the logs it reads from the agent's data directory:
+//! each followed from where the last fetch ended, in whole frames, so the
+//! copy always reads exactly as the agent's file did at some moment and a
+//! poll costs only what is new.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use crate::audit::agent_api::{AgentApi, ApiError};
+
+/// Most fetches of one log in one sync: a log growing faster than the audit
+/// reads it is caught up on the next sync instead of holding this one.
+const MAX_PIECES_PER_SYNC: usize = 64;
+
+/// A directory holding copies of the agent's logs under their own names.
+pub struct Mirror {
+    dir: PathBuf,
+}
+
+impl Mirror {
+    /// A mirror in `dir` (created); logs already there are continued.
+    pub fn new(dir: &Path) -> anyhow::Result<Mirror> {
+        std::fs::create_dir_all(dir.join("probes"))
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(Mirror {
+            dir: dir.to_owned(),
+        })
+    }
+
+    /// Where the copy of `name` is.
+    pub fn path_of(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Brings the copy of `name` up to the agent's file (in whole frames).
+    /// Returns the bytes fetched.
+    pub fn sync(&self, api: &AgentApi, name: &str) -> Result<u64, SyncError> {
+        let path = self.path_of(name);
+        let mut have = std::fs::metadata(&path).map_or(0, |m| m.len());
+        let mut fetched = 0;
+        for _ in 0..MAX_PIECES_PER_SYNC {
+            let piece = match api.log_piece(name, have)? {
+                Some(piece) => piece,
+                None => {
+                    // The agent cut its file back (a torn tail after a
+                    // crash): start the copy again.
+                    std::fs::write(&path, b"").map_err(|e| SyncError::Local(path.clone(), e))?;
+                    have = 0;
+                    continue;
+                }
+            };
+            if piece.bytes.is_empty() {
+                break;
+            }
+            let mut file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .map_err(|e| SyncError::Local(path.clone(), e))?;
+            file.write_all(&piece.bytes)
+                .map_err(|e| SyncError::Local(path.clone(), e))?;
+            have += piece.bytes.len() as u64;
+            fetched += piece.bytes.len() as u64;
+            if have >= piece.file_bytes {
+                break;
+            }
+        }
+        Ok(fetched)
+    }
+}
+
+/// A sync that failed: on the agent's side or on ours.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// The agent did not answer as it should.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// The local copy could not be written.
+    #[error("cannot write {0}: {1}")]
+    Local(PathBuf, std::io::Error),
+}

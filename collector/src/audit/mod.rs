@@ -1,0 +1,360 @@
+//! `skewscope audit`: a post-deployment sync audit in one command. It checks
+//! the agent answers and enough probes upload to it, triggers K broadcasts
+//! (the agent's `/start_test`, or a foreign server's trigger URL with the
+//! agent as clock reference and collector), waits until every connection
+//! has reported each broadcast or `--settle` passes, and judges the report
+//! against the thresholds.
+//!
+//! [`agent_api`] is the HTTP side, [`mirror`] the local copy of the agent's
+//! logs, [`progress`] what stderr shows; the report and the verdict are the
+//! same engine as `skewscope report`.
+
+pub mod agent_api;
+pub mod mirror;
+pub mod progress;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use skewscope_core::analysis::join::{BroadcastKey, Joined, Window};
+use skewscope_core::analysis::report::Report;
+use skewscope_core::analysis::verdict::{Thresholds, Verdict, judge};
+
+use crate::inputs::{self, Scope};
+use agent_api::{AgentApi, ApiError, Status};
+use mirror::Mirror;
+use progress::Progress;
+
+/// How often the audit looks for new receipts while it waits.
+const POLL: Duration = Duration::from_millis(250);
+
+/// How far before the first trigger (and after the last look) a foreign
+/// server's broadcast may be first received and still be the audit's: the
+/// device clocks are NTP-synced, so a receipt is never this far off.
+const FOREIGN_MARGIN_NS: u64 = 100_000_000;
+
+/// What the operator asked for.
+#[derive(Clone, Debug)]
+pub struct AuditOptions {
+    /// The agent's base URL, `http://server:8080`.
+    pub agent: String,
+    /// The agent's bearer token.
+    pub token: Option<String>,
+    /// Broadcasts to trigger.
+    pub broadcasts: u64,
+    /// Pause between triggers.
+    pub interval: Duration,
+    /// Longest wait for receipts after the last trigger (and for probes
+    /// before the first).
+    pub settle: Duration,
+    /// Probes that must be uploading before the audit starts.
+    pub require_probes: usize,
+    /// A foreign server's trigger URL; `None` triggers the agent's hub.
+    pub trigger: Option<String>,
+    /// `GET` or `POST` for `trigger`.
+    pub trigger_method: String,
+    /// What the verdict holds the report to.
+    pub thresholds: Thresholds,
+    /// Where to keep the copy of the agent's logs (a temporary directory
+    /// otherwise).
+    pub keep: Option<PathBuf>,
+}
+
+/// Why the audit could not run (exit status 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct CannotAudit(pub String);
+
+impl From<ApiError> for CannotAudit {
+    fn from(e: ApiError) -> CannotAudit {
+        CannotAudit(e.to_string())
+    }
+}
+
+impl From<mirror::SyncError> for CannotAudit {
+    fn from(e: mirror::SyncError) -> CannotAudit {
+        CannotAudit(e.to_string())
+    }
+}
+
+/// What the audit found.
+#[derive(Debug, Serialize)]
+pub struct AuditOutcome {
+    /// The audit itself: what it did and how long it waited.
+    pub audit: AuditFacts,
+    /// The thresholds, judged.
+    pub verdict: Verdict,
+    /// The full report of the audited broadcasts.
+    pub report: Report,
+}
+
+/// What the audit did.
+#[derive(Debug, Serialize)]
+pub struct AuditFacts {
+    /// The agent asked.
+    pub agent: String,
+    /// The foreign trigger, when the agent was not the server.
+    pub trigger: Option<String>,
+    /// Broadcasts triggered.
+    pub triggered: u64,
+    /// Probe runs uploading when the audit started.
+    pub probes_uploading: usize,
+    /// Every connection reported every audited broadcast before `--settle`.
+    pub complete: bool,
+    /// Milliseconds from the last trigger to the verdict.
+    pub last_broadcast_to_verdict_ms: u64,
+    /// `skewscope report` arguments that reproduce this report from the
+    /// logs (`DIR` is the copy, or the agent's data directory).
+    pub reproduce: String,
+    /// Where the copy of the agent's logs is, when kept.
+    pub kept: Option<String>,
+}
+
+impl AuditOutcome {
+    /// 0 when every threshold passes, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        if self.verdict.pass { 0 } else { 1 }
+    }
+}
+
+/// Runs the audit.
+pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutcome, CannotAudit> {
+    let api = AgentApi::new(&options.agent, options.token.clone());
+    let temp;
+    let dir = match &options.keep {
+        Some(dir) => dir.clone(),
+        None => {
+            temp = tempfile::tempdir()
+                .map_err(|e| CannotAudit(format!("cannot create a temporary directory: {e}")))?;
+            temp.path().to_owned()
+        }
+    };
+    let mirror = Mirror::new(&dir).map_err(|e| CannotAudit(format!("{e:#}")))?;
+
+    let status = wait_for_probes(&api, options, progress)?;
+    let run = status.agent_run.clone();
+    let uploading = status.probes.iter().filter(|p| p.uploading).count();
+    progress.say(&format!(
+        "audit: agent {} answers (run {}, {} clients); {uploading} probe(s) uploading: {}",
+        options.agent,
+        &run[..8.min(run.len())],
+        status.clients,
+        status
+            .probes
+            .iter()
+            .filter(|p| p.uploading)
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    let first_wall = status.now_wall_ns;
+
+    let trigger_http = agent_api::trigger_client();
+    let mut sent = Vec::new();
+    for i in 1..=options.broadcasts {
+        match &options.trigger {
+            None => {
+                let s = api.start_test()?;
+                progress.triggered(
+                    i,
+                    options.broadcasts,
+                    &format!("(id {}, sent to {} clients)", s.broadcast, s.clients),
+                );
+                sent.push(s);
+            }
+            Some(url) => {
+                agent_api::trigger(&trigger_http, url, &options.trigger_method)?;
+                progress.triggered(i, options.broadcasts, &format!("({url})"));
+            }
+        }
+        if i < options.broadcasts {
+            std::thread::sleep(options.interval);
+        }
+    }
+    let last_trigger = Instant::now();
+    let deadline = last_trigger + options.settle;
+
+    let mut window = match (&options.trigger, sent.first(), sent.last()) {
+        (None, Some(first), Some(last)) => Some(Window::AgentIds {
+            first: first.broadcast,
+            last: last.broadcast,
+        }),
+        _ => None,
+    };
+    let scope = |window| Scope {
+        window,
+        agent_as_reference: options.trigger.is_some(),
+    };
+    let mut last_trigger_wall = None;
+    let (inputs, complete) = loop {
+        let status = match api.status() {
+            Ok(s) => s,
+            // The agent may be restarting: keep trying until the deadline.
+            Err(e) if Instant::now() < deadline => {
+                progress.waiting(&format!("the agent did not answer ({e}); trying again"));
+                std::thread::sleep(POLL);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if status.agent_run != run {
+            return Err(CannotAudit(format!(
+                "the agent restarted during the audit (run {run} is now {}); its broadcasts so far are in its data directory; run the audit again",
+                status.agent_run
+            )));
+        }
+        let wall_now = status.now_wall_ns;
+        let last_wall = *last_trigger_wall.get_or_insert(wall_now);
+        if options.trigger.is_some() {
+            window = Some(Window::FirstReceiptBetween {
+                from_wall_ns: first_wall.saturating_sub(FOREIGN_MARGIN_NS),
+                to_wall_ns: wall_now + FOREIGN_MARGIN_NS,
+            });
+        }
+        let files = sync_logs(&api, &mirror, &status)?;
+        let inputs = inputs::read_inputs(&files).map_err(|e| CannotAudit(format!("{e:#}")))?;
+        let joined = inputs::join(&inputs, scope(window));
+        let state = Completion::of(&joined, &sent, options.broadcasts, first_wall, last_wall);
+        let probes_uploading = status.probes.iter().filter(|p| p.uploading).count();
+        progress.waiting(&format!(
+            "waiting for receipts: {} received, {} outstanding over {} broadcasts; {probes_uploading} probe(s) uploading",
+            state.receipts, state.outstanding, state.broadcasts
+        ));
+        if state.done {
+            break (inputs, true);
+        }
+        if Instant::now() >= deadline {
+            break (inputs, false);
+        }
+        std::thread::sleep(POLL);
+    };
+    let report = inputs::report_within(inputs, None, scope(window));
+    let verdict = judge(&report, &options.thresholds);
+    let waited = last_trigger.elapsed();
+    let reproduce = match window {
+        Some(Window::AgentIds { first, last }) => format!("report DIR --broadcasts {first}-{last}"),
+        Some(Window::FirstReceiptBetween {
+            from_wall_ns,
+            to_wall_ns,
+        }) => format!("report DIR --agent-as-reference --between {from_wall_ns}-{to_wall_ns}"),
+        None => "report DIR".to_owned(),
+    };
+    Ok(AuditOutcome {
+        audit: AuditFacts {
+            agent: options.agent.clone(),
+            trigger: options.trigger.clone(),
+            triggered: options.broadcasts,
+            probes_uploading: uploading,
+            complete,
+            last_broadcast_to_verdict_ms: waited.as_millis() as u64,
+            reproduce,
+            kept: options.keep.as_ref().map(|d| d.display().to_string()),
+        },
+        verdict,
+        report,
+    })
+}
+
+/// Asks for the agent's status until `--require-probes` probes upload, or
+/// `--settle` passes.
+fn wait_for_probes(
+    api: &AgentApi,
+    options: &AuditOptions,
+    progress: &mut Progress,
+) -> Result<Status, CannotAudit> {
+    let deadline = Instant::now() + options.settle;
+    loop {
+        let status = api.status()?;
+        let uploading = status.probes.iter().filter(|p| p.uploading).count();
+        if uploading >= options.require_probes {
+            return Ok(status);
+        }
+        if Instant::now() >= deadline {
+            return Err(CannotAudit(format!(
+                "{uploading} probe(s) upload to the agent and --require-probes is {}; start the probes with --upload {}",
+                options.require_probes, options.agent
+            )));
+        }
+        progress.waiting(&format!(
+            "waiting for probes: {uploading} of {} uploading",
+            options.require_probes
+        ));
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Copies what is new of this agent run's segments and of every probe run
+/// it stores; returns the local copies to read.
+fn sync_logs(
+    api: &AgentApi,
+    mirror: &Mirror,
+    status: &Status,
+) -> Result<Vec<PathBuf>, CannotAudit> {
+    let prefix = format!("{}-", status.segment_stem);
+    let wanted = status
+        .logs
+        .iter()
+        .filter(|l| l.name.starts_with(&prefix) || status.probes.iter().any(|p| p.file == l.name));
+    let mut files = Vec::new();
+    for log in wanted {
+        mirror.sync(api, &log.name)?;
+        let path = mirror.path_of(&log.name);
+        if path.exists() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// How far the audited broadcasts have been reported.
+struct Completion {
+    broadcasts: usize,
+    receipts: usize,
+    outstanding: usize,
+    done: bool,
+}
+
+impl Completion {
+    /// Hub: each triggered broadcast has all its targets recorded and no
+    /// probe connection still missing it. Foreign server: at least `k`
+    /// broadcasts arrived, none is missing anywhere, and every probe has
+    /// reported something after the last trigger (so a probe whose upload
+    /// lags is not taken for one that was not listening); probe runs that
+    /// ended before the audit began are not waited for.
+    fn of(
+        joined: &Joined,
+        sent: &[agent_api::Sent],
+        k: u64,
+        first_trigger_wall_ns: u64,
+        last_trigger_wall_ns: u64,
+    ) -> Completion {
+        let receipts = joined.broadcasts.iter().map(|b| b.receipts.len()).sum();
+        let missing: usize = joined.broadcasts.iter().map(|b| b.missing.len()).sum();
+        let done = if sent.is_empty() {
+            let caught_up = joined.probes.iter().all(|p| {
+                p.stamps
+                    .iter()
+                    .map(|s| s.wall_ns)
+                    .max()
+                    .is_none_or(|t| t < first_trigger_wall_ns || t >= last_trigger_wall_ns)
+            });
+            joined.broadcasts.len() as u64 >= k && missing == 0 && caught_up
+        } else {
+            sent.iter().all(|s| {
+                joined.broadcasts.iter().any(|b| {
+                    b.key == BroadcastKey::Agent(s.broadcast)
+                        && b.agent.is_some_and(|a| u64::from(a.targets) == s.clients)
+                        && b.missing.is_empty()
+                })
+            })
+        };
+        Completion {
+            broadcasts: joined.broadcasts.len(),
+            receipts,
+            outstanding: missing,
+            done,
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! `skewscope audit` on the real binaries: probes upload to a real agent, the
+//! audit triggers broadcasts and judges them; exit 0, 1 and 2 each come from
+//! a real run, and the audit's report is what `skewscope report` says of the
+//! agent's own data directory.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{Reaped, SKEWSCOPE, sibling_binary, start_agent_with, wait_until};
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Starts a probe with `conns` connections to `url`, uploading to the agent.
+fn uploading_probe(
+    dir: &Path,
+    name: &str,
+    url: &str,
+    conns: u32,
+    agent: &str,
+    extra: &[&str],
+) -> Reaped {
+    Reaped(
+        Command::new(sibling_binary("skewscope-probe"))
+            .args(["--url", url, "--connections", &conns.to_string()])
+            .args(["--name", name, "--upload", &format!("http://{agent}")])
+            .args(["--duration", "120s"])
+            .arg("--out")
+            .arg(dir.join(format!("{name}.sklog")))
+            .args(extra)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn audit(args: &[&str]) -> Output {
+    Command::new(SKEWSCOPE)
+        .arg("audit")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The agent's `/audit/status`, for waiting on the probes.
+fn uploading(addr: &str, token: &str) -> usize {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let r = runtime
+        .block_on(agent::http_client::request(
+            addr.parse().unwrap(),
+            "GET",
+            "/audit/status",
+            b"",
+            Some(token),
+        ))
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let status: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    status["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["uploading"] == true)
+        .count()
+}
+
+#[test]
+fn an_audit_of_the_hub_passes_fails_or_cannot_run_and_says_which() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let token_arg = token.to_str().unwrap();
+    let (_agent, addr, _) =
+        start_agent_with(dir.path(), "127.0.0.1:0", &["--token-file", token_arg]);
+    let url = format!("ws://{addr}/ws");
+    let probe_args = ["--token-file", token_arg];
+    let _a = uploading_probe(dir.path(), "kiosk-a", &url, 2, &addr, &probe_args);
+    let _b = uploading_probe(dir.path(), "kiosk-b", &url, 3, &addr, &probe_args);
+    wait_until("two probes uploading", || uploading(&addr, "s3cret") == 2);
+    let agent_url = format!("http://{addr}");
+    let common = [
+        "--agent",
+        &agent_url,
+        "--token-file",
+        token_arg,
+        "--broadcasts",
+        "5",
+        "--interval",
+        "20ms",
+    ];
+
+    // Exit 0: every threshold holds.
+    let out = dir.path().join("pass.json");
+    let keep = dir.path().join("copy");
+    let o = Command::new(SKEWSCOPE)
+        .arg("audit")
+        .args(common)
+        .args(["--require-probes", "2", "--settle", "20s"])
+        .args(["--max-skew-p99", "1s", "--json"])
+        .arg(&out)
+        .arg("--keep")
+        .arg(&keep)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("PASS  skew-p99"), "{}", text(&o));
+    assert!(stdout.contains("PASS: all 2 checks passed"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("broadcast 5 of 5"),
+        "progress on stderr: {}",
+        text(&o)
+    );
+    let pass = json(&out);
+    assert_eq!(pass["verdict"]["pass"], true);
+    assert_eq!(pass["audit"]["complete"], true, "{}", text(&o));
+    let report = &pass["report"];
+    assert_eq!(report["broadcasts"], 5);
+    assert_eq!(
+        report["receipts"], 25,
+        "every connection got every broadcast"
+    );
+    assert_eq!(report["missing"], 0);
+    assert_eq!(report["duplicates"], 0);
+    let skew = &pass["verdict"]["checks"][0];
+    assert_eq!(skew["check"], "skew-p99");
+    assert!(skew["measured"].as_i64().unwrap() <= skew["limit"].as_i64().unwrap());
+
+    // `skewscope report` on the agent's own data directory, for the same
+    // broadcasts, says the same.
+    let reproduce = pass["audit"]["reproduce"].as_str().unwrap();
+    let range = reproduce.rsplit(' ').next().unwrap();
+    let o = Command::new(SKEWSCOPE)
+        .arg("report")
+        .arg(dir.path().join("agent"))
+        .args(["--broadcasts", range, "--json", "-"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let direct: serde_json::Value =
+        serde_json::from_str(&stdout[stdout.find("{\n").unwrap()..]).expect("report JSON");
+    for field in ["broadcasts", "receipts", "missing", "skew_ns", "fanout_ns"] {
+        assert_eq!(direct[field], report[field], "{field}");
+    }
+
+    // Exit 1: a threshold no real fan-out meets.
+    let o = audit(&[&common[..], &["--settle", "20s", "--max-skew-max", "1ns"]].concat());
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("verdict"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("FAIL  skew-max ≤ 1 ns"), "{}", text(&o));
+    assert!(
+        stdout.contains("FAIL: 1 of 3 checks failed"),
+        "{}",
+        text(&o)
+    );
+
+    // Exit 2: a wrong token, too few probes, no agent at all.
+    let wrong = dir.path().join("wrong");
+    std::fs::write(&wrong, "guess").unwrap();
+    let o = audit(&[
+        "--agent",
+        &agent_url,
+        "--token-file",
+        wrong.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("refused the token"),
+        "{}",
+        text(&o)
+    );
+    let o = audit(&[&common[..], &["--require-probes", "3", "--settle", "300ms"]].concat());
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--require-probes is 3"),
+        "{}",
+        text(&o)
+    );
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nobody = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let o = audit(&["--agent", &nobody]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no answer"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// A broadcast server that is not skewscope: WebSocket clients on `/ws` of
+/// one port, and `GET /start_test` on another sends every client the same
+/// fixed text, as FastAPI-style servers do.
+fn foreign_server(runtime: &tokio::runtime::Runtime) -> (SocketAddr, SocketAddr) {
+    let (ws, http) = runtime.block_on(async {
+        (
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        )
+    });
+    let addrs = (ws.local_addr().unwrap(), http.local_addr().unwrap());
+    let (tx, _) = tokio::sync::broadcast::channel::<String>(64);
+    let sender = tx.clone();
+    runtime.spawn(async move {
+        loop {
+            let (stream, _) = ws.accept().await.unwrap();
+            let mut rx = tx.subscribe();
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
+                    return;
+                };
+                loop {
+                    tokio::select! {
+                        msg = rx.recv() => match msg {
+                            Ok(text) => if ws.send(text.into()).await.is_err() { return },
+                            Err(_) => return,
+                        },
+                        incoming = ws.next() => if !matches!(incoming, Some(Ok(_))) { return },
+                    }
+                }
+            });
+        }
+    });
+    runtime.spawn(async move {
+        let message = "Lorem ipsum dolor sit amet, ".repeat(16);
+        loop {
+            let (mut stream, _) = http.accept().await.unwrap();
+            let mut head = vec![0u8; 4096];
+            let n = stream.read(&mut head).await.unwrap_or(0);
+            if String::from_utf8_lossy(&head[..n]).starts_with("GET /start_test ") {
+                let clients = sender.send(message.clone()).unwrap_or(0);
+                let body = format!("{{\"clients\":{clients}}}");
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            } else {
+                let _ = stream
+                    .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                    .await;
+            }
+        }
+    });
+    addrs
+}
+
+#[test]
+fn an_audit_of_a_foreign_server_uses_the_agent_as_clock_reference_and_collector() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (ws, http) = foreign_server(&runtime);
+    let dir = tempfile::tempdir().unwrap();
+    let (_agent, addr, _) = start_agent_with(dir.path(), "127.0.0.1:0", &[]);
+    let url = format!("ws://{ws}/ws");
+    let time = ["--time-server", &addr, "--time-interval", "100ms"];
+    let _a = uploading_probe(dir.path(), "lobby", &url, 2, &addr, &time);
+    let _b = uploading_probe(dir.path(), "stage", &url, 2, &addr, &time);
+    let token = "unused";
+    wait_until("two probes uploading", || uploading(&addr, token) == 2);
+    // Their four connections are up before the first trigger.
+    std::thread::sleep(Duration::from_millis(300));
+
+    let out = dir.path().join("foreign.json");
+    let o = Command::new(SKEWSCOPE)
+        .args(["audit", "--agent", &format!("http://{addr}")])
+        .args(["--trigger", &format!("http://{http}/start_test")])
+        .args(["--broadcasts", "5", "--interval", "20ms", "--settle", "20s"])
+        .args(["--require-probes", "2", "--max-skew-p99", "1s"])
+        .args(["--max-offset-bound", "100ms", "--json"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains("not every receipt had arrived"),
+        "the audit saw every receipt arrive: {}",
+        text(&o)
+    );
+    let audit = json(&out);
+    let report = &audit["report"];
+    assert_eq!(report["broadcasts"], 5, "{}", text(&o));
+    assert_eq!(report["receipts"], 20);
+    assert_eq!(report["missing"], 0);
+    // The agent sent nothing: it is the clock reference, not the server.
+    assert!(report["fanout_ns"].is_null());
+    assert!(!report["agent"].is_null(), "the agent run is the reference");
+    let checks = audit["verdict"]["checks"].as_array().unwrap();
+    let bound = checks
+        .iter()
+        .find(|c| c["check"] == "offset-bound")
+        .unwrap();
+    assert_eq!(bound["pass"], true, "{bound}");
+}
