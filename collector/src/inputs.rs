@@ -10,8 +10,8 @@ use skewscope_core::record::{AgentRecord, ProbeRecord};
 
 /// Every record from the files given, sorted by writer.
 pub struct Inputs {
-    /// The agent's records, if an agent log was given.
-    pub agent: Option<Vec<AgentRecord>>,
+    /// Each agent run's records (its segments in order), in the order given.
+    pub agents: Vec<Vec<AgentRecord>>,
     /// Each probe log's records, in the order given.
     pub probes: Vec<Vec<ProbeRecord>>,
     /// What each file contributed and what was lost reading it.
@@ -57,7 +57,7 @@ pub fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 /// or unreadable file is an error naming it.
 pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
     let mut inputs = Inputs {
-        agent: None,
+        agents: Vec::new(),
         probes: Vec::new(),
         summaries: Vec::new(),
     };
@@ -72,15 +72,16 @@ pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
                     skipped_bytes: decoded.skipped_bytes,
                     torn_tail: decoded.torn_tail,
                 });
-                match inputs.agent.as_mut() {
-                    None => inputs.agent = Some(decoded.records),
-                    // Another segment of the same run (rotated by size or SIGHUP).
-                    Some(records) if agent_run(records) == agent_run(&decoded.records) => {
-                        records.extend(decoded.records)
-                    }
-                    Some(_) => bail!(
-                        "{file}: an agent log of another run; report one agent run at a time (with that run's probe logs)"
-                    ),
+                let run = agent_run(&decoded.records);
+                // Another segment of a run already read (rotated by size or
+                // SIGHUP) continues it; else it is another run (a restart).
+                match inputs
+                    .agents
+                    .iter_mut()
+                    .find(|a| run.is_some() && agent_run(a) == run)
+                {
+                    Some(records) => records.extend(decoded.records),
+                    None => inputs.agents.push(decoded.records),
                 }
             }
             AnyLog::Probe(decoded) => {
@@ -136,9 +137,14 @@ pub struct Scope {
 /// Joins the inputs within `scope`.
 pub fn join(inputs: &Inputs, scope: Scope) -> Joined {
     let probes: Vec<&[ProbeRecord]> = inputs.probes.iter().map(Vec::as_slice).collect();
-    let mut joined = match (inputs.agent.as_deref(), scope.agent_as_reference) {
+    let agents: Vec<&[AgentRecord]> = inputs.agents.iter().map(Vec::as_slice).collect();
+    let latest = agents
+        .iter()
+        .copied()
+        .max_by_key(|a| agent_run(a).map(|r| r.1));
+    let mut joined = match (latest, scope.agent_as_reference) {
         (Some(agent), true) => skewscope_core::analysis::join::join_with_reference(agent, &probes),
-        (agent, _) => skewscope_core::analysis::join::join(agent, &probes),
+        _ => skewscope_core::analysis::join::join_runs(&agents, &probes),
     };
     if let Some(window) = &scope.window {
         joined.keep(window);

@@ -169,6 +169,13 @@ pub fn render(r: &Report) -> String {
         "  broadcasts {}   connections {}   receipts {}   missing {}   duplicates {}   unmatched {}",
         r.broadcasts, r.connections, r.receipts, r.missing, r.duplicates, r.unmatched
     );
+    if r.reconnects > 0 {
+        let _ = writeln!(
+            out,
+            "  reconnects {}: broadcasts sent while a connection was down are not counted missing for it",
+            r.reconnects
+        );
+    }
     let _ = writeln!(out);
     let _ = writeln!(
         out,
@@ -232,14 +239,14 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "  {:<20} {:<20} {:>6} {:>9} {:>8}",
-            "probe", "host", "conns", "receipts", "missing"
+            "  {:<20} {:<20} {:>6} {:>9} {:>8} {:>10}",
+            "probe", "host", "conns", "receipts", "missing", "reconnects"
         );
         for p in &r.probes {
             let _ = writeln!(
                 out,
-                "  {:<20} {:<20} {:>6} {:>9} {:>8}",
-                p.name, p.host, p.connections, p.receipts, p.missing
+                "  {:<20} {:<20} {:>6} {:>9} {:>8} {:>10}",
+                p.name, p.host, p.connections, p.receipts, p.missing, p.reconnects
             );
         }
     }

@@ -77,9 +77,13 @@ fn the_agent_stores_every_record_once_across_its_own_sigkill() {
     assert!(stored == own, "the stored run differs from the probe's log");
 
     // The uploaded run joins the agent run it was measured against like any
-    // probe log. (The data directory now holds two agent runs, which one
-    // report does not join yet: the restarted agent broadcast nothing.)
+    // probe log; the data directory, which now holds two agent runs, reports
+    // the same.
     let (text, json) = common::json_report(&[&first_run_log, &runs[0]]);
+    let (_, whole) = common::json_report(&[&data]);
+    for field in ["broadcasts", "receipts", "missing", "duplicates", "skew_ns"] {
+        assert_eq!(whole[field], json[field], "{field}");
+    }
     let receipts = own
         .iter()
         .filter(|r| matches!(r, ProbeRecord::Receipt(_)))
@@ -87,4 +91,71 @@ fn the_agent_stores_every_record_once_across_its_own_sigkill() {
     assert_eq!(json["receipts"], receipts as u64, "{text}");
     assert_eq!(json["duplicates"], 0, "{text}");
     assert_eq!(json["probes"][0]["name"], "uploader", "{text}");
+}
+
+/// A probe with `--reconnect` outlives the server's restart: its
+/// connections come back, the report of the agent's data directory (two
+/// agent runs) has every broadcast of both runs on every connection, counts
+/// the reconnects, and does not count the gap as missing.
+#[test]
+fn probe_connections_come_back_after_the_agent_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, addr, _) = start_agent_at(dir.path(), "127.0.0.1:0");
+    let out = dir.path().join("kiosk.sklog");
+    let mut probe = Reaped(
+        Command::new(sibling_binary("skewscope-probe"))
+            .args(["--url", &format!("ws://{addr}/ws"), "--connections", "3"])
+            .args(["--name", "kiosk", "--reconnect", "--duration", "120s"])
+            .arg("--out")
+            .arg(&out)
+            .spawn()
+            .unwrap(),
+    );
+    let opened = |out: &Path| {
+        probe_records(out)
+            .iter()
+            .filter(|r| matches!(r, ProbeRecord::ConnectionOpened(_)))
+            .count()
+    };
+    wait_until("three connections", || out.exists() && opened(&out) == 3);
+    for _ in 0..4 {
+        trigger(&addr);
+    }
+    let receipts = |out: &Path| {
+        probe_records(out)
+            .iter()
+            .filter(|r| matches!(r, ProbeRecord::Receipt(_)))
+            .count()
+    };
+    wait_until("twelve receipts", || receipts(&out) == 12);
+    signal(&agent.0, Signal::SIGKILL);
+    agent.0.wait().unwrap();
+    // Broadcasts nobody can hear while it is down are not anyone's loss.
+    let (mut agent, _, _) = start_agent_at(dir.path(), &addr);
+    wait_until("the three connections back", || opened(&out) == 6);
+    for _ in 0..5 {
+        trigger(&addr);
+    }
+    wait_until("fifteen more receipts", || receipts(&out) == 27);
+    signal(&probe.0, Signal::SIGTERM);
+    assert!(probe.0.wait().unwrap().success());
+    signal(&agent.0, Signal::SIGTERM);
+    agent.0.wait().unwrap();
+
+    let (text, json) = common::json_report(&[&dir.path().join("agent"), &out]);
+    assert_eq!(json["broadcasts"], 9, "{text}");
+    assert_eq!(json["receipts"], 27, "{text}");
+    assert_eq!(json["missing"], 0, "{text}");
+    assert_eq!(json["unmatched"], 0, "{text}");
+    assert_eq!(json["connections"], 3, "{text}");
+    assert_eq!(json["reconnects"], 3, "{text}");
+    assert!(text.contains("reconnects 3"), "{text}");
+    assert!(
+        text.contains("run 2 id 1"),
+        "ids restart with the agent: {text}"
+    );
+    // The probe's log alone (no agent) says the same of loss.
+    let (text, alone) = common::json_report(&[&out]);
+    assert_eq!(alone["receipts"], 27, "{text}");
+    assert_eq!(alone["missing"], 0, "{text}");
 }

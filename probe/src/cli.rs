@@ -74,6 +74,14 @@ pub struct Args {
     #[serde(with = "duration_text::option")]
     pub duration: Option<Duration>,
 
+    /// When the server closes a connection or it breaks (a server restart, a
+    /// network drop), open it again after a jittered back-off (250 ms
+    /// doubling to 10 s), until the run stops. Each gap is in the log; the
+    /// report counts reconnects and does not count a connection missing for
+    /// broadcasts sent while it was down. What a probe run as a service wants.
+    #[arg(long)]
+    pub reconnect: bool,
+
     /// Give up on a connection whose TCP connect and WebSocket upgrade take longer
     /// than this, so an unreachable server fails the run instead of hanging it.
     #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
@@ -161,6 +169,7 @@ impl Args {
             time_server: self.time_server,
             time_interval: self.time_interval,
             upload: self.upload,
+            reconnect: self.reconnect,
             upload_token: match &self.token_file {
                 Some(path) => Some(read_token(path)?),
                 None => None,

@@ -48,6 +48,9 @@ pub struct ProbeConfig {
     pub upload: Option<String>,
     /// Bearer token for the upload, when the agent has one.
     pub upload_token: Option<String>,
+    /// Open a connection again when the server closes or loses it (a probe
+    /// run as a service outlives the server's restarts).
+    pub reconnect: bool,
 }
 
 impl ProbeConfig {
@@ -68,6 +71,7 @@ impl ProbeConfig {
             time_interval: DEFAULT_TIME_INTERVAL,
             upload: None,
             upload_token: None,
+            reconnect: false,
         }
     }
 

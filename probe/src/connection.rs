@@ -18,6 +18,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
+use crate::backoff::Backoff;
 use crate::recorder::Recorder;
 use crate::request;
 use crate::shutdown::Shutdown;
@@ -59,6 +60,8 @@ pub(crate) struct Settings {
     pub(crate) ws_config: WebSocketConfig,
     pub(crate) connect_timeout: Duration,
     pub(crate) count: Option<u64>,
+    /// Open a lost connection again (`--reconnect`).
+    pub(crate) reconnect: bool,
     /// Bounds handshakes in flight to [`MAX_HANDSHAKES_IN_FLIGHT`].
     pub(crate) gate: Semaphore,
 }
@@ -74,7 +77,10 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// Connects, receives until a stop condition, and records how it went.
+    /// Connects, receives until a stop condition, and records how it went;
+    /// with `--reconnect`, a connection the server closed or lost is opened
+    /// again after a back-off, each gap recorded by its close and the next
+    /// open, until the run stops.
     pub(crate) async fn run(self) {
         let Connection {
             index,
@@ -83,50 +89,118 @@ impl Connection {
             mut shutdown,
             progress,
         } = self;
-
-        let dialed = tokio::select! {
-            biased;
-            reason = shutdown.wait() => Err(format!("{reason} before the connection was made")),
-            dialed = dial(&settings) => dialed,
-        };
-        let (mut ws, last_rx) = match dialed {
-            Ok((ws, last_rx, agent_conn, at)) => {
-                recorder.record(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
-                    conn: index,
-                    agent_conn,
-                    at,
-                }));
-                progress.send_modify(|p| p.attempts.opened += 1);
-                (ws, last_rx)
+        let mut backoff = Backoff::default();
+        // Counted in progress: nothing yet, failed, or opened.
+        let mut counted = Counted::Nothing;
+        let mut received = 0u64;
+        loop {
+            let dialed = tokio::select! {
+                biased;
+                reason = shutdown.wait() => Err(format!("{reason} before the connection was made")),
+                dialed = dial(&settings) => dialed,
+            };
+            match dialed {
+                Ok((mut ws, last_rx, agent_conn, at)) => {
+                    recorder.record(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
+                        conn: index,
+                        agent_conn,
+                        at,
+                    }));
+                    counted = counted.opened(&progress);
+                    backoff.reset();
+                    let mut receipts = Receipts {
+                        conn: index,
+                        // Occurrences of a payload count per connection.
+                        identifier: Identifier::default(),
+                        received,
+                        recorder: recorder.clone(),
+                        last_rx,
+                    };
+                    let ended =
+                        receive(&mut ws, &mut receipts, &mut shutdown, settings.count).await;
+                    received = receipts.received;
+                    recorder.record(ProbeRecord::ConnectionClosed(ProbeConnectionClosed {
+                        conn: index,
+                        at: skewscope_os::clock::now(),
+                        reason: ended.reason().to_owned(),
+                    }));
+                    if !matches!(ended, Ended::Lost(_)) {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    recorder.record(ProbeRecord::ConnectionFailed(ProbeConnectionFailed {
+                        conn: index,
+                        at: skewscope_os::clock::now(),
+                        error: error.clone(),
+                    }));
+                    counted = counted.failed(&progress, error);
+                }
             }
-            Err(error) => {
-                recorder.record(ProbeRecord::ConnectionFailed(ProbeConnectionFailed {
-                    conn: index,
-                    at: skewscope_os::clock::now(),
-                    error: error.clone(),
-                }));
-                progress.send_modify(|p| {
-                    p.attempts.failed += 1;
-                    p.first_error.get_or_insert(error);
-                });
+            if !settings.reconnect {
                 return;
             }
-        };
-        let mut receipts = Receipts {
-            conn: index,
-            identifier: Identifier::default(),
-            received: 0,
-            recorder,
-            last_rx,
-        };
-        let reason = receive(&mut ws, &mut receipts, &mut shutdown, settings.count).await;
-        receipts
-            .recorder
-            .record(ProbeRecord::ConnectionClosed(ProbeConnectionClosed {
-                conn: index,
-                at: skewscope_os::clock::now(),
-                reason,
-            }));
+            tokio::select! {
+                biased;
+                _ = shutdown.wait() => return,
+                () = tokio::time::sleep(backoff.pause()) => {}
+            }
+        }
+    }
+}
+
+/// What one connection has contributed to the run's [`Progress`]: its first
+/// attempt's outcome, moved from failed to opened if a later attempt opens.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    Nothing,
+    Failed,
+    Opened,
+}
+
+impl Counted {
+    fn opened(self, progress: &watch::Sender<Progress>) -> Counted {
+        match self {
+            Counted::Nothing => progress.send_modify(|p| p.attempts.opened += 1),
+            Counted::Failed => progress.send_modify(|p| {
+                p.attempts.failed -= 1;
+                p.attempts.opened += 1;
+            }),
+            Counted::Opened => {}
+        }
+        Counted::Opened
+    }
+
+    fn failed(self, progress: &watch::Sender<Progress>, error: String) -> Counted {
+        if self != Counted::Nothing {
+            return self;
+        }
+        progress.send_modify(|p| {
+            p.attempts.failed += 1;
+            p.first_error.get_or_insert(error);
+        });
+        Counted::Failed
+    }
+}
+
+/// How a connection's receiving ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// The run stopped (signal, duration): the reason.
+    Stopped(String),
+    /// `--count` messages arrived.
+    CountReached,
+    /// The server closed it or it broke: a reconnect may follow.
+    Lost(String),
+}
+
+impl Ended {
+    /// The close reason for the log.
+    fn reason(&self) -> &str {
+        match self {
+            Ended::Stopped(r) | Ended::Lost(r) => r,
+            Ended::CountReached => "count reached",
+        }
     }
 }
 
@@ -219,14 +293,13 @@ fn payload(message: &Message) -> Option<&[u8]> {
     }
 }
 
-/// Receives until the count is reached, the server goes, or the run stops;
-/// returns the close reason for the log.
+/// Receives until the count is reached, the server goes, or the run stops.
 async fn receive(
     ws: &mut Ws,
     receipts: &mut Receipts,
     shutdown: &mut Shutdown,
     count: Option<u64>,
-) -> String {
+) -> Ended {
     let stopped = shutdown.wait();
     tokio::pin!(stopped);
     loop {
@@ -237,23 +310,23 @@ async fn receive(
                 match next {
                     Some(Ok(Message::Close(frame))) => {
                         finish_close(ws).await;
-                        return server_closed(frame.as_ref());
+                        return Ended::Lost(server_closed(frame.as_ref()));
                     }
                     Some(Ok(message)) => {
                         let Some(data) = payload(&message) else { continue };
                         receipts.record(data, at);
                         if count.is_some_and(|k| receipts.received >= k) {
                             close(ws, CloseCode::Normal, "count reached", None).await;
-                            return "count reached".to_owned();
+                            return Ended::CountReached;
                         }
                     }
-                    Some(Err(e)) => return e.to_string(),
-                    None => return "server closed".to_owned(),
+                    Some(Err(e)) => return Ended::Lost(e.to_string()),
+                    None => return Ended::Lost("server closed".to_owned()),
                 }
             }
             reason = &mut stopped => {
                 close(ws, CloseCode::Away, "probe stopped", Some(receipts)).await;
-                return reason.to_string();
+                return Ended::Stopped(reason.to_string());
             }
         }
     }

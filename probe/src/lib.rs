@@ -27,6 +27,7 @@
 
 #![forbid(unsafe_code)]
 
+mod backoff;
 pub mod cli;
 mod clock_watch;
 pub mod config;
@@ -192,6 +193,7 @@ impl RunningProbe {
                 .max_frame_size(Some(config.max_message)),
             connect_timeout: config.connect_timeout,
             count: config.count,
+            reconnect: config.reconnect,
             gate: Semaphore::new(MAX_HANDSHAKES_IN_FLIGHT),
         });
         let reopen = recorder.reopen_handle();

@@ -20,9 +20,6 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 /// Pause before looking for newly flushed records.
 const POLL: Duration = Duration::from_millis(200);
-/// First and longest pause before reconnecting.
-const BACKOFF_MIN: Duration = Duration::from_millis(250);
-const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// Batches this size or smaller: well under the agent's limit.
 const BATCH_BYTES: usize = MAX_BATCH_BYTES / 4;
 /// How long the last records may take to reach the agent once the run ended.
@@ -86,19 +83,16 @@ async fn upload_until_complete(
     mut ended: watch::Receiver<bool>,
     state: &watch::Sender<UploadState>,
 ) {
-    let mut backoff = BACKOFF_MIN;
+    let mut backoff = crate::backoff::Backoff::default();
     loop {
         match session(upload, &mut ended, state).await {
             Ok(()) => return,
             Err(e) => {
                 eprintln!("skewscope-probe: upload to {}: {e}; retrying", upload.url);
-                let jitter = fastrand::u64(0..=backoff.as_millis() as u64 / 2);
-                let pause = backoff + Duration::from_millis(jitter);
                 tokio::select! {
-                    _ = tokio::time::sleep(pause) => {}
+                    _ = tokio::time::sleep(backoff.pause()) => {}
                     _ = ended.changed(), if !*ended.borrow() => {}
                 }
-                backoff = (backoff * 2).min(BACKOFF_MAX);
             }
         }
     }

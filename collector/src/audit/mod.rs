@@ -344,7 +344,7 @@ impl Completion {
         } else {
             sent.iter().all(|s| {
                 joined.broadcasts.iter().any(|b| {
-                    b.key == BroadcastKey::Agent(s.broadcast)
+                    matches!(b.key, BroadcastKey::Agent { id, .. } if id == s.broadcast)
                         && b.agent.is_some_and(|a| u64::from(a.targets) == s.clients)
                         && b.missing.is_empty()
                 })

@@ -103,8 +103,14 @@ pub struct Agent {
 /// How a broadcast is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum BroadcastKey {
-    /// By the agent's broadcast id.
-    Agent(u64),
+    /// By the agent's broadcast id within agent run `run` (0 is the first
+    /// run joined; ids start again when the agent restarts).
+    Agent {
+        /// Which agent run, in start order.
+        run: u32,
+        /// The broadcast id in that run's log.
+        id: u64,
+    },
     /// By what the probes saw (no agent log).
     Message(MessageKey),
 }
@@ -199,13 +205,16 @@ pub struct Joined {
     /// Receipts that match no broadcast in the agent log (another run's traffic,
     /// or a payload the agent did not send).
     pub unmatched: u64,
+    /// Agent runs joined (the agent restarted between them).
+    pub agent_runs: u32,
 }
 
 /// Which broadcasts a report is about: an audit judges its own, not the
 /// whole history of the logs it read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Window {
-    /// The agent's broadcasts with ids `first..=last`.
+    /// The agent's broadcasts with ids `first..=last`, in the latest agent
+    /// run joined.
     AgentIds {
         /// First id kept.
         first: u64,
@@ -223,12 +232,14 @@ pub enum Window {
 }
 
 impl Window {
-    /// Whether `broadcast` is inside.
-    pub fn contains(&self, broadcast: &JoinedBroadcast) -> bool {
+    /// Whether `broadcast` is inside, `latest_run` being the index of the
+    /// latest agent run joined.
+    pub fn contains(&self, broadcast: &JoinedBroadcast, latest_run: u32) -> bool {
         match *self {
-            Window::AgentIds { first, last } => {
-                matches!(broadcast.key, BroadcastKey::Agent(id) if (first..=last).contains(&id))
-            }
+            Window::AgentIds { first, last } => matches!(
+                broadcast.key,
+                BroadcastKey::Agent { run, id } if run == latest_run && (first..=last).contains(&id)
+            ),
             Window::FirstReceiptBetween {
                 from_wall_ns,
                 to_wall_ns,
@@ -246,7 +257,8 @@ impl Joined {
     /// Keeps only the broadcasts inside `window`. Clock samples, claims and
     /// connections stay whole: they bound the clocks over the window too.
     pub fn keep(&mut self, window: &Window) {
-        self.broadcasts.retain(|b| window.contains(b));
+        let latest = self.agent_runs.saturating_sub(1);
+        self.broadcasts.retain(|b| window.contains(b, latest));
     }
 
     /// The clock of every log joined: each probe's, then the agent's.
@@ -288,6 +300,7 @@ pub fn join(agent: Option<&[AgentRecord]>, probes: &[&[ProbeRecord]]) -> Joined 
         broadcasts: Vec::new(),
         duplicates: 0,
         unmatched: 0,
+        agent_runs: u32::from(agent.is_some()),
     };
     match agent {
         Some(records) => join_with_agent(&mut joined, records, &receipts),
@@ -316,7 +329,92 @@ pub fn join_with_reference(agent: &[AgentRecord], probes: &[&[ProbeRecord]]) -> 
         .cloned()
         .collect();
     joined.agent = join(Some(&clock_only), &[]).agent;
+    joined.agent_runs = 1;
     joined
+}
+
+/// Joins several agent runs (the agent restarted; its data directory holds
+/// each run's segments) with the probe logs. A probe's connection records
+/// and receipts go to the run that was up when they happened: run k from its
+/// `Started` until the next run's. Broadcast ids are per run.
+pub fn join_runs(agents: &[&[AgentRecord]], probes: &[&[ProbeRecord]]) -> Joined {
+    if agents.len() < 2 {
+        return join(agents.first().copied(), probes);
+    }
+    let started = |records: &[AgentRecord]| {
+        records.iter().find_map(|r| match r {
+            AgentRecord::Started(s) => Some(s.at.wall_ns),
+            _ => None,
+        })
+    };
+    let mut runs: Vec<(u64, &[AgentRecord])> = agents
+        .iter()
+        .map(|a| (started(a).unwrap_or(0), *a))
+        .collect();
+    runs.sort_by_key(|r| r.0);
+    // Each probe whole: its clock records and stamps belong to every run.
+    let mut merged = join(None, probes);
+    merged.broadcasts.clear();
+    merged.connections.clear();
+    (merged.duplicates, merged.unmatched) = (0, 0);
+    merged.agent_runs = runs.len() as u32;
+    for (k, &(start, records)) in runs.iter().enumerate() {
+        let end = runs.get(k + 1).map_or(u64::MAX, |r| r.0);
+        let spans: Vec<Vec<ProbeRecord>> = probes
+            .iter()
+            .map(|p| {
+                p.iter()
+                    .filter(|r| connection_time(r).is_none_or(|t| (start..end).contains(&t)))
+                    .cloned()
+                    .collect()
+            })
+            .collect();
+        let spans: Vec<&[ProbeRecord]> = spans.iter().map(Vec::as_slice).collect();
+        let mut run = join(Some(records), &spans);
+        let offset = merged.connections.len();
+        merged.connections.append(&mut run.connections);
+        for mut b in run.broadcasts {
+            if let BroadcastKey::Agent { run, .. } = &mut b.key {
+                *run = k as u32;
+            }
+            for r in &mut b.receipts {
+                r.connection += offset;
+            }
+            for m in &mut b.missing {
+                *m += offset;
+            }
+            merged.broadcasts.push(b);
+        }
+        merged.duplicates += run.duplicates;
+        merged.unmatched += run.unmatched;
+        merged.agent = match (merged.agent.take(), run.agent) {
+            (None, agent) => agent,
+            (Some(mut earlier), Some(later)) => {
+                earlier.clock_states.extend(later.clock_states);
+                earlier.stamps.extend(later.stamps);
+                earlier.time_service = later.time_service.or(earlier.time_service);
+                Some(earlier)
+            }
+            (earlier, None) => earlier,
+        };
+    }
+    merged
+}
+
+/// When a record about a connection happened; `None` for the run's own
+/// records (identity, clock, time exchange), which every agent run keeps.
+fn connection_time(record: &ProbeRecord) -> Option<u64> {
+    match record {
+        ProbeRecord::ConnectionOpened(o) => Some(o.at.wall_ns),
+        ProbeRecord::ConnectionFailed(f) => Some(f.at.wall_ns),
+        ProbeRecord::ConnectionClosed(c) => Some(c.at.wall_ns),
+        ProbeRecord::Receipt(r) => Some(r.at.wall_ns),
+        ProbeRecord::Started(_)
+        | ProbeRecord::Stopped(_)
+        | ProbeRecord::ClockState(_)
+        | ProbeRecord::TimeSample(_)
+        | ProbeRecord::Identity(_) => None,
+    }
 }
 
 struct RawReceipt {
@@ -332,21 +430,22 @@ fn collect_probes(probes: &[&[ProbeRecord]]) -> (Vec<Connection>, Vec<Probe>, Ve
     let mut infos = Vec::new();
     let mut receipts = Vec::new();
     for (p, records) in probes.iter().enumerate() {
-        let mut index: BTreeMap<u32, usize> = BTreeMap::new();
+        // Each time a connection index opens is its own connection here (a
+        // reconnect after the server closed it): its own agent id and its own
+        // window, so broadcasts sent while it was down are not missing for it.
+        let mut current: BTreeMap<u32, usize> = BTreeMap::new();
         let mut info = Probe::default();
         let mut last_wall = 0u64;
-        let mut closed: HashMap<u32, u64> = HashMap::new();
-        let mut conn_index = |conn: u32, connections: &mut Vec<Connection>| -> usize {
-            *index.entry(conn).or_insert_with(|| {
-                connections.push(Connection {
-                    probe: p,
-                    conn,
-                    agent_conn: None,
-                    opened_wall_ns: None,
-                    until_wall_ns: 0,
-                });
-                connections.len() - 1
-            })
+        let mut closed: HashMap<usize, u64> = HashMap::new();
+        let new_episode = |conn: u32, connections: &mut Vec<Connection>| -> usize {
+            connections.push(Connection {
+                probe: p,
+                conn,
+                agent_conn: None,
+                opened_wall_ns: None,
+                until_wall_ns: 0,
+            });
+            connections.len() - 1
         };
         for record in records.iter() {
             if let Some(at) = stamp_of(record) {
@@ -359,18 +458,30 @@ fn collect_probes(probes: &[&[ProbeRecord]]) -> (Vec<Connection>, Vec<Probe>, Ve
                     last_wall = last_wall.max(s.at.wall_ns);
                 }
                 ProbeRecord::ConnectionOpened(o) => {
-                    let i = conn_index(o.conn, &mut connections);
+                    let i = match current.get(&o.conn) {
+                        // Receipts came before its open record: the same one.
+                        Some(&i) if connections[i].opened_wall_ns.is_none() => i,
+                        _ => {
+                            let i = new_episode(o.conn, &mut connections);
+                            current.insert(o.conn, i);
+                            i
+                        }
+                    };
                     connections[i].agent_conn = o.agent_conn;
                     connections[i].opened_wall_ns = Some(o.at.wall_ns);
                     last_wall = last_wall.max(o.at.wall_ns);
                 }
                 ProbeRecord::ConnectionFailed(f) => last_wall = last_wall.max(f.at.wall_ns),
                 ProbeRecord::ConnectionClosed(c) => {
-                    closed.insert(c.conn, c.at.wall_ns);
+                    if let Some(&i) = current.get(&c.conn) {
+                        closed.insert(i, c.at.wall_ns);
+                    }
                     last_wall = last_wall.max(c.at.wall_ns);
                 }
                 ProbeRecord::Receipt(r) => {
-                    let connection = conn_index(r.conn, &mut connections);
+                    let connection = *current
+                        .entry(r.conn)
+                        .or_insert_with(|| new_episode(r.conn, &mut connections));
                     receipts.push(RawReceipt {
                         connection,
                         key: r.key,
@@ -389,8 +500,10 @@ fn collect_probes(probes: &[&[ProbeRecord]]) -> (Vec<Connection>, Vec<Probe>, Ve
             }
         }
         info.clock = ClockIdentity::of(&info.host, info.identity.as_ref());
-        for (&conn, &i) in &index {
-            connections[i].until_wall_ns = closed.get(&conn).copied().unwrap_or(last_wall);
+        for (i, c) in connections.iter_mut().enumerate() {
+            if c.probe == p {
+                c.until_wall_ns = closed.get(&i).copied().unwrap_or(last_wall);
+            }
         }
         infos.push(info);
     }
@@ -584,7 +697,7 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
         let last_done = b.slots.values().filter_map(|s| s.done_mono).max();
         let count = |o: SendOutcome| b.slots.values().filter(|s| s.outcome == o).count() as u32;
         joined.broadcasts.push(JoinedBroadcast {
-            key: BroadcastKey::Agent(*id),
+            key: BroadcastKey::Agent { run: 0, id: *id },
             agent: Some(AgentSide {
                 start: b.start,
                 targets: b.slots.len() as u32,

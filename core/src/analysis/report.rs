@@ -81,8 +81,11 @@ pub struct ProbeSummary {
     /// The device kernel's boot id: what names its clock (`None` in logs that
     /// predate it).
     pub boot_id: Option<String>,
-    /// Connections it opened.
+    /// Connections it held (each counted once, however often it reconnected).
     pub connections: u64,
+    /// Times one of its connections was opened again after the server
+    /// closed or lost it (`--reconnect`).
+    pub reconnects: u64,
     /// Broadcasts its connections received.
     pub receipts: u64,
     /// Broadcasts its connections missed.
@@ -120,8 +123,12 @@ pub struct Report {
     pub clocks_named_by: ClockNaming,
     /// Broadcasts seen (agent log) or distinct messages received (probes only).
     pub broadcasts: u64,
-    /// Probe connections.
+    /// Probe connections (each counted once, however often it reconnected).
     pub connections: u64,
+    /// Times a probe connection was opened again after the server closed or
+    /// lost it. Broadcasts sent while a connection was down are not counted
+    /// missing for it: it was not connected.
+    pub reconnects: u64,
     /// Receipts joined to a broadcast, duplicates excluded.
     pub receipts: u64,
     /// (broadcast, connection) pairs where a connection that was listening did not
@@ -209,13 +216,19 @@ impl Report {
                 host: p.host.clone(),
                 boot_id: p.identity.as_ref().and_then(|i| i.boot_id.clone()),
                 connections: 0,
+                reconnects: 0,
                 receipts: 0,
                 missing: 0,
                 clock: clock.clone(),
             })
             .collect();
+        let mut seen = std::collections::HashSet::new();
         for c in &joined.connections {
-            probes[c.probe].connections += 1;
+            if seen.insert((c.probe, c.conn)) {
+                probes[c.probe].connections += 1;
+            } else {
+                probes[c.probe].reconnects += 1;
+            }
         }
         for b in &joined.broadcasts {
             for r in &b.receipts {
@@ -285,7 +298,8 @@ impl Report {
             clock_basis,
             clocks_named_by,
             broadcasts: joined.broadcasts.len() as u64,
-            connections: joined.connections.len() as u64,
+            connections: probes.iter().map(|p| p.connections).sum(),
+            reconnects: probes.iter().map(|p| p.reconnects).sum(),
             receipts: joined
                 .broadcasts
                 .iter()
@@ -327,7 +341,8 @@ fn spread(times: impl Iterator<Item = u64> + Clone) -> Option<u64> {
 
 fn describe(key: BroadcastKey) -> String {
     match key {
-        BroadcastKey::Agent(id) => format!("id {id}"),
+        BroadcastKey::Agent { run: 0, id } => format!("id {id}"),
+        BroadcastKey::Agent { run, id } => format!("run {} id {id}", run + 1),
         BroadcastKey::Message(MessageKey::Seq(seq)) => format!("seq {seq}"),
         BroadcastKey::Message(MessageKey::Hash { hash, occurrence }) => {
             format!("hash {hash:016x} #{occurrence}")

@@ -253,6 +253,7 @@ mod tests {
             host: name.into(),
             boot_id: None,
             connections: 1,
+            reconnects: 0,
             receipts: 10,
             missing: 0,
             clock: DeviceClockSummary {
