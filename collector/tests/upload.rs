@@ -7,6 +7,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
+use common::proxy::Proxy;
 use common::{Reaped, sibling_binary, signal, start_agent_at, trigger, wait_until};
 use nix::sys::signal::Signal;
 use skewscope_core::log::{AnyLog, read_file};
@@ -158,4 +159,189 @@ fn probe_connections_come_back_after_the_agent_restarts() {
     let (text, alone) = common::json_report(&[&out]);
     assert_eq!(alone["receipts"], 27, "{text}");
     assert_eq!(alone["missing"], 0, "{text}");
+}
+
+fn receipts_in(path: &Path) -> usize {
+    probe_records(path)
+        .iter()
+        .filter(|r| matches!(r, ProbeRecord::Receipt(_)))
+        .count()
+}
+
+fn opened_in(path: &Path) -> usize {
+    probe_records(path)
+        .iter()
+        .filter(|r| matches!(r, ProbeRecord::ConnectionOpened(_)))
+        .count()
+}
+
+fn run_id_in(records: &[ProbeRecord]) -> u128 {
+    records
+        .iter()
+        .find_map(|r| match r {
+            ProbeRecord::Identity(i) => Some(i.run_id),
+            _ => None,
+        })
+        .expect("an Identity record")
+}
+
+fn uploading_probe(addr: &str, upload: &str, conns: u32, out: &Path) -> Command {
+    let mut c = Command::new(sibling_binary("skewscope-probe"));
+    c.args(["--url", &format!("ws://{addr}/ws"), "--connections"])
+        .arg(conns.to_string())
+        .args(["--name", "kiosk", "--upload", &format!("http://{upload}")])
+        .arg("--out")
+        .arg(out)
+        .stderr(std::process::Stdio::piped());
+    c
+}
+
+/// A probe SIGKILLed before the agent acknowledged anything keeps its run:
+/// started again on the same `--out`, it moves the old log aside and
+/// uploads it, so the agent stores everything the killed run had flushed,
+/// once.
+#[test]
+fn a_probe_killed_mid_upload_resumes_that_run_when_started_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, addr, _) = start_agent_at(dir.path(), "127.0.0.1:0");
+    // The agent is out of the probe's reach until the second start.
+    let link = Proxy::start(&addr, None, false);
+    let out = dir.path().join("kiosk.sklog");
+    let mut first = Reaped(uploading_probe(&addr, &link.addr, 3, &out).spawn().unwrap());
+    wait_until("three connections", || out.exists() && opened_in(&out) == 3);
+    for _ in 0..5 {
+        trigger(&addr);
+    }
+    wait_until("fifteen receipts flushed", || receipts_in(&out) == 15);
+    signal(&first.0, Signal::SIGKILL);
+    first.0.wait().unwrap();
+    let killed = probe_records(&out);
+    let run_id = run_id_in(&killed);
+
+    link.open();
+    let mut second = Reaped(uploading_probe(&addr, &link.addr, 1, &out).spawn().unwrap());
+    let stored = dir
+        .path()
+        .join("agent/probes")
+        .join(format!("probe-{run_id:032x}.sklog"));
+    wait_until("the killed run stored", || {
+        stored.exists() && probe_records(&stored).len() == killed.len()
+    });
+    signal(&second.0, Signal::SIGTERM);
+    let output = second.0.wait_with_output_after_take();
+    signal(&agent.0, Signal::SIGTERM);
+    agent.0.wait().unwrap();
+
+    assert!(
+        output.contains("1 earlier run(s) uploaded in full"),
+        "{output}"
+    );
+    assert!(
+        probe_records(&stored) == killed,
+        "stored differs from the killed run's log"
+    );
+    let kept = dir.path().join(format!("kiosk.run-{run_id:032x}.sklog"));
+    assert!(
+        probe_records(&kept) == killed,
+        "the killed run's log is kept"
+    );
+    assert_ne!(
+        run_id_in(&probe_records(&out)),
+        run_id,
+        "a new run at --out"
+    );
+}
+
+/// A link that drops every upload connection after 4 KiB: batches shrink
+/// until they get through, and the agent stores the run exactly as the
+/// probe logged it.
+#[test]
+fn an_upload_cut_every_few_kilobytes_still_arrives_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, addr, _) = start_agent_at(dir.path(), "127.0.0.1:0");
+    let link = Proxy::start(&addr, Some(4096), true);
+    let out = dir.path().join("kiosk.sklog");
+    let mut probe = Reaped(uploading_probe(&addr, &link.addr, 5, &out).spawn().unwrap());
+    wait_until("five connections", || out.exists() && opened_in(&out) == 5);
+    for _ in 0..60 {
+        trigger(&addr);
+    }
+    wait_until("300 receipts flushed", || receipts_in(&out) == 300);
+    signal(&probe.0, Signal::SIGTERM);
+    let output = probe.0.wait_with_output_after_take();
+    signal(&agent.0, Signal::SIGTERM);
+    agent.0.wait().unwrap();
+
+    assert!(output.contains("record(s) uploaded"), "{output}");
+    assert!(!output.contains("INCOMPLETE"), "{output}");
+    let cuts = link.cuts.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(cuts >= 3, "the link was cut {cuts} times");
+    let own = probe_records(&out);
+    let stored = probe_records(
+        &dir.path()
+            .join("agent/probes")
+            .join(format!("probe-{:032x}.sklog", run_id_in(&own))),
+    );
+    assert_eq!(stored.len(), own.len());
+    assert!(stored == own, "the stored run differs from the probe's log");
+}
+
+/// Waiting for a child whose stderr is piped, and reading it.
+trait StderrOf {
+    fn wait_with_output_after_take(&mut self) -> String;
+}
+
+impl StderrOf for std::process::Child {
+    fn wait_with_output_after_take(&mut self) -> String {
+        let mut text = String::new();
+        if let Some(mut err) = self.stderr.take() {
+            std::io::Read::read_to_string(&mut err, &mut text).unwrap();
+        }
+        assert!(self.wait().unwrap().success(), "probe failed: {text}");
+        text
+    }
+}
+
+/// logrotate moves the probe's log away and SIGHUPs it: the recorder starts
+/// a new file and the uploader follows the run into it, so the agent stores
+/// the whole run, the rotated file's records then the new file's.
+#[test]
+fn an_upload_follows_the_log_across_a_rotation() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, addr, _) = start_agent_at(dir.path(), "127.0.0.1:0");
+    let out = dir.path().join("kiosk.sklog");
+    let mut probe = Reaped(uploading_probe(&addr, &addr, 2, &out).spawn().unwrap());
+    wait_until("two connections", || out.exists() && opened_in(&out) == 2);
+    for _ in 0..3 {
+        trigger(&addr);
+    }
+    wait_until("six receipts", || receipts_in(&out) == 6);
+    let rotated = dir.path().join("kiosk.sklog.1");
+    std::fs::rename(&out, &rotated).unwrap();
+    signal(&probe.0, Signal::SIGHUP);
+    wait_until("a new log", || {
+        out.exists() && !probe_records(&out).is_empty()
+    });
+    for _ in 0..4 {
+        trigger(&addr);
+    }
+    wait_until("eight receipts in the new log", || receipts_in(&out) == 8);
+    signal(&probe.0, Signal::SIGTERM);
+    let output = probe.0.wait_with_output_after_take();
+    signal(&agent.0, Signal::SIGTERM);
+    agent.0.wait().unwrap();
+    assert!(!output.contains("INCOMPLETE"), "{output}");
+
+    let mut whole = probe_records(&rotated);
+    whole.extend(probe_records(&out));
+    let stored = probe_records(
+        &dir.path()
+            .join("agent/probes")
+            .join(format!("probe-{:032x}.sklog", run_id_in(&whole))),
+    );
+    assert_eq!(stored.len(), whole.len());
+    assert!(
+        stored == whole,
+        "the stored run is not the two files in order"
+    );
 }

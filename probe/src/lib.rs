@@ -33,9 +33,11 @@ mod clock_watch;
 pub mod config;
 mod connection;
 mod error;
+mod previous_runs;
 mod recorder;
 mod request;
 mod shutdown;
+mod spool;
 mod time_exchange;
 mod uploader;
 
@@ -92,6 +94,11 @@ pub struct RunningProbe {
     /// The `--upload` task, if any.
     upload_task: Option<tokio::task::JoinHandle<()>>,
     upload_state: watch::Receiver<uploader::UploadState>,
+    /// Uploads of earlier runs' logs left by restarts.
+    previous_uploads: Vec<(
+        tokio::task::JoinHandle<()>,
+        watch::Receiver<uploader::UploadState>,
+    )>,
 }
 
 /// What a finished run did, counted from what was written to its log.
@@ -107,6 +114,8 @@ pub struct ProbeSummary {
     pub out: PathBuf,
     /// With `--upload`: what the agent acknowledged.
     pub uploaded: Option<UploadState>,
+    /// With `--upload`: how the upload of each earlier run's log went.
+    pub previous_runs: Vec<UploadState>,
 }
 
 impl fmt::Display for ProbeSummary {
@@ -127,6 +136,16 @@ impl fmt::Display for ProbeSummary {
                 u.acked
             ),
             None => Ok(()),
+        }?;
+        let previous = self.previous_runs.len();
+        let incomplete = self.previous_runs.iter().filter(|u| !u.complete).count();
+        match (previous, incomplete) {
+            (0, _) => Ok(()),
+            (n, 0) => write!(f, "; {n} earlier run(s) uploaded in full"),
+            (n, k) => write!(
+                f,
+                "; {k} of {n} earlier run(s) NOT uploaded in full (still in their logs)"
+            ),
         }
     }
 }
@@ -141,6 +160,17 @@ impl RunningProbe {
         config.validate()?;
         let url = request::labelled_url(&config.url, &config.name)?;
         skewscope_os::files::ensure_open_files(config.connections)?;
+        // With an upload, an earlier run's log is kept, not truncated: what
+        // the agent has not acknowledged of it is uploaded too.
+        let previous = match &config.upload {
+            Some(_) => previous_runs::keep_and_list(&config.out, &config.name).map_err(|e| {
+                ProbeError::Config(format!(
+                    "cannot keep the earlier log at {}: {e}",
+                    config.out.display()
+                ))
+            })?,
+            None => Vec::new(),
+        };
         // Flush the header at once: a probe killed before its first record still
         // leaves a readable (empty) log rather than an unrecognisable file.
         let log = LogWriter::create(&config.out, LogKind::Probe)
@@ -172,6 +202,7 @@ impl RunningProbe {
         recorder.record(ProbeRecord::Identity(identity));
         let (log_ended, ended) = watch::channel(false);
         let (upload_state_tx, upload_state) = watch::channel(uploader::UploadState::default());
+        let mut previous_uploads = Vec::new();
         let upload_task = match &config.upload {
             Some(base) => {
                 let upload = uploader::Upload {
@@ -179,7 +210,19 @@ impl RunningProbe {
                     token: config.upload_token.clone(),
                     log: config.out.clone(),
                     run_id,
+                    follow: true,
                 };
+                for run in previous {
+                    let earlier = uploader::Upload {
+                        log: run.path,
+                        run_id: run.run_id,
+                        follow: false,
+                        ..upload.clone()
+                    };
+                    let (state_tx, state) = watch::channel(uploader::UploadState::default());
+                    let task = tokio::spawn(uploader::run(earlier, ended.clone(), state_tx));
+                    previous_uploads.push((task, state));
+                }
                 Some(tokio::spawn(uploader::run(upload, ended, upload_state_tx)))
             }
             None => None,
@@ -234,6 +277,7 @@ impl RunningProbe {
             log_ended,
             upload_task,
             upload_state,
+            previous_uploads,
         })
     }
 
@@ -289,6 +333,7 @@ impl RunningProbe {
             log_ended,
             upload_task,
             upload_state,
+            previous_uploads,
             ..
         } = self;
         let mut panicked = None;
@@ -323,6 +368,11 @@ impl RunningProbe {
             }
             None => None,
         };
+        let mut previous_runs = Vec::new();
+        for (task, state) in previous_uploads {
+            let _ = task.await;
+            previous_runs.push(*state.borrow());
+        }
         if let Some(payload) = panicked {
             // A bug in a connection task: surface it, now that the log is safe.
             std::panic::resume_unwind(payload);
@@ -351,6 +401,7 @@ impl RunningProbe {
             receipts: totals.receipts,
             out,
             uploaded,
+            previous_runs,
         })
     }
 }

@@ -5,7 +5,6 @@
 //! bounded, jittered back-off; a probe that cannot reach the agent keeps
 //! recording and catches up later.
 
-use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -13,15 +12,19 @@ use futures_util::{SinkExt, StreamExt};
 use skewscope_core::ingest::{
     INGEST_VERSION, MAX_BATCH_BYTES, ToAgent, ToProbe, decode_to_probe, encode,
 };
-use skewscope_core::log::{FRAME_HEADER_LEN, FrameAt, HEADER_LEN, frame_at};
 use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+use crate::spool::Spool;
 
 /// Pause before looking for newly flushed records.
 const POLL: Duration = Duration::from_millis(200);
 /// Batches this size or smaller: well under the agent's limit.
 const BATCH_BYTES: usize = MAX_BATCH_BYTES / 4;
+/// The smallest batch limit a link that keeps failing shrinks it to (a
+/// batch always holds at least one record).
+const MIN_BATCH_BYTES: usize = 1024;
 /// How long the last records may take to reach the agent once the run ended.
 pub const FINAL_DRAIN: Duration = Duration::from_secs(10);
 
@@ -36,6 +39,9 @@ pub struct Upload {
     pub log: PathBuf,
     /// The run's id.
     pub run_id: u128,
+    /// The run is still being written (the live run; a previous run's log
+    /// left by a restart is not).
+    pub follow: bool,
 }
 
 /// What the uploader last achieved, for the run's summary.
@@ -64,14 +70,19 @@ pub fn ingest_url(base: &str) -> Result<String, String> {
 
 /// Uploads until `ended` turns true and the log is fully acknowledged, or
 /// until [`FINAL_DRAIN`] has passed since the end, whichever comes first.
+/// For a previous run's log (`follow` false) the log has already ended:
+/// it is uploaded to its end, bounded by the same drain after the live run
+/// (`ended`) ends.
 pub async fn run(upload: Upload, ended: watch::Receiver<bool>, state: watch::Sender<UploadState>) {
     let mut end = ended.clone();
     let drain_over = async move {
         let _ = end.wait_for(|e| *e).await;
         tokio::time::sleep(FINAL_DRAIN).await;
     };
+    let (_finished, already_ended) = watch::channel(true);
+    let log_ended = if upload.follow { ended } else { already_ended };
     tokio::select! {
-        () = upload_until_complete(&upload, ended, &state) => {}
+        () = upload_until_complete(&upload, log_ended, &state) => {}
         () = drain_over => {}
     }
 }
@@ -84,10 +95,23 @@ async fn upload_until_complete(
     state: &watch::Sender<UploadState>,
 ) {
     let mut backoff = crate::backoff::Backoff::default();
+    let mut batch_bytes = BATCH_BYTES;
     loop {
-        match session(upload, &mut ended, state).await {
+        let acked_before = state.borrow().acked;
+        let mut reached = false;
+        match session(upload, &mut ended, state, batch_bytes, &mut reached).await {
             Ok(()) => return,
             Err(e) => {
+                if reached {
+                    // The agent answered: it is there, try again soon.
+                    backoff.reset();
+                }
+                if reached && state.borrow().acked == acked_before {
+                    // It answered but no batch got through: a link that
+                    // drops long messages may still carry short ones (down
+                    // to one record each).
+                    batch_bytes = (batch_bytes / 8).max(MIN_BATCH_BYTES);
+                }
                 eprintln!("skewscope-probe: upload to {}: {e}; retrying", upload.url);
                 tokio::select! {
                     _ = tokio::time::sleep(backoff.pause()) => {}
@@ -99,10 +123,13 @@ async fn upload_until_complete(
 }
 
 /// One connection: hello, then batches until the run ended and all is acked.
+/// `reached` turns true once the agent answered the hello.
 async fn session(
     upload: &Upload,
     ended: &mut watch::Receiver<bool>,
     state: &watch::Sender<UploadState>,
+    batch_bytes: usize,
+    reached: &mut bool,
 ) -> Result<(), String> {
     let mut request = upload
         .url
@@ -127,12 +154,15 @@ async fn session(
     ws.send(Message::Binary(encode(&hello).into()))
         .await
         .map_err(|e| e.to_string())?;
-    let mut spool = Spool::open(&upload.log).map_err(|e| e.to_string())?;
+    let mut spool = Spool::open(&upload.log, upload.follow).map_err(|e| e.to_string())?;
     let mut next_seq = receive_ack(&mut ws).await?.0;
+    *reached = true;
     loop {
         // Read the end flag before the log: what was flushed before it is in the file.
         let was_ended = *ended.borrow();
-        let (first_seq, frames) = spool.batch_from(next_seq).map_err(|e| e.to_string())?;
+        let (first_seq, frames) = spool
+            .batch_from(next_seq, batch_bytes)
+            .map_err(|e| e.to_string())?;
         if frames.is_empty() {
             state.send_modify(|s| {
                 s.acked = next_seq;
@@ -193,69 +223,6 @@ async fn receive_ack(ws: &mut Socket) -> Result<(u64, Option<String>), String> {
             None => return Err("the agent closed the connection".into()),
         }
     }
-}
-
-/// The run's log, read forward: where each sequence number's frame starts.
-struct Spool {
-    file: std::fs::File,
-    /// Byte offset (in the file) and sequence number of the next unread frame.
-    offset: u64,
-    seq: u64,
-}
-
-impl Spool {
-    fn open(path: &std::path::Path) -> std::io::Result<Spool> {
-        Ok(Spool {
-            file: std::fs::File::open(path)?,
-            offset: HEADER_LEN as u64,
-            seq: 0,
-        })
-    }
-
-    /// Whole frames from `seq` on, up to [`BATCH_BYTES`]: what the recorder
-    /// has flushed so far (empty when there is nothing new).
-    fn batch_from(&mut self, seq: u64) -> std::io::Result<(u64, Vec<u8>)> {
-        if seq < self.seq {
-            // The agent has less than we thought (it lost a torn tail): rescan.
-            self.offset = HEADER_LEN as u64;
-            self.seq = 0;
-        }
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; BATCH_BYTES + 64 * 1024];
-        loop {
-            self.file.seek(SeekFrom::Start(self.offset))?;
-            let n = read_up_to(&mut self.file, &mut buf)?;
-            let mut pos = 0;
-            while let FrameAt::Intact(payload) = frame_at(&buf[..n], pos) {
-                let len = FRAME_HEADER_LEN + payload.len();
-                if self.seq >= seq {
-                    if out.len() + len > BATCH_BYTES && !out.is_empty() {
-                        return Ok((seq, out));
-                    }
-                    out.extend_from_slice(&buf[pos..pos + len]);
-                }
-                pos += len;
-                self.offset += len as u64;
-                self.seq += 1;
-            }
-            // Read on only when a full buffer was consumed while still
-            // skipping forward to `seq`.
-            if pos == 0 || n < buf.len() || !out.is_empty() {
-                return Ok((seq, out));
-            }
-        }
-    }
-}
-
-fn read_up_to(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match file.read(&mut buf[filled..])? {
-            0 => break,
-            n => filled += n,
-        }
-    }
-    Ok(filled)
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! Helpers for tests that run the binaries as separate processes.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod proxy;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
