@@ -16,6 +16,7 @@ use skewscope_core::ingest::{
 use tokio::net::TcpStream;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::error::CapacityError;
 use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
@@ -83,6 +84,15 @@ async fn session(
         let bytes = match message {
             Ok(Message::Binary(b)) => b,
             Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => continue,
+            // Over the message limit: refused and counted, like a batch
+            // over MAX_BATCH_BYTES.
+            Err(tokio_tungstenite::tungstenite::Error::Capacity(e)) => {
+                let size = match e {
+                    CapacityError::MessageTooLong { size, .. } => size,
+                    CapacityError::TooManyHeaders => 0,
+                };
+                return Err(SessionError::Protocol(IngestError::Oversized(size)));
+            }
             Ok(Message::Close(_)) | Err(_) => return Ok(()),
             Ok(Message::Text(_)) => return Err(SessionError::NotBinary),
         };

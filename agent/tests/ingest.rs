@@ -1,0 +1,262 @@
+//! `/ingest` against hostile and broken uploaders on 127.0.0.1:0: each bad
+//! input is refused, counted in `/healthz` and costs only its own
+//! connection; a full data budget stops acknowledgements without writing
+//! half a batch, and uploads resume when space returns.
+
+use std::time::Duration;
+
+use agent::http_client::request;
+use agent::{AgentConfig, RunningAgent};
+use futures_util::{SinkExt, StreamExt};
+use skewscope_core::Stamp;
+use skewscope_core::ingest::{INGEST_VERSION, ToAgent, ToProbe, decode_to_probe, encode};
+use skewscope_core::log::{AnyLog, HEADER_LEN, LogKind, LogWriter, read_file};
+use skewscope_core::record::{ProbeRecord, ProbeStarted, RunIdentity};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, connect_async};
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn stamp(i: u64) -> Stamp {
+    Stamp {
+        wall_ns: 1_764_000_000_000_000_000 + i,
+        mono_ns: i,
+    }
+}
+
+/// Frames of records `first..first+n` of run `run_id`: its `Started` and
+/// `Identity` at 0 and 1, then `Stopped` records of `pad` bytes of name.
+fn frames(run_id: u128, first: u64, n: u64, pad: usize) -> Vec<u8> {
+    let mut log = LogWriter::new(Vec::new(), LogKind::Probe).unwrap();
+    for seq in first..first + n {
+        let record = match seq {
+            0 => ProbeRecord::Started(ProbeStarted {
+                name: format!("probe-{run_id}"),
+                host: "device".into(),
+                url: "ws://x/ws".into(),
+                connections: 1,
+                version: "t".into(),
+                at: stamp(0),
+            }),
+            1 => ProbeRecord::Identity(RunIdentity {
+                run_id,
+                boot_id: Some("x".repeat(pad)),
+            }),
+            _ => ProbeRecord::Stopped(stamp(seq)),
+        };
+        log.append(&record).unwrap();
+    }
+    log.into_inner()[HEADER_LEN..].to_vec()
+}
+
+async fn open(agent: &RunningAgent, token: Option<&str>) -> Result<Ws, WsError> {
+    let mut request = format!("ws://{}/ingest", agent.addr)
+        .into_client_request()
+        .unwrap();
+    if let Some(token) = token {
+        request.headers_mut().insert(
+            "authorization",
+            format!("Bearer {token}").parse().unwrap(),
+        );
+    }
+    connect_async(request).await.map(|(ws, _)| ws)
+}
+
+/// Sends `message` and returns the agent's answer, or the close reason
+/// when it closed the connection instead.
+async fn ask(ws: &mut Ws, message: &ToAgent) -> Result<ToProbe, String> {
+    ws.send(Message::Binary(encode(message).into()))
+        .await
+        .map_err(|e| e.to_string())?;
+    next_answer(ws).await
+}
+
+async fn next_answer(ws: &mut Ws) -> Result<ToProbe, String> {
+    loop {
+        match tokio::time::timeout(WAIT, ws.next()).await.expect("an answer") {
+            Some(Ok(Message::Binary(b))) => return Ok(decode_to_probe(&b).expect("an answer")),
+            Some(Ok(Message::Close(frame))) => {
+                return Err(frame.map(|f| f.reason.to_string()).unwrap_or_default());
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(e.to_string()),
+            None => return Err("closed".into()),
+        }
+    }
+}
+
+fn hello(run_id: u128) -> ToAgent {
+    ToAgent::Hello {
+        version: INGEST_VERSION,
+        run_id,
+    }
+}
+
+fn records(first_seq: u64, frames: Vec<u8>) -> ToAgent {
+    ToAgent::Records { first_seq, frames }
+}
+
+async fn health(agent: &RunningAgent) -> serde_json::Value {
+    let r = request(agent.addr, "GET", "/healthz", b"", None)
+        .await
+        .unwrap();
+    serde_json::from_str(&r.body).unwrap()
+}
+
+fn stored(dir: &std::path::Path, run_id: u128) -> Vec<ProbeRecord> {
+    let path = dir.join("probes").join(format!("probe-{run_id:032x}.sklog"));
+    match read_file(&path).unwrap() {
+        AnyLog::Probe(d) => {
+            assert_eq!(d.skipped_bytes, 0, "nothing half-written");
+            assert!(!d.torn_tail);
+            d.records
+        }
+        AnyLog::Agent(_) => panic!("not a probe log"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_uploads_are_refused_counted_and_harm_no_other_probe() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t0k").unwrap();
+    let mut config = AgentConfig::local(dir.path().join("data"));
+    config.token_file = Some(token);
+    let agent = RunningAgent::start(config).await.unwrap();
+    let tok = Some("t0k");
+
+    // A good probe, whose upload stays open throughout.
+    let mut good = open(&agent, tok).await.unwrap();
+    assert_eq!(ask(&mut good, &hello(1)).await, Ok(ToProbe::Ack { next_seq: 0 }));
+    assert_eq!(
+        ask(&mut good, &records(0, frames(1, 0, 7, 0))).await,
+        Ok(ToProbe::Ack { next_seq: 7 })
+    );
+
+    // No token, a wrong token: refused before the upgrade.
+    for wrong in [None, Some("guess")] {
+        match open(&agent, wrong).await {
+            Err(WsError::Http(response)) => assert_eq!(response.status(), 401),
+            other => panic!("expected 401, got {other:?}"),
+        }
+    }
+    // Another protocol version.
+    let mut ws = open(&agent, tok).await.unwrap();
+    let refused = ask(
+        &mut ws,
+        &ToAgent::Hello {
+            version: 99,
+            run_id: 2,
+        },
+    )
+    .await;
+    assert!(refused.unwrap_err().contains("version 99"));
+    // A corrupt frame.
+    let mut ws = open(&agent, tok).await.unwrap();
+    ask(&mut ws, &hello(3)).await.unwrap();
+    let mut bad = frames(3, 0, 4, 0);
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    assert!(ask(&mut ws, &records(0, bad)).await.unwrap_err().contains("corrupt"));
+    // Skipped sequence numbers: records would be missing.
+    let mut ws = open(&agent, tok).await.unwrap();
+    ask(&mut ws, &hello(4)).await.unwrap();
+    let skipped = ask(&mut ws, &records(5, frames(4, 5, 2, 0))).await;
+    assert!(skipped.unwrap_err().contains("sequence 5"));
+    // A run another connection is uploading.
+    let mut ws = open(&agent, tok).await.unwrap();
+    assert!(ask(&mut ws, &hello(1)).await.unwrap_err().contains("already"));
+    // A message over the size limit.
+    let mut ws = open(&agent, tok).await.unwrap();
+    ask(&mut ws, &hello(5)).await.unwrap();
+    let huge = records(0, vec![0u8; 2 << 20]);
+    let _ = ws.send(Message::Binary(encode(&huge).into())).await;
+    assert!(next_answer(&mut ws).await.is_err());
+    // A run whose first records are someone else's.
+    let mut ws = open(&agent, tok).await.unwrap();
+    ask(&mut ws, &hello(6)).await.unwrap();
+    let foreign = ask(&mut ws, &records(0, frames(7, 0, 3, 0))).await;
+    assert!(foreign.unwrap_err().contains("Started and Identity"));
+    // Not an ingest message at all.
+    let mut ws = open(&agent, tok).await.unwrap();
+    ws.send(Message::Binary(vec![0xff, 0xff, 0xff].into()))
+        .await
+        .unwrap();
+    assert!(next_answer(&mut ws).await.is_err());
+
+    // The good probe was never disturbed. A replay after a lost ack is
+    // trimmed to what is new: counted as duplicates, stored once.
+    assert_eq!(
+        ask(&mut good, &records(0, frames(1, 0, 10, 0))).await,
+        Ok(ToProbe::Ack { next_seq: 10 })
+    );
+    let h = health(&agent).await;
+    let ingest = &h["ingest"];
+    assert_eq!(ingest["records"], 10, "{h}");
+    assert_eq!(ingest["duplicates"], 7, "{h}");
+    let rejected = &ingest["rejected"];
+    for (reason, count) in [
+        ("token", 2),
+        ("version", 1),
+        ("corrupt_frame", 1),
+        ("sequence_gap", 1),
+        ("run_in_use", 1),
+        ("oversized", 1),
+        ("wrong_run", 1),
+        ("malformed", 1),
+    ] {
+        assert_eq!(rejected[reason], count, "{reason}: {h}");
+    }
+    drop(good);
+    agent.shutdown().await.unwrap();
+    let run = stored(&dir.path().join("data"), 1);
+    assert_eq!(run.len(), 10);
+    assert!(matches!(run[9], ProbeRecord::Stopped(s) if s == stamp(9)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_data_budget_stops_acks_until_space_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut config = AgentConfig::local(data.clone());
+    config.segment_bytes = 64 * 1024;
+    config.max_data_bytes = 256 * 1024;
+    let agent = RunningAgent::start(config).await.unwrap();
+
+    // Run 1 takes most of the budget.
+    let mut first = open(&agent, None).await.unwrap();
+    ask(&mut first, &hello(1)).await.unwrap();
+    assert_eq!(
+        ask(&mut first, &records(0, frames(1, 0, 2, 180 * 1024))).await,
+        Ok(ToProbe::Ack { next_seq: 2 })
+    );
+    drop(first);
+    // Run 2's batch does not fit: nothing stored, nothing acknowledged.
+    let mut second = open(&agent, None).await.unwrap();
+    ask(&mut second, &hello(2)).await.unwrap();
+    let batch = frames(2, 0, 2, 100 * 1024);
+    let path = data.join("probes").join(format!("probe-{:032x}.sklog", 2u128));
+    let before = std::fs::metadata(&path).unwrap().len();
+    match ask(&mut second, &records(0, batch.clone())).await {
+        Ok(ToProbe::Busy { next_seq: 0, reason }) => {
+            assert!(reason.contains("--max-data-bytes"), "{reason}")
+        }
+        other => panic!("expected busy, got {other:?}"),
+    }
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), before);
+    assert_eq!(health(&agent).await["ingest"]["busy"], 1);
+    // The operator frees space; the same batch is now stored.
+    std::fs::remove_file(data.join("probes").join(format!("probe-{:032x}.sklog", 1u128)))
+        .unwrap();
+    assert_eq!(
+        ask(&mut second, &records(0, batch)).await,
+        Ok(ToProbe::Ack { next_seq: 2 })
+    );
+    drop(second);
+    agent.shutdown().await.unwrap();
+    assert_eq!(stored(&data, 2).len(), 2);
+}
