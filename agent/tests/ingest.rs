@@ -58,10 +58,9 @@ async fn open(agent: &RunningAgent, token: Option<&str>) -> Result<Ws, WsError> 
         .into_client_request()
         .unwrap();
     if let Some(token) = token {
-        request.headers_mut().insert(
-            "authorization",
-            format!("Bearer {token}").parse().unwrap(),
-        );
+        request
+            .headers_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
     }
     connect_async(request).await.map(|(ws, _)| ws)
 }
@@ -77,7 +76,10 @@ async fn ask(ws: &mut Ws, message: &ToAgent) -> Result<ToProbe, String> {
 
 async fn next_answer(ws: &mut Ws) -> Result<ToProbe, String> {
     loop {
-        match tokio::time::timeout(WAIT, ws.next()).await.expect("an answer") {
+        match tokio::time::timeout(WAIT, ws.next())
+            .await
+            .expect("an answer")
+        {
             Some(Ok(Message::Binary(b))) => return Ok(decode_to_probe(&b).expect("an answer")),
             Some(Ok(Message::Close(frame))) => {
                 return Err(frame.map(|f| f.reason.to_string()).unwrap_or_default());
@@ -108,7 +110,9 @@ async fn health(agent: &RunningAgent) -> serde_json::Value {
 }
 
 fn stored(dir: &std::path::Path, run_id: u128) -> Vec<ProbeRecord> {
-    let path = dir.join("probes").join(format!("probe-{run_id:032x}.sklog"));
+    let path = dir
+        .join("probes")
+        .join(format!("probe-{run_id:032x}.sklog"));
     match read_file(&path).unwrap() {
         AnyLog::Probe(d) => {
             assert_eq!(d.skipped_bytes, 0, "nothing half-written");
@@ -131,7 +135,10 @@ async fn bad_uploads_are_refused_counted_and_harm_no_other_probe() {
 
     // A good probe, whose upload stays open throughout.
     let mut good = open(&agent, tok).await.unwrap();
-    assert_eq!(ask(&mut good, &hello(1)).await, Ok(ToProbe::Ack { next_seq: 0 }));
+    assert_eq!(
+        ask(&mut good, &hello(1)).await,
+        Ok(ToProbe::Ack { next_seq: 0 })
+    );
     assert_eq!(
         ask(&mut good, &records(0, frames(1, 0, 7, 0))).await,
         Ok(ToProbe::Ack { next_seq: 7 })
@@ -161,7 +168,12 @@ async fn bad_uploads_are_refused_counted_and_harm_no_other_probe() {
     let mut bad = frames(3, 0, 4, 0);
     let last = bad.len() - 1;
     bad[last] ^= 0xff;
-    assert!(ask(&mut ws, &records(0, bad)).await.unwrap_err().contains("corrupt"));
+    assert!(
+        ask(&mut ws, &records(0, bad))
+            .await
+            .unwrap_err()
+            .contains("corrupt")
+    );
     // Skipped sequence numbers: records would be missing.
     let mut ws = open(&agent, tok).await.unwrap();
     ask(&mut ws, &hello(4)).await.unwrap();
@@ -169,7 +181,12 @@ async fn bad_uploads_are_refused_counted_and_harm_no_other_probe() {
     assert!(skipped.unwrap_err().contains("sequence 5"));
     // A run another connection is uploading.
     let mut ws = open(&agent, tok).await.unwrap();
-    assert!(ask(&mut ws, &hello(1)).await.unwrap_err().contains("already"));
+    assert!(
+        ask(&mut ws, &hello(1))
+            .await
+            .unwrap_err()
+            .contains("already")
+    );
     // A message over the size limit.
     let mut ws = open(&agent, tok).await.unwrap();
     ask(&mut ws, &hello(5)).await.unwrap();
@@ -239,10 +256,15 @@ async fn a_full_data_budget_stops_acks_until_space_returns() {
     let mut second = open(&agent, None).await.unwrap();
     ask(&mut second, &hello(2)).await.unwrap();
     let batch = frames(2, 0, 2, 100 * 1024);
-    let path = data.join("probes").join(format!("probe-{:032x}.sklog", 2u128));
+    let path = data
+        .join("probes")
+        .join(format!("probe-{:032x}.sklog", 2u128));
     let before = std::fs::metadata(&path).unwrap().len();
     match ask(&mut second, &records(0, batch.clone())).await {
-        Ok(ToProbe::Busy { next_seq: 0, reason }) => {
+        Ok(ToProbe::Busy {
+            next_seq: 0,
+            reason,
+        }) => {
             assert!(reason.contains("--max-data-bytes"), "{reason}")
         }
         other => panic!("expected busy, got {other:?}"),
@@ -250,8 +272,11 @@ async fn a_full_data_budget_stops_acks_until_space_returns() {
     assert_eq!(std::fs::metadata(&path).unwrap().len(), before);
     assert_eq!(health(&agent).await["ingest"]["busy"], 1);
     // The operator frees space; the same batch is now stored.
-    std::fs::remove_file(data.join("probes").join(format!("probe-{:032x}.sklog", 1u128)))
-        .unwrap();
+    std::fs::remove_file(
+        data.join("probes")
+            .join(format!("probe-{:032x}.sklog", 1u128)),
+    )
+    .unwrap();
     assert_eq!(
         ask(&mut second, &records(0, batch)).await,
         Ok(ToProbe::Ack { next_seq: 2 })

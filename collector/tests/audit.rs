@@ -58,7 +58,7 @@ fn json(path: &Path) -> serde_json::Value {
 }
 
 /// The agent's `/audit/status`, for waiting on the probes.
-fn uploading(addr: &str, token: &str) -> usize {
+fn status(addr: &str, token: &str) -> serde_json::Value {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -73,8 +73,12 @@ fn uploading(addr: &str, token: &str) -> usize {
         ))
         .unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
-    let status: serde_json::Value = serde_json::from_str(&r.body).unwrap();
-    status["probes"]
+    serde_json::from_str(&r.body).unwrap()
+}
+
+/// Probe runs uploading to the agent right now.
+fn uploading(addr: &str, token: &str) -> usize {
+    status(addr, token)["probes"]
         .as_array()
         .unwrap()
         .iter()
@@ -95,6 +99,9 @@ fn an_audit_of_the_hub_passes_fails_or_cannot_run_and_says_which() {
     let _a = uploading_probe(dir.path(), "kiosk-a", &url, 2, &addr, &probe_args);
     let _b = uploading_probe(dir.path(), "kiosk-b", &url, 3, &addr, &probe_args);
     wait_until("two probes uploading", || uploading(&addr, "s3cret") == 2);
+    wait_until("their five connections", || {
+        status(&addr, "s3cret")["clients"] == 5
+    });
     let agent_url = format!("http://{addr}");
     let common = [
         "--agent",
@@ -123,7 +130,7 @@ fn an_audit_of_the_hub_passes_fails_or_cannot_run_and_says_which() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("PASS  skew-p99"), "{}", text(&o));
-    assert!(stdout.contains("PASS: all 2 checks passed"), "{}", text(&o));
+    assert!(stdout.contains("PASS: all 3 checks passed"), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("broadcast 5 of 5"),
         "progress on stderr: {}",
@@ -173,7 +180,7 @@ fn an_audit_of_the_hub_passes_fails_or_cannot_run_and_says_which() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("FAIL  skew-max ≤ 1 ns"), "{}", text(&o));
     assert!(
-        stdout.contains("FAIL: 1 of 3 checks failed"),
+        stdout.contains("FAIL: 1 of 4 checks failed"),
         "{}",
         text(&o)
     );
@@ -318,4 +325,49 @@ fn an_audit_of_a_foreign_server_uses_the_agent_as_clock_reference_and_collector(
         .find(|c| c["check"] == "offset-bound")
         .unwrap();
     assert_eq!(bound["pass"], true, "{bound}");
+}
+
+/// A probe that stays connected to the agent but whose records stop
+/// arriving (a stalled link) fails the audit by name instead of silently
+/// dropping out of the report.
+#[test]
+fn a_probe_whose_records_stop_arriving_fails_the_audit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_agent, addr, _) = start_agent_with(dir.path(), "127.0.0.1:0", &[]);
+    let url = format!("ws://{addr}/ws");
+    let link = common::proxy::Proxy::start(&addr, None, true);
+    let _a = uploading_probe(dir.path(), "lobby", &url, 2, &addr, &[]);
+    let _b = uploading_probe(dir.path(), "stage", &url, 1, &link.addr, &[]);
+    wait_until("two probes uploading", || uploading(&addr, "") == 2);
+    wait_until("their three connections", || {
+        status(&addr, "")["clients"] == 3
+    });
+    link.hold();
+    let o = audit(&[
+        "--agent",
+        &format!("http://{addr}"),
+        "--broadcasts",
+        "3",
+        "--interval",
+        "20ms",
+        "--settle",
+        "1500ms",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("FAIL  probes-reported ≤ 0: 1  (records since the last broadcast"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        stdout.contains("FAIL: 1 of 3 checks failed"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        stdout.contains("not every receipt had arrived"),
+        "{}",
+        text(&o)
+    );
 }

@@ -74,9 +74,12 @@ impl std::fmt::Display for SessionError {
     }
 }
 
+/// File work (opening a run counts its records; every append syncs) runs
+/// on tokio's blocking pool: the runtime thread also serves `/publish` and
+/// `/start_test`, and a broadcast must not wait behind a disk.
 async fn session(
     ws: &mut WebSocketStream<TcpStream>,
-    store: &IngestStore,
+    store: &Arc<IngestStore>,
     claimed: &mut Option<u128>,
 ) -> Result<(), SessionError> {
     let mut open = None;
@@ -104,7 +107,11 @@ async fn session(
                 if version != INGEST_VERSION {
                     return Err(SessionError::Protocol(IngestError::Version(version)));
                 }
-                let run = match store.open(run_id) {
+                let opening = store.clone();
+                let opened = tokio::task::spawn_blocking(move || opening.open(run_id))
+                    .await
+                    .unwrap_or_else(|e| Err(OpenError::Io(std::io::Error::other(e.to_string()))));
+                let run = match opened {
                     Ok(run) => run,
                     Err(OpenError::InUse(_)) => return Err(SessionError::InUse),
                     Err(OpenError::Io(e)) => {
@@ -117,14 +124,25 @@ async fn session(
                 open = Some(run);
                 ToProbe::Ack { next_seq }
             }
-            (ToAgent::Records { first_seq, frames }, Some(run)) => {
+            (ToAgent::Records { first_seq, frames }, Some(_)) => {
+                let mut run = open.take().expect("matched Some");
                 let accepted = accept_batch(run.run_id, run.next_seq, first_seq, &frames)
                     .map_err(SessionError::Protocol)?;
                 store
                     .counters
                     .duplicates
                     .fetch_add(accepted.duplicates, Ordering::Relaxed);
-                match store.append(run, accepted.new_frames, accepted.new_records) {
+                let (new_frames, new_records) =
+                    (accepted.new_frames.to_vec(), accepted.new_records);
+                let appending = store.clone();
+                let (run, appended) = tokio::task::spawn_blocking(move || {
+                    let appended = appending.append(&mut run, &new_frames, new_records);
+                    (run, appended)
+                })
+                .await
+                .map_err(|_| SessionError::Protocol(IngestError::Malformed))?;
+                let run = open.insert(run);
+                match appended {
                     Ok(()) => ToProbe::Ack {
                         next_seq: run.next_seq,
                     },

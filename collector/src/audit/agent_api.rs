@@ -65,6 +65,18 @@ pub struct ProbeRun {
     pub uploading: bool,
 }
 
+impl ProbeRun {
+    /// Its name, or the start of its run id while its `Started` record has
+    /// not arrived.
+    pub fn label(&self) -> String {
+        if self.name.is_empty() {
+            format!("run {}", &self.run[..8.min(self.run.len())])
+        } else {
+            self.name.clone()
+        }
+    }
+}
+
 /// A log of the agent's data directory.
 #[derive(Clone, Debug, Deserialize)]
 pub struct LogFile {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use skewscope_core::analysis::join::{BroadcastKey, Joined, Window};
 use skewscope_core::analysis::report::Report;
-use skewscope_core::analysis::verdict::{Thresholds, Verdict, judge};
+use skewscope_core::analysis::verdict::{Check, Thresholds, Unit, Verdict, judge};
 
 use crate::inputs::{self, Scope};
 use agent_api::{AgentApi, ApiError, Status};
@@ -144,7 +144,7 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
             .probes
             .iter()
             .filter(|p| p.uploading)
-            .map(|p| p.name.as_str())
+            .map(|p| p.label())
             .collect::<Vec<_>>()
             .join(", ")
     ));
@@ -152,7 +152,12 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
 
     let trigger_http = agent_api::trigger_client();
     let mut sent = Vec::new();
+    let mut last_trigger_wall = first_wall;
     for i in 1..=options.broadcasts {
+        if i == options.broadcasts && i > 1 {
+            // Every receipt of the last broadcast comes after this.
+            last_trigger_wall = api.status()?.now_wall_ns;
+        }
         match &options.trigger {
             None => {
                 let s = api.start_test()?;
@@ -186,8 +191,7 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
         window,
         agent_as_reference: options.trigger.is_some(),
     };
-    let mut last_trigger_wall = None;
-    let (inputs, complete) = loop {
+    let (inputs, state) = loop {
         let status = match api.status() {
             Ok(s) => s,
             // The agent may be restarting: keep trying until the deadline.
@@ -205,7 +209,6 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
             )));
         }
         let wall_now = status.now_wall_ns;
-        let last_wall = *last_trigger_wall.get_or_insert(wall_now);
         if options.trigger.is_some() {
             window = Some(Window::FirstReceiptBetween {
                 from_wall_ns: first_wall.saturating_sub(FOREIGN_MARGIN_NS),
@@ -215,22 +218,51 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
         let files = sync_logs(&api, &mirror, &status)?;
         let inputs = inputs::read_inputs(&files).map_err(|e| CannotAudit(format!("{e:#}")))?;
         let joined = inputs::join(&inputs, scope(window));
-        let state = Completion::of(&joined, &sent, options.broadcasts, first_wall, last_wall);
+        let uploading: Vec<(u128, String)> = status
+            .probes
+            .iter()
+            .filter(|p| p.uploading)
+            .filter_map(|p| Some((u128::from_str_radix(&p.run, 16).ok()?, p.label())))
+            .collect();
+        let state = Completion::of(
+            &joined,
+            &sent,
+            options.broadcasts,
+            &uploading,
+            last_trigger_wall,
+        );
         let probes_uploading = status.probes.iter().filter(|p| p.uploading).count();
         progress.waiting(&format!(
             "waiting for receipts: {} received, {} outstanding over {} broadcasts; {probes_uploading} probe(s) uploading",
             state.receipts, state.outstanding, state.broadcasts
         ));
-        if state.done {
-            break (inputs, true);
-        }
-        if Instant::now() >= deadline {
-            break (inputs, false);
+        if state.done || Instant::now() >= deadline {
+            break (inputs, state);
         }
         std::thread::sleep(POLL);
     };
     let report = inputs::report_within(inputs, None, scope(window));
-    let verdict = judge(&report, &options.thresholds);
+    let mut verdict = judge(&report, &options.thresholds);
+    // Only the audit knows which probes were uploading: one whose records
+    // never arrived would otherwise just be absent from the report.
+    let lagging = state.lagging.len();
+    verdict.checks.push(Check {
+        check: "probes-reported",
+        unit: Unit::Count,
+        limit: 0,
+        measured: Some(lagging as i64),
+        pass: lagging == 0,
+        basis: if lagging == 0 {
+            "uploading probes whose records since the last broadcast had not arrived".into()
+        } else {
+            format!(
+                "records since the last broadcast had not arrived within --settle from: {}",
+                state.lagging.join(", ")
+            )
+        },
+    });
+    verdict.pass &= lagging == 0;
+    let complete = state.done;
     let waited = last_trigger.elapsed();
     let reproduce = match window {
         Some(Window::AgentIds { first, last }) => format!("report DIR --broadcasts {first}-{last}"),
@@ -310,6 +342,8 @@ fn sync_logs(
 
 /// How far the audited broadcasts have been reported.
 struct Completion {
+    /// Probes uploading whose records since the last trigger have not arrived.
+    lagging: Vec<String>,
     broadcasts: usize,
     receipts: usize,
     outstanding: usize,
@@ -317,40 +351,47 @@ struct Completion {
 }
 
 impl Completion {
-    /// Hub: each triggered broadcast has all its targets recorded and no
-    /// probe connection still missing it. Foreign server: at least `k`
-    /// broadcasts arrived, none is missing anywhere, and every probe has
-    /// reported something after the last trigger (so a probe whose upload
-    /// lags is not taken for one that was not listening); probe runs that
-    /// ended before the audit began are not waited for.
+    /// Every probe uploading now has reported something after the last
+    /// trigger (so one whose upload lags is not taken for one that was not
+    /// connected), no probe connection is missing an audited broadcast, and:
+    /// hub, each triggered broadcast has all its targets recorded; foreign
+    /// server, at least `k` broadcasts arrived.
     fn of(
         joined: &Joined,
         sent: &[agent_api::Sent],
         k: u64,
-        first_trigger_wall_ns: u64,
+        uploading: &[(u128, String)],
         last_trigger_wall_ns: u64,
     ) -> Completion {
         let receipts = joined.broadcasts.iter().map(|b| b.receipts.len()).sum();
         let missing: usize = joined.broadcasts.iter().map(|b| b.missing.len()).sum();
-        let done = if sent.is_empty() {
-            let caught_up = joined.probes.iter().all(|p| {
-                p.stamps
+        let lagging: Vec<String> = uploading
+            .iter()
+            .filter(|(run, _)| {
+                let latest = joined
+                    .probes
                     .iter()
-                    .map(|s| s.wall_ns)
-                    .max()
-                    .is_none_or(|t| t < first_trigger_wall_ns || t >= last_trigger_wall_ns)
-            });
-            joined.broadcasts.len() as u64 >= k && missing == 0 && caught_up
+                    .filter(|p| p.identity.as_ref().is_some_and(|i| i.run_id == *run))
+                    .flat_map(|p| p.stamps.iter().map(|s| s.wall_ns))
+                    .max();
+                latest.is_none_or(|t| t < last_trigger_wall_ns)
+            })
+            .map(|(_, name)| name.clone())
+            .collect();
+        let caught_up = lagging.is_empty();
+        let broadcasts_done = if sent.is_empty() {
+            joined.broadcasts.len() as u64 >= k
         } else {
             sent.iter().all(|s| {
                 joined.broadcasts.iter().any(|b| {
                     matches!(b.key, BroadcastKey::Agent { id, .. } if id == s.broadcast)
                         && b.agent.is_some_and(|a| u64::from(a.targets) == s.clients)
-                        && b.missing.is_empty()
                 })
             })
         };
+        let done = caught_up && missing == 0 && broadcasts_done;
         Completion {
+            lagging,
             broadcasts: joined.broadcasts.len(),
             receipts,
             outstanding: missing,

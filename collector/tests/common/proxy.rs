@@ -12,6 +12,7 @@ pub struct Proxy {
     /// Where the probe connects: `127.0.0.1:PORT`.
     pub addr: String,
     open: Arc<AtomicBool>,
+    held: Arc<AtomicBool>,
     /// Connections cut after `cut_after` bytes.
     pub cuts: Arc<AtomicUsize>,
 }
@@ -25,9 +26,11 @@ impl Proxy {
         let proxy = Proxy {
             addr: listener.local_addr().unwrap().to_string(),
             open: Arc::new(AtomicBool::new(open)),
+            held: Arc::default(),
             cuts: Arc::default(),
         };
-        let (open, cuts, upstream) = (proxy.open.clone(), proxy.cuts.clone(), upstream.to_owned());
+        let (open, held, cuts) = (proxy.open.clone(), proxy.held.clone(), proxy.cuts.clone());
+        let upstream = upstream.to_owned();
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
@@ -39,9 +42,10 @@ impl Proxy {
                     continue;
                 };
                 let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                let cuts = cuts.clone();
-                std::thread::spawn(move || pipe(client, server, cut_after, Some(&cuts)));
-                std::thread::spawn(move || pipe(s2, c2, None, None));
+                let (cuts, held) = (cuts.clone(), held.clone());
+                std::thread::spawn(move || pipe(client, server, cut_after, Some(&cuts), &held));
+                let never = AtomicBool::new(false);
+                std::thread::spawn(move || pipe(s2, c2, None, None, &never));
             }
         });
         proxy
@@ -51,13 +55,23 @@ impl Proxy {
     pub fn open(&self) {
         self.open.store(true, Ordering::SeqCst);
     }
+
+    /// From now on, hold what clients send (their connections stay up, for
+    /// at most [`HOLD_AT_MOST`]): a link that stalls without breaking.
+    pub fn hold(&self) {
+        self.held.store(true, Ordering::SeqCst);
+    }
 }
+
+/// The longest a held link holds.
+pub const HOLD_AT_MOST: std::time::Duration = std::time::Duration::from_secs(30);
 
 fn pipe(
     mut from: TcpStream,
     mut to: TcpStream,
     cut_after: Option<usize>,
     cuts: Option<&AtomicUsize>,
+    held: &AtomicBool,
 ) {
     let mut buf = [0u8; 1024];
     let mut sent = 0;
@@ -66,6 +80,10 @@ fn pipe(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        let holding = std::time::Instant::now();
+        while held.load(Ordering::SeqCst) && holding.elapsed() < HOLD_AT_MOST {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let n = cut_after.map_or(n, |limit| n.min(limit - sent));
         if to.write_all(&buf[..n]).is_err() {
             break;
