@@ -136,17 +136,20 @@ impl RunningAgent {
                 })?)
             };
         let counters = time_port.as_ref().map(|t| t.counters.clone());
+        let ingest = Arc::new(
+            ingest::IngestStore::new(&config.data_dir, config.max_data_bytes)
+                .with_context(|| format!("cannot create {}/probes", config.data_dir.display()))?,
+        );
+        let ingest_worker =
+            ingest::Worker::start(ingest.clone()).context("cannot start the ingest thread")?;
         let context = Arc::new(Context {
             hub: hub.clone(),
             time: counters.clone(),
             token,
             max_publish: config.max_publish,
             request_timeout: config.request_timeout(),
-            ingest: Arc::new(
-                ingest::IngestStore::new(&config.data_dir, config.max_data_bytes).with_context(
-                    || format!("cannot create {}/probes", config.data_dir.display()),
-                )?,
-            ),
+            ingest,
+            ingest_worker,
             audit,
         });
         let (stop, stopped) = watch::channel(false);

@@ -4,13 +4,16 @@
 //! alike. `floor`: the single-thread floor alone, with io_uring and staged
 //! variants. `floor-server`: that floor behind a WebSocket endpoint, for
 //! bench/run. `stamps`: kernel against userspace receipt stamps under CPU
-//! stress.
+//! stress. `upload`: what probes uploading costs the agent's fan-out, and
+//! ingest throughput. `verdict`: an audit's last broadcast to its verdict.
 
 mod drain;
 mod floor;
 mod floor_server;
 mod report_cost;
 mod stamps;
+mod upload;
+mod verdict;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -92,6 +95,38 @@ enum Command {
         #[arg(long)]
         busy_threads: Option<usize>,
     },
+    /// Fan-out span with and without probes' uploads arriving, and ingest
+    /// throughput and CPU, on the release agent binary.
+    Upload {
+        /// Raw WebSocket clients of the hub.
+        #[arg(long, default_value_t = 1000)]
+        connections: usize,
+        /// Uploading probe sessions (the connections' receipts split among them).
+        #[arg(long, default_value_t = 10)]
+        probes: usize,
+        /// Broadcasts, every other one with an upload arriving.
+        #[arg(long, default_value_t = 400)]
+        rounds: usize,
+        /// Seconds of ingest alone.
+        #[arg(long, default_value_t = 5)]
+        ingest_secs: u64,
+    },
+    /// Last broadcast to verdict of `skewscope audit`, on the release
+    /// binaries: one agent, real probes uploading.
+    Verdict {
+        /// Probe processes.
+        #[arg(long, default_value_t = 10)]
+        probes: usize,
+        /// Connections per probe.
+        #[arg(long, default_value_t = 100)]
+        connections: usize,
+        /// Broadcasts per audit.
+        #[arg(long, default_value_t = 20)]
+        broadcasts: u64,
+        /// Audits; the median is printed.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+    },
     /// What `skewscope report` costs on a long run: decode, join and report a
     /// probe log of 10^6 receipts and 10^5 time exchanges, in memory.
     ReportCost {
@@ -151,6 +186,33 @@ fn main() -> anyhow::Result<()> {
             exchanges,
             runs,
         } => report_cost::run(connections, broadcasts, exchanges, runs),
+        Command::Upload {
+            connections,
+            probes,
+            rounds,
+            ingest_secs,
+        } => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(upload::run(upload::Options {
+                connections,
+                probes,
+                rounds,
+                ingest_for: Duration::from_secs(ingest_secs),
+            }))
+        }
+        Command::Verdict {
+            probes,
+            connections,
+            broadcasts,
+            runs,
+        } => verdict::run(verdict::Options {
+            probes,
+            connections,
+            broadcasts,
+            runs,
+        }),
         Command::Stamps {
             clients,
             broadcasts,
@@ -290,7 +352,7 @@ async fn wait_for(agent: &RunningAgent, n: usize) -> anyhow::Result<()> {
 }
 
 /// A raw WebSocket client: upgrade, then leave the socket to the drain.
-fn upgrade(addr: SocketAddr) -> anyhow::Result<TcpStream> {
+pub(crate) fn upgrade(addr: SocketAddr) -> anyhow::Result<TcpStream> {
     let mut s = TcpStream::connect(addr)?;
     s.write_all(
         b"GET /ws?probe=bench HTTP/1.1\r\nHost: bench\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
@@ -307,7 +369,7 @@ Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n
     Ok(s)
 }
 
-fn us(ns: i64) -> String {
+pub(crate) fn us(ns: i64) -> String {
     format!("{:.1} µs", ns as f64 / 1e3)
 }
 

@@ -34,6 +34,46 @@ pub struct Hub {
     next_conn: AtomicU64,
     next_broadcast: AtomicU64,
     next_seq: AtomicU64,
+    /// Broadcasts being fanned out right now.
+    in_flight: tokio::sync::watch::Sender<u32>,
+}
+
+/// Lets background work (storing probes' uploads) step aside while a
+/// broadcast is fanned out: on a 2-core server the shards need both cores
+/// for those few milliseconds, and the upload can wait that long.
+#[derive(Clone)]
+pub struct FanoutQuiet(tokio::sync::watch::Receiver<u32>);
+
+impl FanoutQuiet {
+    /// Resolves when no broadcast is in flight, or after `at_most` (so a
+    /// stream of broadcasts back to back cannot starve the caller).
+    pub async fn wait(&mut self, at_most: std::time::Duration) {
+        let _ = tokio::time::timeout(at_most, self.0.wait_for(|n| *n == 0)).await;
+    }
+
+    /// Resolves when a broadcast starts (at once if one is in flight).
+    pub async fn busy(&mut self) {
+        if self.0.wait_for(|n| *n > 0).await.is_err() {
+            // The hub is gone: no broadcast will ever start.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Counts one broadcast in flight until dropped, even if its task is cancelled.
+struct InFlight<'a>(&'a tokio::sync::watch::Sender<u32>);
+
+impl<'a> InFlight<'a> {
+    fn start(counter: &'a tokio::sync::watch::Sender<u32>) -> InFlight<'a> {
+        counter.send_modify(|n| *n += 1);
+        InFlight(counter)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
 }
 
 impl Hub {
@@ -48,7 +88,13 @@ impl Hub {
             next_conn: AtomicU64::new(1),
             next_broadcast: AtomicU64::new(1),
             next_seq: AtomicU64::new(1),
+            in_flight: tokio::sync::watch::Sender::new(0),
         })
+    }
+
+    /// A handle to wait until no broadcast is being fanned out.
+    pub fn quiet(&self) -> FanoutQuiet {
+        FanoutQuiet(self.in_flight.subscribe())
     }
 
     /// Reserves the id a new connection will have (sent in its upgrade response).
@@ -131,6 +177,7 @@ impl Hub {
                 at: start,
             }));
         let job = Arc::new(Job { id, frame });
+        let _in_flight = InFlight::start(&self.in_flight);
         let waits: Vec<_> = {
             let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
             shards

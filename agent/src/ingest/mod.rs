@@ -4,14 +4,15 @@
 //! durable. Runs on the server's tokio tasks, never on the fan-out shards.
 
 pub mod store;
+pub mod worker;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use skewscope_core::ingest::{
-    INGEST_VERSION, IngestError, MAX_BATCH_BYTES, ToAgent, ToProbe, accept_batch, decode_to_agent,
-    encode,
+    INGEST_VERSION, IngestError, MAX_BATCH_BYTES, ToAgent, ToProbe, decode_to_agent, encode,
 };
 use tokio::net::TcpStream;
 use tokio_tungstenite::WebSocketStream;
@@ -22,18 +23,35 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 
 pub use store::IngestStore;
+pub use worker::Worker;
+
+use worker::Stored;
+
+use crate::engine::hub::FanoutQuiet;
 use store::OpenError;
 
+/// Longest an upload waits for a broadcast in flight to finish before it is
+/// stored anyway.
+const MAX_DEFER: Duration = Duration::from_millis(50);
+
 /// Serves one upgraded `/ingest` connection until the probe leaves or breaks
-/// the protocol. `leftover` is what followed the request head.
-pub async fn serve(stream: TcpStream, leftover: Vec<u8>, store: Arc<IngestStore>) {
+/// the protocol. `leftover` is what followed the request head. Each batch
+/// waits (at most [`MAX_DEFER`]) for the fan-out to be quiet before it is
+/// checked and stored, so uploads never compete with a broadcast for a core.
+pub async fn serve(
+    stream: TcpStream,
+    leftover: Vec<u8>,
+    store: Arc<IngestStore>,
+    worker: Worker,
+    quiet: FanoutQuiet,
+) {
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_BATCH_BYTES + 64))
         .max_frame_size(Some(MAX_BATCH_BYTES + 64));
     let mut ws =
         WebSocketStream::from_partially_read(stream, leftover, Role::Server, Some(config)).await;
     let mut run = None;
-    let outcome = session(&mut ws, &store, &mut run).await;
+    let outcome = session(&mut ws, &worker, &mut run, quiet).await;
     if let Some(run) = run.take() {
         store.release(run);
     }
@@ -74,16 +92,28 @@ impl std::fmt::Display for SessionError {
     }
 }
 
-/// File work (opening a run counts its records; every append syncs) runs
-/// on tokio's blocking pool: the runtime thread also serves `/publish` and
-/// `/start_test`, and a broadcast must not wait behind a disk.
+/// The checking and the file work (opening a run counts its records; every
+/// append syncs) run on the low-priority [`Worker`] thread.
 async fn session(
     ws: &mut WebSocketStream<TcpStream>,
-    store: &Arc<IngestStore>,
+    worker: &Worker,
     claimed: &mut Option<u128>,
+    mut quiet: FanoutQuiet,
 ) -> Result<(), SessionError> {
     let mut open = None;
-    while let Some(message) = ws.next().await {
+    loop {
+        // Not even read while a broadcast is fanned out: the kernel holds
+        // the bytes meanwhile. (`next` is cancel-safe: a frame read in part
+        // stays buffered.)
+        quiet.wait(MAX_DEFER).await;
+        let message = tokio::select! {
+            biased;
+            () = quiet.busy() => continue,
+            message = ws.next() => message,
+        };
+        let Some(message) = message else {
+            return Ok(());
+        };
         let bytes = match message {
             Ok(Message::Binary(b)) => b,
             Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => continue,
@@ -101,17 +131,13 @@ async fn session(
         };
         let reply = match (
             decode_to_agent(&bytes).map_err(SessionError::Protocol)?,
-            &mut open,
+            open.take(),
         ) {
             (ToAgent::Hello { version, run_id }, None) => {
                 if version != INGEST_VERSION {
                     return Err(SessionError::Protocol(IngestError::Version(version)));
                 }
-                let opening = store.clone();
-                let opened = tokio::task::spawn_blocking(move || opening.open(run_id))
-                    .await
-                    .unwrap_or_else(|e| Err(OpenError::Io(std::io::Error::other(e.to_string()))));
-                let run = match opened {
+                let run = match worker.open(run_id).await {
                     Ok(run) => run,
                     Err(OpenError::InUse(_)) => return Err(SessionError::InUse),
                     Err(OpenError::Io(e)) => {
@@ -124,35 +150,15 @@ async fn session(
                 open = Some(run);
                 ToProbe::Ack { next_seq }
             }
-            (ToAgent::Records { first_seq, frames }, Some(_)) => {
-                let mut run = open.take().expect("matched Some");
-                let accepted = accept_batch(run.run_id, run.next_seq, first_seq, &frames)
-                    .map_err(SessionError::Protocol)?;
-                store
-                    .counters
-                    .duplicates
-                    .fetch_add(accepted.duplicates, Ordering::Relaxed);
-                let (new_frames, new_records) =
-                    (accepted.new_frames.to_vec(), accepted.new_records);
-                let appending = store.clone();
-                let (run, appended) = tokio::task::spawn_blocking(move || {
-                    let appended = appending.append(&mut run, &new_frames, new_records);
-                    (run, appended)
-                })
-                .await
-                .map_err(|_| SessionError::Protocol(IngestError::Malformed))?;
-                let run = open.insert(run);
-                match appended {
-                    Ok(()) => ToProbe::Ack {
-                        next_seq: run.next_seq,
-                    },
-                    Err(e) => {
-                        store.counters.busy.fetch_add(1, Ordering::Relaxed);
-                        ToProbe::Busy {
-                            next_seq: run.next_seq,
-                            reason: e.to_string(),
-                        }
-                    }
+            (ToAgent::Records { first_seq, frames }, Some(run)) => {
+                let Some((run, stored)) = worker.store(run, first_seq, frames).await else {
+                    return Ok(()); // shutting down
+                };
+                let next_seq = run.next_seq;
+                open = Some(run);
+                match stored.map_err(SessionError::Protocol)? {
+                    Stored::Ack => ToProbe::Ack { next_seq },
+                    Stored::Busy(reason) => ToProbe::Busy { next_seq, reason },
                 }
             }
             // Records before Hello, or a second Hello.
@@ -166,7 +172,6 @@ async fn session(
             return Ok(());
         }
     }
-    Ok(())
 }
 
 /// The counters as JSON, for `/healthz`.

@@ -35,6 +35,8 @@ pub struct Context {
     pub time: Option<Arc<crate::time_port::TimeCounters>>,
     /// Uploaded probe runs (`/ingest`).
     pub ingest: Arc<crate::ingest::IngestStore>,
+    /// The thread that checks and stores uploads.
+    pub ingest_worker: crate::ingest::Worker,
     /// This run and its data directory, for `/audit/…`.
     pub audit: audit::AuditSource,
 }
@@ -174,7 +176,14 @@ async fn ingest(mut stream: TcpStream, request: Request, context: &Context) {
     {
         return;
     }
-    crate::ingest::serve(stream, request.rest, context.ingest.clone()).await;
+    crate::ingest::serve(
+        stream,
+        request.rest,
+        context.ingest.clone(),
+        context.ingest_worker.clone(),
+        context.hub.quiet(),
+    )
+    .await;
 }
 
 /// Keeps labels printable and short: they end up in logs and reports.
