@@ -134,9 +134,30 @@ pub struct Scope {
     pub agent_as_reference: bool,
 }
 
-/// Joins the inputs within `scope`.
+/// Joins the inputs within `scope`. A window of the agent's broadcasts
+/// joins only probes the agent named (connected to its hub); a report of a
+/// foreign server only probes it did not: a data directory can hold both.
 pub fn join(inputs: &Inputs, scope: Scope) -> Joined {
-    let probes: Vec<&[ProbeRecord]> = inputs.probes.iter().map(Vec::as_slice).collect();
+    let hub_side = |records: &[ProbeRecord]| {
+        records
+            .iter()
+            .any(|r| matches!(r, ProbeRecord::ConnectionOpened(o) if o.agent_conn.is_some()))
+    };
+    let foreign_side = |records: &[ProbeRecord]| {
+        records
+            .iter()
+            .any(|r| matches!(r, ProbeRecord::ConnectionOpened(o) if o.agent_conn.is_none()))
+    };
+    let probes: Vec<&[ProbeRecord]> = inputs
+        .probes
+        .iter()
+        .map(Vec::as_slice)
+        .filter(|p| match (scope.agent_as_reference, scope.window) {
+            (true, _) | (false, Some(Window::FirstReceiptBetween { .. })) => foreign_side(p),
+            (false, Some(Window::AgentIds { .. })) => hub_side(p),
+            (false, None) => true,
+        })
+        .collect();
     let agents: Vec<&[AgentRecord]> = inputs.agents.iter().map(Vec::as_slice).collect();
     let latest = agents
         .iter()

@@ -153,6 +153,7 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
     let trigger_http = agent_api::trigger_client();
     let mut sent = Vec::new();
     let mut last_trigger_wall = first_wall;
+    let mut trigger_times = Vec::new();
     for i in 1..=options.broadcasts {
         if i == options.broadcasts && i > 1 {
             // Every receipt of the last broadcast comes after this.
@@ -169,6 +170,12 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
                 sent.push(s);
             }
             Some(url) => {
+                // When the trigger reaches the server, on the agent's clock:
+                // its time now plus the round trip that reading it took (the
+                // answer's way back, then the trigger's way there).
+                let asked = Instant::now();
+                let now = api.status()?.now_wall_ns;
+                trigger_times.push(now + asked.elapsed().as_nanos() as u64);
                 agent_api::trigger(&trigger_http, url, &options.trigger_method)?;
                 progress.triggered(i, options.broadcasts, &format!("({url})"));
             }
@@ -224,6 +231,24 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
             .filter(|p| p.uploading)
             .filter_map(|p| Some((u128::from_str_radix(&p.run, 16).ok()?, p.label())))
             .collect();
+        // Runs whose records are here but left out of this audit's scope
+        // (probes of the hub during an audit of another server, or the
+        // other way round) are not waited for.
+        let out_of_scope: Vec<u128> = inputs
+            .probes
+            .iter()
+            .filter_map(|records| run_of(records))
+            .filter(|run| {
+                !joined
+                    .probes
+                    .iter()
+                    .any(|p| p.identity.as_ref().is_some_and(|i| i.run_id == *run))
+            })
+            .collect();
+        let uploading: Vec<(u128, String)> = uploading
+            .into_iter()
+            .filter(|(run, _)| !out_of_scope.contains(run))
+            .collect();
         let state = Completion::of(
             &joined,
             &sent,
@@ -241,7 +266,14 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
         }
         std::thread::sleep(POLL);
     };
-    let report = inputs::report_within(inputs, None, scope(window));
+    let triggers = (!trigger_times.is_empty()).then_some(trigger_times.as_slice());
+    let mut report = inputs::report_within(inputs, triggers, scope(window));
+    // Name the logs as the agent does, not by the copy's (maybe temporary) path.
+    for input in &mut report.inputs {
+        if let Ok(name) = std::path::Path::new(&input.file).strip_prefix(&dir) {
+            input.file = name.display().to_string();
+        }
+    }
     let mut verdict = judge(&report, &options.thresholds);
     // Only the audit knows which probes were uploading: one whose records
     // never arrived would otherwise just be absent from the report.
@@ -338,6 +370,14 @@ fn sync_logs(
     }
     files.sort();
     Ok(files)
+}
+
+/// The run id of a probe log, from its `Identity` record.
+fn run_of(records: &[skewscope_core::record::ProbeRecord]) -> Option<u128> {
+    records.iter().find_map(|r| match r {
+        skewscope_core::record::ProbeRecord::Identity(i) => Some(i.run_id),
+        _ => None,
+    })
 }
 
 /// How far the audited broadcasts have been reported.
