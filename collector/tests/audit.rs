@@ -290,8 +290,11 @@ fn an_audit_of_a_foreign_server_uses_the_agent_as_clock_reference_and_collector(
     let time = ["--time-server", &addr, "--time-interval", "100ms"];
     let _a = uploading_probe(dir.path(), "lobby", &url, 2, &addr, &time);
     let _b = uploading_probe(dir.path(), "stage", &url, 2, &addr, &time);
+    // A probe of the agent's own hub uploads too: not this audit's.
+    let hub = format!("ws://{addr}/ws");
+    let _c = uploading_probe(dir.path(), "backstage", &hub, 1, &addr, &[]);
     let token = "unused";
-    wait_until("two probes uploading", || uploading(&addr, token) == 2);
+    wait_until("three probes uploading", || uploading(&addr, token) == 3);
     // Their four connections are up before the first trigger.
     std::thread::sleep(Duration::from_millis(300));
 
@@ -300,7 +303,7 @@ fn an_audit_of_a_foreign_server_uses_the_agent_as_clock_reference_and_collector(
         .args(["audit", "--agent", &format!("http://{addr}")])
         .args(["--trigger", &format!("http://{http}/start_test")])
         .args(["--broadcasts", "5", "--interval", "20ms", "--settle", "20s"])
-        .args(["--require-probes", "2", "--max-skew-p99", "1s"])
+        .args(["--require-probes", "3", "--max-skew-p99", "1s"])
         .args(["--max-offset-bound", "100ms", "--json"])
         .arg(&out)
         .output()
@@ -316,6 +319,16 @@ fn an_audit_of_a_foreign_server_uses_the_agent_as_clock_reference_and_collector(
     assert_eq!(report["broadcasts"], 5, "{}", text(&o));
     assert_eq!(report["receipts"], 20);
     assert_eq!(report["missing"], 0);
+    assert_eq!(report["connections"], 4, "only the foreign server's probes");
+    let names: Vec<&str> = report["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(!names.contains(&"backstage"), "{names:?}");
+    // Latency from the audit's own trigger times, one per receipt.
+    assert_eq!(report["latency_from_trigger"]["latency_ns"]["count"], 20);
     // The agent sent nothing: it is the clock reference, not the server.
     assert!(report["fanout_ns"].is_null());
     assert!(!report["agent"].is_null(), "the agent run is the reference");
