@@ -121,7 +121,7 @@ fn clocks_paragraph(out: &mut String, r: &Report) {
         if let Some(t) = a.time_service {
             let _ = writeln!(
                 out,
-                "  agent time port: {} answered; dropped {} malformed, {} oversized, {} replayed",
+                "  agent time port (as last recorded, every 10 s): {} answered; dropped {} malformed, {} oversized, {} replayed",
                 t.answered, t.malformed, t.oversized, t.replayed
             );
         }
@@ -182,7 +182,13 @@ pub fn render(r: &Report) -> String {
         "  {:<16} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "", "p50", "p90", "p99", "p99.9", "max"
     );
-    let agent_log = "needs the agent's log";
+    // With an agent log but no broadcasts of its own joined, the probes
+    // listened to another server (the agent was their clock reference).
+    let agent_log = if r.agent.is_some() && r.fanout_ns.is_none() {
+        "the probes' server is not the agent"
+    } else {
+        "needs the agent's log"
+    };
     row(
         &mut out,
         "skew (raw)",
@@ -227,8 +233,13 @@ pub fn render(r: &Report) -> String {
     );
     let no_offsets = "no offset estimates (no time exchange with an agent)";
     bounded_row(&mut out, "skew corrected", &r.skew_corrected_ns, no_offsets);
-    bounded_row(&mut out, "latency", &r.latency_corrected_ns, no_offsets);
-    bounded_row(&mut out, "  network", &r.network_ns, no_offsets);
+    let no_starts = if r.skew_corrected_ns.is_some() {
+        agent_log
+    } else {
+        no_offsets
+    };
+    bounded_row(&mut out, "latency", &r.latency_corrected_ns, no_starts);
+    bounded_row(&mut out, "  network", &r.network_ns, no_starts);
     let _ = writeln!(out);
     clocks_paragraph(&mut out, r);
     let _ = writeln!(out);
