@@ -384,3 +384,97 @@ fn a_probe_whose_records_stop_arriving_fails_the_audit() {
         text(&o)
     );
 }
+
+/// SIGKILL the agent in the middle of an audit with probes streaming, and
+/// start it again on its data directory: the audit says it could not finish
+/// (exit 2), the probes reconnect and finish their uploads, and the agent's
+/// data directory holds every probe record exactly once: the probes' own
+/// logs, record for record, and a report that counts each receipt once.
+#[test]
+fn an_agent_killed_mid_audit_loses_and_doubles_nothing() {
+    use nix::sys::signal::Signal;
+    use skewscope_core::log::{AnyLog, read_file};
+    use skewscope_core::record::ProbeRecord;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, addr, _) = start_agent_with(dir.path(), "127.0.0.1:0", &[]);
+    let url = format!("ws://{addr}/ws");
+    let reconnect = ["--reconnect"];
+    let mut a = uploading_probe(dir.path(), "lobby", &url, 3, &addr, &reconnect);
+    let mut b = uploading_probe(dir.path(), "stage", &url, 2, &addr, &reconnect);
+    wait_until("two probes uploading", || uploading(&addr, "") == 2);
+    wait_until("five connections", || status(&addr, "")["clients"] == 5);
+    let mut audit = Reaped(
+        Command::new(SKEWSCOPE)
+            .args(["audit", "--agent", &format!("http://{addr}")])
+            .args(["--broadcasts", "40", "--interval", "50ms", "--settle", "2s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until("a few broadcasts", || {
+        status(&addr, "")["broadcasts"].as_u64().unwrap_or(0) >= 5
+    });
+    common::signal(&agent.0, Signal::SIGKILL);
+    agent.0.wait().unwrap();
+    let (mut agent, _, _) = start_agent_with(dir.path(), &addr, &[]);
+    let code = audit.0.wait().unwrap().code();
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut audit.0.stderr.take().unwrap(), &mut said).unwrap();
+    assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains("cannot audit"), "{said}");
+
+    // The probes come back and finish; their last records are uploaded.
+    wait_until("five connections again", || {
+        status(&addr, "")["clients"] == 5
+    });
+    common::signal(&a.0, Signal::SIGTERM);
+    common::signal(&b.0, Signal::SIGTERM);
+    assert!(a.0.wait().unwrap().success());
+    assert!(b.0.wait().unwrap().success());
+    common::signal(&agent.0, Signal::SIGTERM);
+    agent.0.wait().unwrap();
+
+    let records = |path: &std::path::Path| match read_file(path).unwrap() {
+        AnyLog::Probe(d) => d.records,
+        AnyLog::Agent(_) => panic!("not a probe log"),
+    };
+    let mut receipts = 0;
+    for name in ["lobby", "stage"] {
+        let own = records(&dir.path().join(format!("{name}.sklog")));
+        let run = own
+            .iter()
+            .find_map(|r| match r {
+                ProbeRecord::Identity(i) => Some(i.run_id),
+                _ => None,
+            })
+            .unwrap();
+        let stored = records(
+            &dir.path()
+                .join("agent/probes")
+                .join(format!("probe-{run:032x}.sklog")),
+        );
+        assert_eq!(stored.len(), own.len(), "{name}");
+        assert!(stored == own, "{name}: the stored run differs from its log");
+        receipts += own
+            .iter()
+            .filter(|r| matches!(r, ProbeRecord::Receipt(_)))
+            .count();
+    }
+    assert!(receipts >= 25, "broadcasts reached the probes: {receipts}");
+    // Every receipt once. A SIGKILLed agent loses up to 100 ms of its own
+    // records (its recorder's flush interval): receipts of a broadcast it
+    // sent in that window match no broadcast in its log, and are counted.
+    let (text, report) = common::json_report(&[&dir.path().join("agent")]);
+    let joined = report["receipts"].as_u64().unwrap();
+    let unmatched = report["unmatched"].as_u64().unwrap();
+    assert_eq!(joined + unmatched, receipts as u64, "{text}");
+    // 100 ms holds at most three broadcasts 50 ms apart, of 5 receipts each.
+    assert!(
+        unmatched <= 15,
+        "at most one flush interval's receipts: {text}"
+    );
+    assert_eq!(report["duplicates"], 0, "{text}");
+    assert_eq!(report["reconnects"], 5, "{text}");
+}
