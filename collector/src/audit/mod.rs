@@ -170,12 +170,10 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
                 sent.push(s);
             }
             Some(url) => {
-                // When the trigger reaches the server, on the agent's clock:
-                // its time now plus the round trip that reading it took (the
-                // answer's way back, then the trigger's way there).
-                let asked = Instant::now();
-                let now = api.status()?.now_wall_ns;
-                trigger_times.push(now + asked.elapsed().as_nanos() as u64);
+                // The agent's clock just before the trigger is sent: the
+                // trigger reaches the server after it, so latency from it is
+                // never short (long by at most one round trip to the agent).
+                trigger_times.push(api.status()?.now_wall_ns);
                 agent_api::trigger(&trigger_http, url, &options.trigger_method)?;
                 progress.triggered(i, options.broadcasts, &format!("({url})"));
             }
