@@ -275,8 +275,15 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     // the broadcast's moment (the worst case). One cycle of the four after
     // another.
     let mut load_of = std::collections::HashMap::new();
+    // Each cycle runs the four loads in a fresh random order, so no load
+    // always follows another (what the round before left behind, in caches
+    // or in the kernel, falls on every load alike).
+    let mut cycle = LOADS;
     for round in 0..options.rounds {
-        let load = LOADS[round % LOADS.len()];
+        if round % LOADS.len() == 0 {
+            fastrand::shuffle(&mut cycle);
+        }
+        let load = cycle[round % LOADS.len()];
         let batches = match load {
             Load::None => Vec::new(),
             Load::Control | Load::Spread | Load::SameInstant => sessions
@@ -416,7 +423,7 @@ fn spans(
     }
     in_order.sort_by_key(|&(id, ..)| id);
     let mut out = Vec::new();
-    for (i, load) in LOADS.iter().enumerate() {
+    for load in &LOADS {
         let spans: Vec<i64> = in_order
             .iter()
             .filter(|(_, l, _)| l == load)
@@ -424,8 +431,10 @@ fn spans(
             .collect();
         let mut ratios: Vec<f64> = in_order
             .chunks_exact(LOADS.len())
-            .filter(|cycle| cycle[0].1 == Load::None && cycle[i].1 == *load)
-            .map(|cycle| cycle[i].2 as f64 / cycle[0].2 as f64)
+            .filter_map(|cycle| {
+                let span_of = |l: Load| cycle.iter().find(|c| c.1 == l).map(|c| c.2 as f64);
+                Some(span_of(*load)? / span_of(Load::None)?)
+            })
             .collect();
         ratios.sort_by(f64::total_cmp);
         let median = ratios.get(ratios.len() / 2).copied().unwrap_or(f64::NAN);
