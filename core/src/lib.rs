@@ -12,6 +12,8 @@
 //!   payload is), [`time_exchange`] (the UDP time packets),
 //!   [`client_frames`] (what WebSocket clients send a hub), [`chrony`] (what
 //!   `chronyc` prints), [`ingest`] (probes uploading their records);
+//! - [`tap`]: an unmodified server's outgoing TCP segments read back into
+//!   the WebSocket messages it sent each client, with capture times;
 //! - [`units`]: durations and sizes as written in flags;
 //! - the [`analysis`]: joining, the clock model, the figures and the report.
 
@@ -25,6 +27,7 @@ pub mod ingest;
 pub mod log;
 pub mod record;
 pub mod stamp;
+pub mod tap;
 pub mod time_exchange;
 pub mod units;
 

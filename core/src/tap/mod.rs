@@ -1,0 +1,309 @@
+//! The tap, without I/O: an unmodified server's outgoing TCP segments in,
+//! the WebSocket messages it sent to each client out, each with the capture
+//! times of its first and last byte. The OS layer captures the packets
+//! (`AF_PACKET`) and hands them here with their kernel stamps.
+//!
+//! - [`segment`]: an IP packet read as a TCP segment;
+//! - [`reassembly`]: one direction put back in order (resends, reordering);
+//! - [`server_frames`]: the server's WebSocket frames, as whole messages.
+//!
+//! A connection is followed from the server's SYN-ACK: its HTTP response
+//! must be `101 Switching Protocols`, then its bytes are frames. One already
+//! open when the tap started cannot be framed with certainty (where a frame
+//! starts is unknown), so it is counted and skipped. TLS is recognised and
+//! skipped, never decoded into nonsense.
+
+pub mod reassembly;
+pub mod segment;
+pub mod server_frames;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use crate::identity::Identifier;
+use crate::record::MessageKey;
+use reassembly::Reassembler;
+use segment::TcpSegment;
+use server_frames::{ServerEvent, ServerFrames};
+
+/// Longest HTTP response head followed before the connection is given up.
+pub const MAX_RESPONSE_HEAD: usize = 16 * 1024;
+
+/// What the tap saw happen on one connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TapEvent {
+    /// The server's `101` response was sent: from here on it is a WebSocket.
+    Opened {
+        /// The client's address and port.
+        client: SocketAddr,
+        /// Capture time of the response's last byte.
+        at_ns: u64,
+        /// The connection negotiated permessage-deflate.
+        deflate: bool,
+    },
+    /// The server sent one data message to `client`.
+    Message {
+        /// The client's address and port.
+        client: SocketAddr,
+        /// Which message, as probes name it (test-message sequence, else
+        /// hash and occurrence on this connection).
+        key: MessageKey,
+        /// Hash of the payload as sent.
+        hash: u64,
+        /// Payload bytes.
+        len: u32,
+        /// Capture time of the segment that carried its first byte.
+        first_byte_ns: u64,
+        /// Capture time of the segment that carried its last byte.
+        last_byte_ns: u64,
+        /// Compressed (permessage-deflate): `hash` is of the compressed
+        /// bytes, which differ per connection, so it is not identified yet.
+        compressed: bool,
+    },
+    /// The connection ended (FIN, RST or a close frame).
+    Closed {
+        /// The client's address and port.
+        client: SocketAddr,
+        /// Capture time.
+        at_ns: u64,
+        /// Why, for people.
+        reason: &'static str,
+    },
+}
+
+/// What the tap counted, for its records and for people.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TapCounters {
+    /// Segments read.
+    pub segments: u64,
+    /// Packets that were not TCP segments of the tapped port.
+    pub ignored_packets: u64,
+    /// Connections followed from their SYN-ACK.
+    pub followed: u64,
+    /// Connections already open when the tap started: skipped.
+    pub open_before_tap: u64,
+    /// Connections whose response was not `101` (plain HTTP on the port).
+    pub not_websocket: u64,
+    /// Connections that spoke TLS: cannot be decoded.
+    pub tls: u64,
+    /// Connections whose stream broke the WebSocket protocol or a bound.
+    pub broken: u64,
+    /// Connections given up because the capture missed a segment.
+    pub lost: u64,
+    /// Segments that were resends of bytes already seen.
+    pub retransmitted: u64,
+    /// Segments captured ahead of a gap.
+    pub reordered: u64,
+    /// Data messages decoded.
+    pub messages: u64,
+    /// Of those, compressed ones (not identified yet).
+    pub compressed: u64,
+}
+
+enum Phase {
+    Handshake {
+        head: Vec<u8>,
+    },
+    WebSocket {
+        frames: ServerFrames,
+        identifier: Identifier,
+    },
+    Ignored,
+}
+
+struct Connection {
+    bytes: Reassembler,
+    phase: Phase,
+}
+
+/// Every connection of one server port, followed.
+pub struct Tap {
+    port: u16,
+    max_message: usize,
+    connections: HashMap<(SocketAddr, SocketAddr), Connection>,
+    counters: TapCounters,
+}
+
+impl Tap {
+    /// A tap of the server's local port `port`, following messages up to
+    /// `max_message` bytes.
+    pub fn new(port: u16, max_message: usize) -> Tap {
+        Tap {
+            port,
+            max_message,
+            connections: HashMap::new(),
+            counters: TapCounters::default(),
+        }
+    }
+
+    /// What it counted so far.
+    pub fn counters(&self) -> TapCounters {
+        self.counters
+    }
+
+    /// Connections being followed now.
+    pub fn connections(&self) -> usize {
+        self.connections.len()
+    }
+
+    /// Reads one captured IP packet, stamped `at_ns`.
+    pub fn packet(&mut self, at_ns: u64, packet: &[u8], out: &mut Vec<TapEvent>) {
+        match segment::parse(packet) {
+            Ok(s) => self.segment(at_ns, &s, out),
+            Err(_) => self.counters.ignored_packets += 1,
+        }
+    }
+
+    /// Reads one TCP segment, stamped `at_ns`.
+    pub fn segment(&mut self, at_ns: u64, s: &TcpSegment<'_>, out: &mut Vec<TapEvent>) {
+        if s.src.port() != self.port {
+            self.counters.ignored_packets += 1;
+            return;
+        }
+        self.counters.segments += 1;
+        let key = (s.src, s.dst);
+        let client = s.dst;
+        if s.flags.syn {
+            self.counters.followed += 1;
+            let phase = Phase::Handshake { head: Vec::new() };
+            self.connections.insert(
+                key,
+                Connection {
+                    bytes: Reassembler::after_syn(s.seq),
+                    phase,
+                },
+            );
+            return;
+        }
+        let Some(c) = self.connections.get_mut(&key) else {
+            // Its SYN-ACK went before the tap started: where frames begin is
+            // unknown. Counted once, then followed as ignored until it ends.
+            if !(s.flags.fin || s.flags.rst) {
+                self.counters.open_before_tap += 1;
+                self.connections.insert(
+                    key,
+                    Connection {
+                        bytes: Reassembler::after_syn(s.seq.wrapping_sub(1)),
+                        phase: Phase::Ignored,
+                    },
+                );
+            }
+            return;
+        };
+        let (retransmitted, reordered) = (c.bytes.retransmitted, c.bytes.reordered);
+        let counters = &mut self.counters;
+        let max_message = self.max_message;
+        let Connection { bytes, phase } = c;
+        let pushed = bytes.push(s.seq, s.payload, at_ns, &mut |b, t| {
+            take(phase, b, t, client, max_message, counters, out)
+        });
+        counters.retransmitted += c.bytes.retransmitted - retransmitted;
+        counters.reordered += c.bytes.reordered - reordered;
+        if pushed.is_err() {
+            if !matches!(c.phase, Phase::Ignored) {
+                counters.lost += 1;
+            }
+            c.phase = Phase::Ignored;
+        }
+        if s.flags.fin || s.flags.rst {
+            if matches!(c.phase, Phase::WebSocket { .. }) {
+                out.push(TapEvent::Closed {
+                    client,
+                    at_ns,
+                    reason: if s.flags.rst {
+                        "reset"
+                    } else {
+                        "server closed"
+                    },
+                });
+            }
+            self.connections.remove(&key);
+        }
+    }
+}
+
+/// Bytes of a connection, in order: the response head, then frames.
+fn take(
+    phase: &mut Phase,
+    mut bytes: &[u8],
+    at_ns: u64,
+    client: SocketAddr,
+    max_message: usize,
+    counters: &mut TapCounters,
+    out: &mut Vec<TapEvent>,
+) {
+    if let Phase::Handshake { head } = phase {
+        if head.is_empty() && bytes.starts_with(&[0x16, 0x03]) {
+            counters.tls += 1;
+            *phase = Phase::Ignored;
+            return;
+        }
+        let before = head.len();
+        head.extend_from_slice(bytes);
+        let Some(end) = find(head, b"\r\n\r\n").map(|i| i + 4) else {
+            if head.len() > MAX_RESPONSE_HEAD {
+                counters.not_websocket += 1;
+                *phase = Phase::Ignored;
+            }
+            return;
+        };
+        if !head.starts_with(b"HTTP/1.1 101") {
+            counters.not_websocket += 1;
+            *phase = Phase::Ignored;
+            return;
+        }
+        let deflate = String::from_utf8_lossy(&head[..end]).lines().any(|l| {
+            let l = l.to_ascii_lowercase();
+            l.starts_with("sec-websocket-extensions:") && l.contains("permessage-deflate")
+        });
+        out.push(TapEvent::Opened {
+            client,
+            at_ns,
+            deflate,
+        });
+        bytes = &bytes[end - before..];
+        *phase = Phase::WebSocket {
+            frames: ServerFrames::new(max_message),
+            identifier: Identifier::default(),
+        };
+    }
+    let Phase::WebSocket { frames, identifier } = phase else {
+        return;
+    };
+    let mut events = Vec::new();
+    let read = frames.push(bytes, at_ns, &mut events);
+    for event in events {
+        match event {
+            ServerEvent::Message(m) => {
+                counters.messages += 1;
+                counters.compressed += u64::from(m.compressed);
+                let (key, hash) = identifier.identify(&m.payload);
+                out.push(TapEvent::Message {
+                    client,
+                    key,
+                    hash,
+                    len: u32::try_from(m.payload.len()).unwrap_or(u32::MAX),
+                    first_byte_ns: m.first_byte_ns,
+                    last_byte_ns: m.last_byte_ns,
+                    compressed: m.compressed,
+                });
+            }
+            ServerEvent::Close => out.push(TapEvent::Closed {
+                client,
+                at_ns,
+                reason: "close frame",
+            }),
+        }
+    }
+    if read.is_err() {
+        counters.broken += 1;
+        *phase = Phase::Ignored;
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,270 @@
+//! The tap on hand-made packets: a whole connection, resends, reordering,
+//! a capture that starts mid-stream, plain HTTP, TLS, garbage after the
+//! upgrade and a reset mid-frame.
+
+use super::segment::TcpFlags;
+use super::segment::build::packet;
+use super::server_frames::tests::frame;
+use super::*;
+use crate::identity::{TestMessage, encode_test_message};
+
+const SERVER: &str = "127.0.0.1:8000";
+
+fn client(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+const ACK: TcpFlags = TcpFlags {
+    syn: false,
+    fin: false,
+    rst: false,
+};
+const SYN: TcpFlags = TcpFlags {
+    syn: true,
+    fin: false,
+    rst: false,
+};
+const RST: TcpFlags = TcpFlags {
+    syn: false,
+    fin: false,
+    rst: true,
+};
+
+const UPGRADED: &[u8] = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: x\r\n\r\n";
+
+/// A server side of one connection: sends bytes in order from its ISN.
+struct Conn {
+    client: SocketAddr,
+    next: u32,
+}
+
+impl Conn {
+    fn open(tap: &mut Tap, port: u16, isn: u32, at: u64, out: &mut Vec<TapEvent>) -> Conn {
+        let client = client(port);
+        tap.packet(
+            at,
+            &packet(SERVER.parse().unwrap(), client, isn, SYN, b""),
+            out,
+        );
+        Conn {
+            client,
+            next: isn.wrapping_add(1),
+        }
+    }
+
+    /// The packet carrying `bytes` next, without sending it.
+    fn next_packet(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let p = packet(SERVER.parse().unwrap(), self.client, self.next, ACK, bytes);
+        self.next = self.next.wrapping_add(bytes.len() as u32);
+        p
+    }
+
+    fn send(&mut self, tap: &mut Tap, bytes: &[u8], at: u64, out: &mut Vec<TapEvent>) {
+        let p = self.next_packet(bytes);
+        tap.packet(at, &p, out);
+    }
+}
+
+fn messages(out: &[TapEvent]) -> Vec<(SocketAddr, MessageKey, u64, u64)> {
+    out.iter()
+        .filter_map(|e| match e {
+            TapEvent::Message {
+                client,
+                key,
+                first_byte_ns,
+                last_byte_ns,
+                ..
+            } => Some((*client, *key, *first_byte_ns, *last_byte_ns)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn test_message(seq: u64) -> Vec<u8> {
+    frame(
+        true,
+        1,
+        encode_test_message(TestMessage {
+            seq,
+            sent_wall_ns: 1,
+        })
+        .as_bytes(),
+    )
+}
+
+#[test]
+fn a_connection_is_followed_from_its_upgrade_to_its_close() {
+    let mut tap = Tap::new(8000, 1 << 20);
+    let mut out = Vec::new();
+    let mut c = Conn::open(&mut tap, 40000, 1000, 1, &mut out);
+    c.send(&mut tap, UPGRADED, 2, &mut out);
+    assert_eq!(
+        out,
+        vec![TapEvent::Opened {
+            client: c.client,
+            at_ns: 2,
+            deflate: false
+        }]
+    );
+    // Two messages in one segment, then one over two segments.
+    let mut both = test_message(1);
+    both.extend(frame(true, 1, b"hello"));
+    c.send(&mut tap, &both, 3, &mut out);
+    let third = test_message(2);
+    c.send(&mut tap, &third[..10], 4, &mut out);
+    c.send(&mut tap, &third[10..], 5, &mut out);
+    let got = messages(&out);
+    assert_eq!(got.len(), 3);
+    assert_eq!(got[0].1, MessageKey::Seq(1));
+    assert!(matches!(got[1].1, MessageKey::Hash { occurrence: 0, .. }));
+    assert_eq!((got[2].1, got[2].2, got[2].3), (MessageKey::Seq(2), 4, 5));
+    c.send(&mut tap, &frame(true, 8, b""), 6, &mut out);
+    assert!(matches!(
+        out.last(),
+        Some(TapEvent::Closed {
+            reason: "close frame",
+            ..
+        })
+    ));
+    let n = tap.counters();
+    assert_eq!((n.followed, n.messages, n.broken), (1, 3, 0));
+}
+
+#[test]
+fn resends_keep_the_first_time_and_reordering_waits() {
+    let mut tap = Tap::new(8000, 1 << 20);
+    let mut out = Vec::new();
+    let mut c = Conn::open(&mut tap, 40001, u32::MAX - 50, 1, &mut out);
+    c.send(&mut tap, UPGRADED, 2, &mut out);
+    let m = test_message(7);
+    let first = c.next_packet(&m[..20]);
+    let second = c.next_packet(&m[20..]);
+    // The second half is captured first, then the first half, then the
+    // first half again (a resend).
+    tap.packet(10, &second, &mut out);
+    assert!(messages(&out).is_empty());
+    tap.packet(11, &first, &mut out);
+    tap.packet(12, &first, &mut out);
+    // First byte at 11 (the first capture of the first half); last byte at
+    // 10, when the segment carrying it was captured.
+    assert_eq!(messages(&out), vec![(c.client, MessageKey::Seq(7), 11, 10)]);
+    let n = tap.counters();
+    assert_eq!((n.retransmitted, n.reordered), (1, 1));
+}
+
+#[test]
+fn a_super_packet_over_64_kib_carries_many_frames() {
+    let mut tap = Tap::new(8000, 1 << 20);
+    let mut out = Vec::new();
+    let mut c = Conn::open(&mut tap, 40002, 5, 1, &mut out);
+    let mut bytes = UPGRADED.to_vec();
+    for seq in 1..=200 {
+        bytes.extend(test_message(seq));
+    }
+    c.send(&mut tap, &bytes, 2, &mut out);
+    assert_eq!(messages(&out).len(), 200);
+}
+
+#[test]
+fn connections_open_before_the_tap_are_counted_and_skipped() {
+    let mut tap = Tap::new(8000, 1 << 20);
+    let mut out = Vec::new();
+    // No SYN-ACK seen: a frame-looking segment of a connection already open.
+    let p = packet(
+        SERVER.parse().unwrap(),
+        client(40003),
+        77,
+        ACK,
+        &test_message(1),
+    );
+    tap.packet(1, &p, &mut out);
+    tap.packet(2, &p, &mut out);
+    assert!(out.is_empty());
+    assert_eq!(tap.counters().open_before_tap, 1);
+}
+
+#[test]
+fn plain_http_tls_and_other_ports_are_not_decoded() {
+    let mut tap = Tap::new(8000, 1 << 20);
+    let mut out = Vec::new();
+    let mut http = Conn::open(&mut tap, 40004, 1, 1, &mut out);
+    http.send(
+        &mut tap,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody",
+        2,
+        &mut out,
+    );
+    http.send(&mut tap, &test_message(1), 3, &mut out);
+    let mut tls = Conn::open(&mut tap, 40005, 1, 1, &mut out);
+    tls.send(
+        &mut tap,
+        &[0x16, 0x03, 0x03, 0x00, 0x10, 1, 2, 3],
+        2,
+        &mut out,
+    );
+    let other = packet(
+        "127.0.0.1:9999".parse().unwrap(),
+        client(40006),
+        1,
+        SYN,
+        b"",
+    );
+    tap.packet(1, &other, &mut out);
+    tap.packet(1, b"\x45 not really a packet", &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    let n = tap.counters();
+    assert_eq!((n.not_websocket, n.tls, n.ignored_packets), (1, 1, 2));
+}
+
+#[test]
+fn garbage_after_the_upgrade_and_a_reset_mid_frame_end_only_that_connection() {
+    let mut tap = Tap::new(8000, 1 << 20);
+    let mut out = Vec::new();
+    let mut bad = Conn::open(&mut tap, 40007, 1, 1, &mut out);
+    bad.send(&mut tap, UPGRADED, 2, &mut out);
+    bad.send(&mut tap, &[0x83, 0x00], 3, &mut out); // opcode 3
+    let mut cut = Conn::open(&mut tap, 40008, 1, 1, &mut out);
+    cut.send(&mut tap, UPGRADED, 2, &mut out);
+    let m = test_message(3);
+    cut.send(&mut tap, &m[..15], 3, &mut out);
+    let reset = packet(SERVER.parse().unwrap(), cut.client, cut.next, RST, b"");
+    tap.packet(4, &reset, &mut out);
+    let mut good = Conn::open(&mut tap, 40009, 1, 1, &mut out);
+    good.send(&mut tap, UPGRADED, 2, &mut out);
+    good.send(&mut tap, &test_message(3), 5, &mut out);
+    assert_eq!(
+        messages(&out),
+        vec![(good.client, MessageKey::Seq(3), 5, 5)]
+    );
+    assert!(out.iter().any(|e| matches!(
+        e,
+        TapEvent::Closed { client, reason: "reset", .. } if *client == cut.client
+    )));
+    assert_eq!(tap.counters().broken, 1);
+    assert_eq!(tap.connections(), 2, "the reset one is gone");
+}
+
+#[test]
+fn a_negotiated_deflate_is_seen_and_compressed_messages_counted() {
+    let mut tap = Tap::new(8000, 1 << 20);
+    let mut out = Vec::new();
+    let mut c = Conn::open(&mut tap, 40010, 1, 1, &mut out);
+    c.send(
+        &mut tap,
+        b"HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Extensions: permessage-deflate; server_max_window_bits=15\r\n\r\n",
+        2,
+        &mut out,
+    );
+    let mut compressed = frame(true, 1, &[0xf2, 0x48, 0xcd, 0xc9, 0xc9, 0x07, 0x00]);
+    compressed[0] |= 0x40;
+    c.send(&mut tap, &compressed, 3, &mut out);
+    assert!(matches!(out[0], TapEvent::Opened { deflate: true, .. }));
+    assert!(matches!(
+        out[1],
+        TapEvent::Message {
+            compressed: true,
+            ..
+        }
+    ));
+    assert_eq!(tap.counters().compressed, 1);
+}
