@@ -5,7 +5,8 @@
 //!
 //! - [`segment`]: an IP packet read as a TCP segment;
 //! - [`reassembly`]: one direction put back in order (resends, reordering);
-//! - [`server_frames`]: the server's WebSocket frames, as whole messages.
+//! - [`server_frames`]: the server's WebSocket frames, as whole messages;
+//! - [`broadcasts`]: copies of one payload to many clients, as broadcasts.
 //!
 //! A connection is followed from the server's SYN-ACK: its HTTP response
 //! must be `101 Switching Protocols`, then its bytes are frames. One already
@@ -13,6 +14,7 @@
 //! starts is unknown), so it is counted and skipped. TLS is recognised and
 //! skipped, never decoded into nonsense.
 
+pub mod broadcasts;
 pub mod reassembly;
 pub mod segment;
 pub mod server_frames;
