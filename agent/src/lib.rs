@@ -77,8 +77,7 @@ impl RunningAgent {
         };
         // Every client is a socket: make the whole hard limit available.
         skewscope_os::files::raise_open_file_limit().context("cannot raise the open-file limit")?;
-        let listener =
-            bind(config.listen).with_context(|| format!("cannot listen on {}", config.listen))?;
+        let (listener, time_socket) = bind_both(&config)?;
         let addr = listener.local_addr()?;
         anyhow::ensure!(
             config.max_data_bytes >= 2 * config.segment_bytes,
@@ -125,16 +124,12 @@ impl RunningAgent {
             },
             recorder.handle(),
         )?);
-        let time_port =
-            if config.no_time_exchange {
-                None
-            } else {
-                let port = config.time_port.unwrap_or(addr.port());
-                let time_addr = SocketAddr::new(addr.ip(), port);
-                Some(time_port::TimePort::start(time_addr).with_context(|| {
-                    format!("cannot serve the time exchange on udp {time_addr}")
-                })?)
-            };
+        let time_port = match time_socket {
+            Some(socket) => Some(
+                time_port::TimePort::serve_on(socket).context("cannot serve the time exchange")?,
+            ),
+            None => None,
+        };
         let counters = time_port.as_ref().map(|t| t.counters.clone());
         let ingest = Arc::new(
             ingest::IngestStore::new(&config.data_dir, config.max_data_bytes)
@@ -212,6 +207,33 @@ impl RunningAgent {
         .await
         .context("agent shutdown panicked")
     }
+}
+
+/// Binds the TCP listener and, unless turned off, the UDP time port on the
+/// same port number. With an ephemeral port (`:0`), a UDP port of that
+/// number already taken (by some other program's ephemeral socket) is not
+/// an error: another TCP port is drawn, a bounded number of times.
+fn bind_both(config: &AgentConfig) -> anyhow::Result<(TcpListener, Option<std::net::UdpSocket>)> {
+    const ATTEMPTS: usize = 32;
+    let drawn = config.listen.port() == 0 && config.time_port.is_none();
+    for attempt in 1..=ATTEMPTS {
+        let listener =
+            bind(config.listen).with_context(|| format!("cannot listen on {}", config.listen))?;
+        if config.no_time_exchange {
+            return Ok((listener, None));
+        }
+        let addr = listener.local_addr()?;
+        let time_addr = SocketAddr::new(addr.ip(), config.time_port.unwrap_or(addr.port()));
+        match std::net::UdpSocket::bind(time_addr) {
+            Ok(socket) => return Ok((listener, Some(socket))),
+            Err(e) if drawn && e.kind() == std::io::ErrorKind::AddrInUse && attempt < ATTEMPTS => {}
+            Err(e) => {
+                return Err(anyhow::Error::new(e)
+                    .context(format!("cannot serve the time exchange on udp {time_addr}")));
+            }
+        }
+    }
+    unreachable!("the last attempt returns")
 }
 
 fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {

@@ -52,9 +52,8 @@ pub struct TimePort {
 }
 
 impl TimePort {
-    /// Binds `addr` and starts answering.
-    pub fn start(addr: SocketAddr) -> std::io::Result<TimePort> {
-        let socket = UdpSocket::bind(addr)?;
+    /// Starts answering on a socket already bound.
+    pub fn serve_on(socket: UdpSocket) -> std::io::Result<TimePort> {
         socket.set_read_timeout(Some(STOP_POLL))?;
         let addr = socket.local_addr()?;
         let counters = Arc::new(TimeCounters::default());

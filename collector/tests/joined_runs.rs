@@ -10,6 +10,7 @@ use collector::inputs::{read_inputs, report};
 use futures_util::{SinkExt, StreamExt};
 use probe::{ProbeConfig, RunningProbe};
 use skewscope_core::analysis::report::ClockBasis;
+use skewscope_core::record::AgentRecord;
 use tokio::net::TcpListener;
 use tokio::sync::broadcast;
 use tokio_tungstenite::tungstenite::Message;
@@ -82,6 +83,7 @@ async fn agent_and_two_probes_join_exactly() {
     }
     finish_all([a, b]).await;
     let agent_log = agent.log_path.clone();
+    let agent_addr = agent.addr;
     agent.shutdown().await.unwrap();
 
     let files = [
@@ -89,7 +91,29 @@ async fn agent_and_two_probes_join_exactly() {
         dir.path().join("a.sklog"),
         dir.path().join("b.sklog"),
     ];
-    let r = report(read_inputs(&files).unwrap(), None);
+    let inputs = read_inputs(&files).unwrap();
+    // Each probe connection's own addresses are what the server saw: the
+    // agent's peer of the connection it named is the probe's local side
+    // (what joins probes to a tapped server's connections).
+    let agent_peers: std::collections::HashMap<u64, String> = inputs.agents[0]
+        .iter()
+        .filter_map(|r| match r {
+            AgentRecord::ConnectionOpened(o) => Some((o.conn, o.peer.clone())),
+            _ => None,
+        })
+        .collect();
+    let joined = collector::inputs::join(&inputs, Default::default());
+    let named: Vec<_> = joined
+        .connections
+        .iter()
+        .map(|c| (c.agent_conn.unwrap(), c.addresses.clone().unwrap()))
+        .collect();
+    assert_eq!(named.len(), 8);
+    for (agent_conn, (local, remote)) in named {
+        assert_eq!(agent_peers[&agent_conn], local);
+        assert_eq!(remote, agent_addr.to_string());
+    }
+    let r = report(inputs, None);
     assert_eq!(r.broadcasts, total);
     assert_eq!(r.connections, 8);
     assert_eq!(r.receipts, 8 * total);

@@ -228,6 +228,21 @@ pub enum ProbeRecord {
     TimeSample(TimeSample),
     /// What names this run and its clock exactly; written after `Started`.
     Identity(RunIdentity),
+    /// A connection's two socket addresses, written right after its
+    /// `ConnectionOpened`: what joins it to the same connection tapped on
+    /// the server's side.
+    ConnectionAddresses(ConnectionAddresses),
+}
+
+/// A probe connection's endpoints, as its socket reports them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ConnectionAddresses {
+    /// Connection index within this probe.
+    pub conn: u32,
+    /// The device's side, `ADDR:PORT` (the server sees this as the client).
+    pub local: String,
+    /// The server's side, `ADDR:PORT`.
+    pub remote: String,
 }
 
 /// What names a run and the clock it was stamped with. Appended after the

@@ -70,6 +70,11 @@ impl RxStamped {
         )
     }
 
+    /// The wrapped socket, for its addresses.
+    pub fn get_ref(&self) -> &TcpStream {
+        &self.inner
+    }
+
     fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         let fd = self.inner.as_raw_fd();
         let mut iov = [IoSliceMut::new(buf)];

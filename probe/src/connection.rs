@@ -8,7 +8,8 @@ use futures_util::StreamExt;
 use skewscope_core::Stamp;
 use skewscope_core::identity::Identifier;
 use skewscope_core::record::{
-    ProbeConnectionClosed, ProbeConnectionFailed, ProbeConnectionOpened, ProbeRecord, Receipt,
+    ConnectionAddresses, ProbeConnectionClosed, ProbeConnectionFailed, ProbeConnectionOpened,
+    ProbeRecord, Receipt,
 };
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, watch};
@@ -106,6 +107,9 @@ impl Connection {
                         agent_conn,
                         at,
                     }));
+                    if let Some(addresses) = addresses_of(&ws, index) {
+                        recorder.record(ProbeRecord::ConnectionAddresses(addresses));
+                    }
                     counted = counted.opened(&progress);
                     backoff.reset();
                     let mut receipts = Receipts {
@@ -245,6 +249,17 @@ async fn dial(settings: &Settings) -> Result<(Ws, LastRx, Option<u64>, Stamp), S
             settings.connect_timeout
         )),
     }
+}
+
+/// The connection's two socket addresses, for joining it to the server's
+/// side of the same connection.
+fn addresses_of(ws: &Ws, conn: u32) -> Option<ConnectionAddresses> {
+    let tcp = ws.get_ref().get_ref();
+    Some(ConnectionAddresses {
+        conn,
+        local: tcp.local_addr().ok()?.to_string(),
+        remote: tcp.peer_addr().ok()?.to_string(),
+    })
 }
 
 /// One connection's receipts: message identity state and progress toward `--count`.

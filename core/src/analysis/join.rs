@@ -31,6 +31,9 @@ pub struct Connection {
     /// Wall time after which the connection no longer listened: its close record,
     /// else the probe's last record.
     pub until_wall_ns: u64,
+    /// Its (local, remote) socket addresses, when recorded: what joins it to
+    /// a tapped connection.
+    pub addresses: Option<(String, String)>,
 }
 
 /// What names the clock a log was stamped with: receipts share a clock
@@ -413,7 +416,8 @@ fn connection_time(record: &ProbeRecord) -> Option<u64> {
         | ProbeRecord::Stopped(_)
         | ProbeRecord::ClockState(_)
         | ProbeRecord::TimeSample(_)
-        | ProbeRecord::Identity(_) => None,
+        | ProbeRecord::Identity(_)
+        | ProbeRecord::ConnectionAddresses(_) => None,
     }
 }
 
@@ -444,6 +448,7 @@ fn collect_probes(probes: &[&[ProbeRecord]]) -> (Vec<Connection>, Vec<Probe>, Ve
                 agent_conn: None,
                 opened_wall_ns: None,
                 until_wall_ns: 0,
+                addresses: None,
             });
             connections.len() - 1
         };
@@ -497,6 +502,11 @@ fn collect_probes(probes: &[&[ProbeRecord]]) -> (Vec<Connection>, Vec<Probe>, Ve
                 ProbeRecord::Identity(i) => {
                     info.identity.get_or_insert_with(|| i.clone());
                 }
+                ProbeRecord::ConnectionAddresses(a) => {
+                    if let Some(&i) = current.get(&a.conn) {
+                        connections[i].addresses = Some((a.local.clone(), a.remote.clone()));
+                    }
+                }
             }
         }
         info.clock = ClockIdentity::of(&info.host, info.identity.as_ref());
@@ -522,7 +532,7 @@ fn stamp_of(record: &ProbeRecord) -> Option<Stamp> {
         ProbeRecord::ClockState(c) => Some(c.at),
         // Its two stamps are checked by the exchange itself.
         ProbeRecord::TimeSample(t) => Some(t.t4),
-        ProbeRecord::Identity(_) => None,
+        ProbeRecord::Identity(_) | ProbeRecord::ConnectionAddresses(_) => None,
     }
 }
 
