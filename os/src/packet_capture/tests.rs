@@ -1,0 +1,95 @@
+//! The capture on a real loopback, in a network namespace of the test's own
+//! (a user namespace gives it CAP_NET_RAW there, with no privilege outside).
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use skewscope_core::tap::segment::parse;
+
+use super::*;
+
+const INSIDE: &str = "SKEWSCOPE_TEST_IN_NETNS";
+
+#[test]
+fn captures_a_ports_outgoing_segments_in_its_own_namespace() {
+    if std::env::var_os(INSIDE).is_none() {
+        // Run this same test again in a new user and network namespace,
+        // its loopback brought up: nothing outside it is touched.
+        let me = std::env::current_exe().unwrap();
+        let out = Command::new("unshare")
+            .args(["--user", "--map-root-user", "--net", "sh", "-c"])
+            .arg("ip link set lo up && exec \"$0\" \"$@\"")
+            .arg(&me)
+            .args([
+                "--exact",
+                "packet_capture::tests::captures_a_ports_outgoing_segments_in_its_own_namespace",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(INSIDE, "1")
+            .output()
+            .expect("unshare (util-linux) runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "in the namespace: {text}");
+        assert!(text.contains("1 passed"), "{text}");
+        return;
+    }
+
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut capture = PacketCapture::open(port, Some("lo"), 4 << 20).unwrap();
+    let before = crate::clock::now().wall_ns;
+    let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (mut server, _) = listener.accept().unwrap();
+    server.write_all(b"one").unwrap();
+    server.write_all(b"two").unwrap();
+    // Neither the client's bytes nor another port's are the tapped server's.
+    client.write_all(b"from the client").unwrap();
+    let other = TcpListener::bind("127.0.0.1:0").unwrap();
+    let _o = TcpStream::connect(other.local_addr().unwrap()).unwrap();
+    other.accept().unwrap().0.write_all(b"noise").unwrap();
+
+    let (mut payload, mut syn_ack, mut packets) = (Vec::new(), false, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while payload.len() < 6 && Instant::now() < deadline {
+        capture
+            .next_block(Duration::from_millis(100), |at_ns, bytes| {
+                let s = parse(bytes).expect("only TCP segments pass the filter");
+                assert_eq!(s.src.port(), port, "only the tapped port's segments");
+                assert!(at_ns >= before, "stamped when sent");
+                syn_ack |= s.flags.syn;
+                payload.extend_from_slice(s.payload);
+                packets += 1;
+            })
+            .unwrap();
+    }
+    let after = crate::clock::now().wall_ns;
+    assert!(syn_ack, "the SYN-ACK is captured: it starts the stream");
+    assert_eq!(payload, b"onetwo", "each outgoing segment once, in order");
+    let stats = capture.stats().unwrap();
+    assert!(stats.packets >= packets as u64, "{stats:?}");
+    assert_eq!(stats.drops, 0);
+    assert!(after >= before);
+}
+
+#[test]
+fn the_filter_is_a_valid_program_that_ends_in_returns() {
+    let program = outgoing_tcp_from_port(8000);
+    // Every jump lands inside the program; the last two are the returns.
+    for (i, insn) in program.iter().enumerate() {
+        if insn.code & 0x07 == 0x05 {
+            for skip in [insn.jt, insn.jf] {
+                assert!(i + 1 + usize::from(skip) < program.len(), "jump at {i}");
+            }
+        }
+    }
+    let n = program.len();
+    assert_eq!((program[n - 2].code, program[n - 2].k), (0x06, u32::MAX));
+    assert_eq!((program[n - 1].code, program[n - 1].k), (0x06, 0));
+}
