@@ -117,6 +117,20 @@ pub struct AgentConfig {
     /// Size at which the record log moves on to a new segment file.
     #[arg(long, default_value_t = 64 << 20)]
     pub segment_bytes: u64,
+
+    /// Also follow another server on this host: record the fan-out of its
+    /// local TCP port PORT from its outgoing packets (AF_PACKET; needs
+    /// CAP_NET_RAW). The hub and the time port keep serving.
+    #[arg(long, value_name = "PORT")]
+    pub tap_port: Option<u16>,
+
+    /// Capture on this interface only (default: all).
+    #[arg(long, value_name = "IF", requires = "tap_port")]
+    pub tap_interface: Option<String>,
+
+    /// Bytes of the capture ring (packets wait there for the tap thread).
+    #[arg(long, default_value_t = 16 << 20)]
+    pub tap_ring_bytes: usize,
 }
 
 impl skewscope_os::settings::FileSettings for AgentConfig {

@@ -22,6 +22,7 @@ mod ingest;
 mod recorder;
 mod segments;
 mod server;
+mod tap;
 mod time_port;
 
 /// The pieces `skewscope-bench` builds its floor server from, so the floor
@@ -62,6 +63,7 @@ pub struct RunningAgent {
     pub time_addr: Option<SocketAddr>,
     hub: Arc<Hub>,
     time_port: Option<time_port::TimePort>,
+    tap: Option<tap::TapThread>,
     recorder: RecorderThread,
     stop: watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
@@ -130,6 +132,18 @@ impl RunningAgent {
             ),
             None => None,
         };
+        let tap = match config.tap_port {
+            Some(port) => Some(
+                tap::TapThread::start(
+                    port,
+                    config.tap_interface.clone(),
+                    config.tap_ring_bytes,
+                    recorder.handle(),
+                )
+                .with_context(|| format!("cannot tap port {port}"))?,
+            ),
+            None => None,
+        };
         let counters = time_port.as_ref().map(|t| t.counters.clone());
         let ingest = Arc::new(
             ingest::IngestStore::new(&config.data_dir, config.max_data_bytes)
@@ -159,6 +173,7 @@ impl RunningAgent {
             log_path: recorder.path.clone(),
             time_addr: time_port.as_ref().map(|t| t.addr),
             time_port,
+            tap,
             hub,
             recorder,
             stop,
@@ -194,7 +209,11 @@ impl RunningAgent {
         let hub = self.hub;
         let recorder = self.recorder;
         let mut time_port = self.time_port;
+        let tap = self.tap;
         tokio::task::spawn_blocking(move || {
+            if let Some(tap) = tap {
+                tap.stop();
+            }
             if let Some(port) = time_port.as_mut() {
                 port.stop();
                 recorder

@@ -48,6 +48,100 @@ pub enum AgentRecord {
     TxStamp(TxStamp),
     /// What names this run and its clock exactly; written after `Started`.
     Identity(RunIdentity),
+    /// The tap started: the agent follows another server's port
+    /// (`--tap-port`), recording that server's fan-out from its packets.
+    TapStarted(TapStarted),
+    /// The tapped server upgraded a connection to WebSocket.
+    TapConnectionOpened(TapConnectionEvent),
+    /// A tapped connection ended.
+    TapConnectionClosed(TapConnectionEvent),
+    /// One broadcast of the tapped server: every copy, in send order.
+    TapBroadcast(TapBroadcast),
+    /// The tap's counters, written periodically and at shutdown.
+    TapCounters(TapCountersRecord),
+}
+
+/// What the tap follows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TapStarted {
+    /// The server's local TCP port.
+    pub port: u16,
+    /// The interface captured on; `None` for all.
+    pub interface: Option<String>,
+    /// When the capture began.
+    pub at: Stamp,
+}
+
+/// A tapped connection's start or end.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TapConnectionEvent {
+    /// The client's `ADDR:PORT`.
+    pub client: String,
+    /// The capture's stamp (wall clock, ns since 1970).
+    pub at_wall_ns: u64,
+    /// Opened: whether it negotiated permessage-deflate. Closed: why.
+    pub detail: String,
+}
+
+/// One broadcast of a tapped server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TapBroadcast {
+    /// Numbered in the order broadcasts began, from 1, within the tap's run.
+    pub id: u64,
+    /// The test message's sequence number, when it is one.
+    pub seq: Option<u64>,
+    /// Hash of the payload as sent.
+    pub hash: u64,
+    /// Payload bytes.
+    pub len: u32,
+    /// Every copy, in the order the server began sending them.
+    pub copies: Vec<TapCopy>,
+}
+
+/// One client's copy of a tapped broadcast.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TapCopy {
+    /// The client's `ADDR:PORT`.
+    pub client: String,
+    /// Capture stamp of the segment carrying the copy's first byte (wall ns).
+    pub first_byte_wall_ns: u64,
+    /// Capture stamp of the segment carrying its last byte (wall ns): when
+    /// the server's kernel sent the whole copy.
+    pub last_byte_wall_ns: u64,
+}
+
+/// The tap's counters (see `skewscope_core::tap::TapCounters`) and the
+/// capture ring's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TapCountersRecord {
+    /// When they were read.
+    pub at: Stamp,
+    /// Segments of the tapped port read.
+    pub segments: u64,
+    /// Connections followed from their start.
+    pub followed: u64,
+    /// Connections open before the tap: skipped.
+    pub open_before_tap: u64,
+    /// Connections that were plain HTTP.
+    pub not_websocket: u64,
+    /// Connections that spoke TLS: cannot be decoded.
+    pub tls: u64,
+    /// Connections that broke the protocol or a bound.
+    pub broken: u64,
+    /// Connections given up because the capture missed a segment.
+    pub lost: u64,
+    /// Segments resent.
+    pub retransmitted: u64,
+    /// Segments captured ahead of a gap.
+    pub reordered: u64,
+    /// Data messages decoded.
+    pub messages: u64,
+    /// Of those, compressed (not identified yet).
+    pub compressed: u64,
+    /// Packets the capture's filter passed (kernel count).
+    pub ring_packets: u64,
+    /// Packets the kernel dropped because the ring was full.
+    pub ring_drops: u64,
 }
 
 /// Identity and configuration of an agent run.

@@ -327,6 +327,7 @@ pub fn join_with_reference(agent: &[AgentRecord], probes: &[&[ProbeRecord]]) -> 
                     | AgentRecord::ShardSends(_)
                     | AgentRecord::SendCompleted(_)
                     | AgentRecord::TxStamp(_)
+                    | AgentRecord::TapBroadcast(_)
             )
         })
         .cloned()
@@ -618,11 +619,17 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
                     a.clock = ClockIdentity::of(&a.host, Some(i));
                 }
             }
+            // The tap's records are joined by the tap's own report (not yet).
             AgentRecord::Started(_)
             | AgentRecord::ConnectionOpened(_)
             | AgentRecord::ConnectionClosed(_)
             | AgentRecord::TxStamp(_)
-            | AgentRecord::Stopped(_) => {}
+            | AgentRecord::Stopped(_)
+            | AgentRecord::TapStarted(_)
+            | AgentRecord::TapConnectionOpened(_)
+            | AgentRecord::TapConnectionClosed(_)
+            | AgentRecord::TapBroadcast(_)
+            | AgentRecord::TapCounters(_) => {}
         }
     }
 

@@ -1,0 +1,174 @@
+//! `--tap-port`: the agent beside a server it does not replace. One thread
+//! reads the server's outgoing packets ([`skewscope_os::packet_capture`]),
+//! follows each connection into messages ([`skewscope_core::tap`]), groups
+//! copies into broadcasts, and records them in the agent's log.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use skewscope_core::record::{
+    AgentRecord, TapBroadcast, TapConnectionEvent, TapCopy, TapCountersRecord, TapStarted,
+};
+use skewscope_core::tap::broadcasts::{DEFAULT_WINDOW_NS, Grouper, TappedBroadcast, TappedCopy};
+use skewscope_core::tap::server_frames::DEFAULT_MAX_MESSAGE;
+use skewscope_core::tap::{Tap, TapEvent};
+use skewscope_os::packet_capture::PacketCapture;
+
+use crate::recorder::Recorder;
+
+/// How often the tap's counters are recorded.
+const COUNTERS_EVERY: Duration = Duration::from_secs(10);
+
+/// The running tap; [`TapThread::stop`] records the last broadcasts and
+/// counters.
+pub struct TapThread {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl TapThread {
+    /// Opens the capture (so a missing capability is an error at start) and
+    /// starts following `port`.
+    pub fn start(
+        port: u16,
+        interface: Option<String>,
+        ring_bytes: usize,
+        recorder: Recorder,
+    ) -> std::io::Result<TapThread> {
+        let capture = PacketCapture::open(port, interface.as_deref(), ring_bytes)?;
+        recorder.record(AgentRecord::TapStarted(TapStarted {
+            port,
+            interface,
+            at: skewscope_os::clock::now(),
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("tap".into())
+            .spawn(move || run(capture, port, &recorder, &flag))?;
+        Ok(TapThread {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops following, records what is still open, and waits.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(mut capture: PacketCapture, port: u16, recorder: &Recorder, stop: &AtomicBool) {
+    let mut tap = Tap::new(port, DEFAULT_MAX_MESSAGE);
+    let mut grouper = Grouper::new(DEFAULT_WINDOW_NS);
+    let mut events = Vec::new();
+    let mut last_counters = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let read = capture.next_block(Duration::from_millis(100), |at_ns, bytes| {
+            tap.packet(at_ns, bytes, &mut events)
+        });
+        if let Err(e) = read {
+            eprintln!("skewscope-agent: tap: capture failed: {e}; the tap stops");
+            break;
+        }
+        for event in events.drain(..) {
+            handle(event, &mut grouper, recorder);
+        }
+        for b in grouper.due(skewscope_os::clock::now().wall_ns) {
+            record_broadcast(b, recorder);
+        }
+        if last_counters.elapsed() >= COUNTERS_EVERY {
+            last_counters = Instant::now();
+            record_counters(&tap, &mut capture, recorder);
+        }
+    }
+    for b in grouper.finish() {
+        record_broadcast(b, recorder);
+    }
+    record_counters(&tap, &mut capture, recorder);
+}
+
+fn handle(event: TapEvent, grouper: &mut Grouper, recorder: &Recorder) {
+    match event {
+        TapEvent::Opened {
+            client,
+            at_ns,
+            deflate,
+        } => recorder.record(AgentRecord::TapConnectionOpened(TapConnectionEvent {
+            client: client.to_string(),
+            at_wall_ns: at_ns,
+            detail: if deflate { "permessage-deflate" } else { "" }.into(),
+        })),
+        TapEvent::Message {
+            client,
+            key,
+            hash,
+            len,
+            first_byte_ns,
+            last_byte_ns,
+            ..
+        } => {
+            let copy = TappedCopy {
+                client,
+                first_byte_ns,
+                last_byte_ns,
+            };
+            if let Some(b) = grouper.copy(key, hash, len, copy) {
+                record_broadcast(b, recorder);
+            }
+        }
+        TapEvent::Closed {
+            client,
+            at_ns,
+            reason,
+        } => recorder.record(AgentRecord::TapConnectionClosed(TapConnectionEvent {
+            client: client.to_string(),
+            at_wall_ns: at_ns,
+            detail: reason.into(),
+        })),
+    }
+}
+
+fn record_broadcast(b: TappedBroadcast, recorder: &Recorder) {
+    recorder.record(AgentRecord::TapBroadcast(TapBroadcast {
+        id: b.id,
+        seq: b.seq,
+        hash: b.hash,
+        len: b.len,
+        copies: b
+            .copies
+            .iter()
+            .map(|c| TapCopy {
+                client: c.client.to_string(),
+                first_byte_wall_ns: c.first_byte_ns,
+                last_byte_wall_ns: c.last_byte_ns,
+            })
+            .collect(),
+    }));
+}
+
+fn record_counters(tap: &Tap, capture: &mut PacketCapture, recorder: &Recorder) {
+    let c = tap.counters();
+    let ring = capture.stats().unwrap_or_default();
+    recorder.record(AgentRecord::TapCounters(TapCountersRecord {
+        at: skewscope_os::clock::now(),
+        segments: c.segments,
+        followed: c.followed,
+        open_before_tap: c.open_before_tap,
+        not_websocket: c.not_websocket,
+        tls: c.tls,
+        broken: c.broken,
+        lost: c.lost,
+        retransmitted: c.retransmitted,
+        reordered: c.reordered,
+        messages: c.messages,
+        compressed: c.compressed,
+        ring_packets: ring.packets,
+        ring_drops: ring.drops,
+    }));
+}

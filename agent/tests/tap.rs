@@ -1,0 +1,173 @@
+//! `--tap-port` on a real loopback: the agent follows a WebSocket server it
+//! does not replace and records that server's broadcasts from its packets.
+//! Runs in a user and network namespace of its own, where it has the
+//! CAP_NET_RAW the capture needs and touches nothing outside.
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::Duration;
+
+use agent::{AgentConfig, RunningAgent};
+use futures_util::{SinkExt, StreamExt};
+use skewscope_core::identity::{TestMessage, encode_test_message};
+use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::record::AgentRecord;
+use tokio::net::TcpListener;
+use tokio_tungstenite::tungstenite::Message;
+
+const INSIDE: &str = "SKEWSCOPE_TEST_IN_NETNS";
+const LIMIT: Duration = Duration::from_secs(10);
+
+#[test]
+fn the_agent_records_a_foreign_servers_broadcasts_from_its_packets() {
+    if std::env::var_os(INSIDE).is_none() {
+        let me = std::env::current_exe().unwrap();
+        let out = Command::new("unshare")
+            .args(["--user", "--map-root-user", "--net", "sh", "-c"])
+            .arg("ip link set lo up && exec \"$0\" \"$@\"")
+            .arg(&me)
+            .args([
+                "--exact",
+                "the_agent_records_a_foreign_servers_broadcasts_from_its_packets",
+                "--nocapture",
+            ])
+            .env(INSIDE, "1")
+            .output()
+            .expect("unshare (util-linux) runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "in the namespace: {text}");
+        assert!(text.contains("1 passed"), "{text}");
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(inside());
+}
+
+async fn inside() {
+    // A broadcaster that knows nothing of skewscope.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = listener.local_addr().unwrap();
+    let (tx, _) = tokio::sync::broadcast::channel::<String>(64);
+    let sender = tx.clone();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let mut rx = tx.subscribe();
+            tokio::spawn(async move {
+                let mut ws = tokio_tungstenite::accept_async(stream).await.unwrap();
+                while let Ok(text) = rx.recv().await {
+                    if ws.send(text.into()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = AgentConfig::local(dir.path().to_owned());
+    config.tap_port = Some(server.port());
+    config.tap_interface = Some("lo".into());
+    let agent = RunningAgent::start(config).await.expect("the agent taps");
+
+    let mut clients = Vec::new();
+    let mut addrs: Vec<SocketAddr> = Vec::new();
+    for _ in 0..3 {
+        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{server}/ws"))
+            .await
+            .unwrap();
+        if let tokio_tungstenite::MaybeTlsStream::Plain(tcp) = ws.get_ref() {
+            addrs.push(tcp.local_addr().unwrap());
+        }
+        clients.push(ws);
+    }
+    while sender.receiver_count() < 3 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let lorem = "Lorem ipsum dolor sit amet, ".repeat(16);
+    for _ in 0..5 {
+        sender.send(lorem.clone()).unwrap();
+        for ws in &mut clients {
+            let m = tokio::time::timeout(LIMIT, ws.next()).await.unwrap();
+            assert!(matches!(m, Some(Ok(Message::Text(_)))));
+        }
+    }
+    let test = encode_test_message(TestMessage {
+        seq: 42,
+        sent_wall_ns: 1,
+    });
+    sender.send(test).unwrap();
+    for ws in &mut clients {
+        tokio::time::timeout(LIMIT, ws.next()).await.unwrap();
+    }
+    let log = agent.log_path.clone();
+    agent.shutdown().await.unwrap();
+
+    let AnyLog::Agent(decoded) = read_file(&log).unwrap() else {
+        panic!("an agent log");
+    };
+    let records = decoded.records;
+    assert!(
+        records
+            .iter()
+            .any(|r| matches!(r, AgentRecord::TapStarted(t) if t.port == server.port()))
+    );
+    let opened = records
+        .iter()
+        .filter(|r| matches!(r, AgentRecord::TapConnectionOpened(_)))
+        .count();
+    assert_eq!(opened, 3);
+    let broadcasts: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            AgentRecord::TapBroadcast(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    // The fixed text five times and the test message once: six broadcasts
+    // of three copies, to exactly the three clients.
+    assert_eq!(broadcasts.len(), 6, "{broadcasts:#?}");
+    let mut expected: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+    expected.sort();
+    for b in &broadcasts {
+        let mut got: Vec<String> = b.copies.iter().map(|c| c.client.clone()).collect();
+        got.sort();
+        assert_eq!(got, expected, "{b:?}");
+        for c in &b.copies {
+            assert!(c.first_byte_wall_ns <= c.last_byte_wall_ns);
+        }
+        // In send order.
+        assert!(
+            b.copies
+                .windows(2)
+                .all(|w| w[0].first_byte_wall_ns <= w[1].first_byte_wall_ns)
+        );
+    }
+    assert_eq!(
+        broadcasts.iter().filter(|b| b.seq == Some(42)).count(),
+        1,
+        "the test message is known by its sequence number"
+    );
+    let counters = records
+        .iter()
+        .rev()
+        .find_map(|r| match r {
+            AgentRecord::TapCounters(c) => Some(c.clone()),
+            _ => None,
+        })
+        .expect("the tap's counters at shutdown");
+    assert_eq!(counters.followed, 3);
+    assert_eq!(counters.messages, 18);
+    assert_eq!(
+        (counters.ring_drops, counters.lost, counters.broken),
+        (0, 0, 0)
+    );
+}
