@@ -1,0 +1,163 @@
+//! A server the agent does not replace, tapped from its packets and joined
+//! with probes: the report has the server's fan-out span, every receipt's
+//! copy and the network time, as for the hub. In a user and network
+//! namespace of the test's own (the capture needs CAP_NET_RAW there).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use agent::{AgentConfig, RunningAgent};
+use collector::inputs::{Scope, read_inputs, report_within};
+use futures_util::{SinkExt, StreamExt};
+use probe::{ProbeConfig, RunningProbe};
+use tokio::net::TcpListener;
+
+const INSIDE: &str = "SKEWSCOPE_TEST_IN_NETNS";
+const LIMIT: Duration = Duration::from_secs(20);
+
+#[test]
+fn a_tapped_servers_fan_out_joins_the_probes_receipts() {
+    if std::env::var_os(INSIDE).is_none() {
+        let me = std::env::current_exe().unwrap();
+        let out = Command::new("unshare")
+            .args(["--user", "--map-root-user", "--net", "sh", "-c"])
+            .arg("ip link set lo up && exec \"$0\" \"$@\"")
+            .arg(&me)
+            .args([
+                "--exact",
+                "a_tapped_servers_fan_out_joins_the_probes_receipts",
+                "--nocapture",
+            ])
+            .env(INSIDE, "1")
+            .output()
+            .expect("unshare (util-linux) runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "in the namespace: {text}");
+        assert!(text.contains("1 passed"), "{text}");
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(inside());
+}
+
+async fn start_probe(
+    url: &str,
+    name: &str,
+    conns: u32,
+    count: u64,
+    time: &str,
+    out: &Path,
+) -> RunningProbe {
+    let mut config = ProbeConfig::new(url, out);
+    config.connections = conns;
+    config.name = name.into();
+    config.count = Some(count);
+    config.time_server = Some(time.into());
+    let probe = RunningProbe::start(config).await.unwrap();
+    assert_eq!(probe.connected().await.opened, conns);
+    probe
+}
+
+async fn inside() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = listener.local_addr().unwrap();
+    let (tx, _) = tokio::sync::broadcast::channel::<String>(64);
+    let sender = tx.clone();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let mut rx = tx.subscribe();
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
+                    return;
+                };
+                loop {
+                    tokio::select! {
+                        m = rx.recv() => match m {
+                            Ok(text) => if ws.send(text.into()).await.is_err() { return },
+                            Err(_) => return,
+                        },
+                        incoming = ws.next() => if !matches!(incoming, Some(Ok(_))) { return },
+                    }
+                }
+            });
+        }
+    });
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = AgentConfig::local(dir.path().join("agent"));
+    config.tap_port = Some(server.port());
+    config.tap_interface = Some("lo".into());
+    let agent = RunningAgent::start(config).await.expect("the agent taps");
+    let time = agent.time_addr.unwrap().to_string();
+
+    let broadcasts = 6u64;
+    let url = format!("ws://{server}/ws");
+    let a = start_probe(&url, "a", 3, broadcasts, &time, &dir.path().join("a.sklog")).await;
+    let b = start_probe(&url, "b", 2, broadcasts, &time, &dir.path().join("b.sklog")).await;
+    // Two plain clients too: the tap sees them, the probes do not.
+    let mut plain = Vec::new();
+    for _ in 0..2 {
+        plain.push(
+            tokio_tungstenite::connect_async(url.as_str())
+                .await
+                .unwrap()
+                .0,
+        );
+    }
+    while sender.receiver_count() < 7 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let lorem = "Lorem ipsum dolor sit amet, ".repeat(16);
+    for i in 0..broadcasts {
+        sender.send(format!("{lorem}{i}")).unwrap();
+        for ws in &mut plain {
+            tokio::time::timeout(LIMIT, ws.next()).await.unwrap();
+        }
+    }
+    for p in [a, b] {
+        tokio::time::timeout(LIMIT, p.finish())
+            .await
+            .expect("probe ends")
+            .expect("probe log");
+    }
+    let log = agent.log_path.clone();
+    agent.shutdown().await.unwrap();
+
+    let inputs =
+        read_inputs(&[log, dir.path().join("a.sklog"), dir.path().join("b.sklog")]).unwrap();
+    let scope = Scope {
+        window: None,
+        agent_as_reference: true,
+    };
+    let r = report_within(inputs, None, scope);
+    assert_eq!(r.broadcasts, broadcasts);
+    assert_eq!(r.receipts, 5 * broadcasts);
+    assert_eq!(r.missing, 0);
+    // The server's side, from its packets: a span per broadcast, and every
+    // receipt's copy found (its position and its network time).
+    let fanout = r.fanout_ns.expect("the tapped fan-out span");
+    assert_eq!(fanout.count, broadcasts);
+    assert_eq!(
+        r.fanout_position_ns.expect("positions").count,
+        5 * broadcasts
+    );
+    let latency = r
+        .latency_ns
+        .expect("latency from the first byte on the wire");
+    assert_eq!(latency.count, 5 * broadcasts);
+    let network = r.network_ns.expect("copy on the wire -> device kernel");
+    assert_eq!(network.estimate.count, 5 * broadcasts);
+    // One clock here: no copy reaches a device before it left the server,
+    // beyond the offset bounds (the upper bound of each interval is >= 0).
+    assert!(network.hi.min >= 0, "{network:?}");
+}
