@@ -53,6 +53,36 @@ fn bounded_row(out: &mut String, name: &str, s: &Option<BoundedSummary>, absent:
     };
 }
 
+/// What the agent's tap of the server saw: its broadcasts, what it could
+/// not follow, and the clients the server sent to last.
+fn tap_paragraph(out: &mut String, t: &skewscope_core::analysis::tapped::TapSummary) {
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "  tap of port {}: {} broadcasts to {} clients, from the server's packets",
+        t.port, t.broadcasts, t.clients
+    );
+    if let Some(c) = &t.counters {
+        let _ = writeln!(
+            out,
+            "    connections: {} followed; skipped {} open before the tap, {} plain HTTP, {} TLS; {} broken, {} lost",
+            c.followed, c.open_before_tap, c.not_websocket, c.tls, c.broken, c.lost
+        );
+        let _ = writeln!(
+            out,
+            "    segments: {} read, {} resent, {} out of order; capture ring: {} dropped; {} compressed messages not identified",
+            c.segments, c.retransmitted, c.reordered, c.ring_drops, c.compressed
+        );
+    }
+    for l in &t.latest_clients {
+        let _ = writeln!(
+            out,
+            "    sent to late: {:<22} mean position {:.2} (0 first, 1 last), last in {} of {}",
+            l.client, l.mean_position, l.last, l.broadcasts
+        );
+    }
+}
+
 /// One line per probe: its offset to the agent, what its clock claims, steps.
 fn probe_clock_line(p: &ProbeSummary) -> String {
     let c = &p.clock;
@@ -260,6 +290,9 @@ pub fn render(r: &Report) -> String {
                 p.name, p.host, p.connections, p.receipts, p.missing, p.reconnects
             );
         }
+    }
+    if let Some(t) = &r.tap {
+        tap_paragraph(&mut out, t);
     }
     if r.worst_broadcasts.iter().any(|b| b.skew_ns.is_some()) {
         let _ = writeln!(out);

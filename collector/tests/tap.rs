@@ -160,4 +160,10 @@ async fn inside() {
     // One clock here: no copy reaches a device before it left the server,
     // beyond the offset bounds (the upper bound of each interval is >= 0).
     assert!(network.hi.min >= 0, "{network:?}");
+    // The tap's own view covers the plain clients too.
+    let tap = r.tap.expect("the tap's summary");
+    assert_eq!((tap.broadcasts, tap.clients), (broadcasts, 7));
+    let counters = tap.counters.expect("the tap's counters");
+    assert_eq!((counters.followed, counters.ring_drops, counters.lost), (7, 0, 0));
+    assert!(!tap.latest_clients.is_empty());
 }

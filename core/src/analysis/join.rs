@@ -210,6 +210,8 @@ pub struct Joined {
     pub unmatched: u64,
     /// Agent runs joined (the agent restarted between them).
     pub agent_runs: u32,
+    /// What the agent's tap of the server saw, when it tapped one.
+    pub tap: Option<crate::analysis::tapped::TapSummary>,
 }
 
 /// Which broadcasts a report is about: an audit judges its own, not the
@@ -304,6 +306,7 @@ pub fn join(agent: Option<&[AgentRecord]>, probes: &[&[ProbeRecord]]) -> Joined 
         duplicates: 0,
         unmatched: 0,
         agent_runs: u32::from(agent.is_some()),
+        tap: None,
     };
     match agent {
         Some(records) => join_with_agent(&mut joined, records, &receipts),
@@ -334,81 +337,8 @@ pub fn join_with_reference(agent: &[AgentRecord], probes: &[&[ProbeRecord]]) -> 
         .collect();
     joined.agent = join(Some(&clock_only), &[]).agent;
     joined.agent_runs = 1;
-    add_tapped_sends(&mut joined, agent);
+    crate::analysis::tapped::add_tap(&mut joined, agent);
     joined
-}
-
-/// With a tap of the server (`TapBroadcast` records), gives each probe
-/// receipt the server side of its copy, as the hub's own records would:
-/// the copy is found by the probe connection's local address (the client
-/// the server sent to) and the message's key on that connection, and the
-/// broadcast's start is its first copy's first byte on the wire.
-fn add_tapped_sends(joined: &mut Joined, agent: &[AgentRecord]) {
-    // (client, key on that connection) -> (tapped broadcast, its copy).
-    let mut copies: HashMap<(&str, MessageKey), (usize, usize)> = HashMap::new();
-    let mut occurrences: HashMap<(&str, u64), u32> = HashMap::new();
-    let tapped: Vec<&crate::record::TapBroadcast> = agent
-        .iter()
-        .filter_map(|r| match r {
-            AgentRecord::TapBroadcast(b) => Some(b),
-            _ => None,
-        })
-        .collect();
-    if tapped.is_empty() {
-        return;
-    }
-    for (t, b) in tapped.iter().enumerate() {
-        for (c, copy) in b.copies.iter().enumerate() {
-            let key = match b.seq {
-                Some(seq) => MessageKey::Seq(seq),
-                None => {
-                    let seen = occurrences.entry((&copy.client, b.hash)).or_insert(0);
-                    let occurrence = *seen;
-                    *seen += 1;
-                    MessageKey::Hash {
-                        hash: b.hash,
-                        occurrence,
-                    }
-                }
-            };
-            copies.insert((copy.client.as_str(), key), (t, c));
-        }
-    }
-    for b in &mut joined.broadcasts {
-        let BroadcastKey::Message(key) = b.key else {
-            continue;
-        };
-        let mut tap_of_row = None;
-        for r in &mut b.receipts {
-            let Some((local, _)) = &joined.connections[r.connection].addresses else {
-                continue;
-            };
-            let Some(&(t, c)) = copies.get(&(local.as_str(), key)) else {
-                continue;
-            };
-            let sent = tapped[t].copies[c].last_byte_wall_ns;
-            r.sent_wall_ns = Some(sent);
-            r.tx_wall_ns = Some(sent);
-            tap_of_row.get_or_insert(t);
-        }
-        if let Some(t) = tap_of_row {
-            let tb = tapped[t];
-            let first = tb.copies.iter().map(|c| c.first_byte_wall_ns).min();
-            let last = tb.copies.iter().map(|c| c.last_byte_wall_ns).max();
-            if let (Some(first), Some(last)) = (first, last) {
-                b.agent = Some(AgentSide {
-                    start: Stamp {
-                        wall_ns: first,
-                        mono_ns: 0,
-                    },
-                    targets: tb.copies.len() as u32,
-                    queued: 0,
-                    dropped: 0,
-                    fanout_span_ns: Some(last - first),
-                });
-            }
-        }
-    }
 }
 
 /// Joins several agent runs (the agent restarted; its data directory holds

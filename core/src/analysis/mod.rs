@@ -6,6 +6,7 @@
 //!   bound, and its clock steps, from the time-exchange samples;
 //! - [`clock_figures`]: skew and latency moved into the agent's timebase with
 //!   intervals that contain the truth, and the latency split;
+//! - [`tapped`]: a server the agent taps, joined like the hub's own records;
 //! - [`triggers`]: latency from trigger times, for servers that record nothing;
 //! - [`stats`]: HDR-histogram summaries (percentiles, never a mean alone);
 //! - [`report`]: the whole report, as rendered and as JSON;
@@ -16,5 +17,6 @@ pub mod clock_model;
 pub mod join;
 pub mod report;
 pub mod stats;
+pub mod tapped;
 pub mod triggers;
 pub mod verdict;

@@ -172,6 +172,8 @@ pub struct Report {
     pub probes: Vec<ProbeSummary>,
     /// The five broadcasts with the largest skew.
     pub worst_broadcasts: Vec<BroadcastSummary>,
+    /// What the agent's tap of the server saw, when it tapped one.
+    pub tap: Option<crate::analysis::tapped::TapSummary>,
 }
 
 impl Report {
@@ -327,6 +329,7 @@ impl Report {
             receipts_without_kernel_stamp: timing.receipts_without_kernel_stamp,
             probes,
             worst_broadcasts,
+            tap: joined.tap.clone(),
         }
     }
 }

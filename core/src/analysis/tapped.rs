@@ -1,0 +1,257 @@
+//! A tapped server (the agent's `--tap-port`) in the report: each probe
+//! receipt gets the server side of its copy, as the hub's own records would
+//! give it, and the tap's broadcasts stand on their own for every real
+//! client, probe or not: span, send order, which clients went last.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::Stamp;
+use crate::analysis::join::{AgentSide, BroadcastKey, Joined, JoinedBroadcast};
+use crate::record::{AgentRecord, MessageKey, TapBroadcast, TapCountersRecord};
+
+/// How many of the clients most often sent to late the report names.
+pub const LATEST_CLIENTS: usize = 5;
+
+/// What the tap saw, for the report.
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct TapSummary {
+    /// The server's tapped port.
+    pub port: u16,
+    /// Broadcasts the tap recorded.
+    pub broadcasts: u64,
+    /// Distinct clients it saw copies go to.
+    pub clients: u64,
+    /// Its last counters (connections skipped, resends, ring drops).
+    pub counters: Option<TapCountersRecord>,
+    /// The clients sent to latest on average (0 = always first, 1 = always
+    /// last), worst first.
+    pub latest_clients: Vec<ClientLateness>,
+}
+
+/// Where in the server's send order one client's copies went.
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct ClientLateness {
+    /// The client's `ADDR:PORT`.
+    pub client: String,
+    /// Broadcasts it got a copy of (of two copies or more).
+    pub broadcasts: u64,
+    /// Its mean position, 0 (first) to 1 (last).
+    pub mean_position: f64,
+    /// Broadcasts where it was sent to last.
+    pub last: u64,
+}
+
+/// Adds what the tap in `agent` recorded to `joined`: each probe receipt's
+/// copy (by the probe connection's local address and the message's key on
+/// that connection), broadcasts only the tap saw, and the tap's summary.
+pub fn add_tap(joined: &mut Joined, agent: &[AgentRecord]) {
+    let Some(port) = agent.iter().find_map(|r| match r {
+        AgentRecord::TapStarted(t) => Some(t.port),
+        _ => None,
+    }) else {
+        return;
+    };
+    let tapped: Vec<&TapBroadcast> = agent
+        .iter()
+        .filter_map(|r| match r {
+            AgentRecord::TapBroadcast(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    let keys = keys_per_copy(&tapped);
+    let mut attached = vec![false; tapped.len()];
+    for b in &mut joined.broadcasts {
+        let BroadcastKey::Message(key) = b.key else {
+            continue;
+        };
+        let mut tap_of_row = None;
+        for r in &mut b.receipts {
+            let Some((local, _)) = &joined.connections[r.connection].addresses else {
+                continue;
+            };
+            let Some(&(t, c)) = keys.get(&(local.as_str(), key)) else {
+                continue;
+            };
+            let sent = tapped[t].copies[c].last_byte_wall_ns;
+            r.sent_wall_ns = Some(sent);
+            r.tx_wall_ns = Some(sent);
+            tap_of_row.get_or_insert(t);
+        }
+        if let Some(t) = tap_of_row {
+            attached[t] = true;
+            b.agent = agent_side(tapped[t]);
+        }
+    }
+    // Broadcasts no probe received still show the server's fan-out.
+    for (t, b) in tapped.iter().enumerate().filter(|(t, _)| !attached[*t]) {
+        let key = match b.seq {
+            Some(seq) => MessageKey::Seq(seq),
+            None => MessageKey::Hash {
+                hash: b.hash,
+                occurrence: t as u32,
+            },
+        };
+        joined.broadcasts.push(JoinedBroadcast {
+            key: BroadcastKey::Message(key),
+            agent: agent_side(b),
+            receipts: Vec::new(),
+            missing: Vec::new(),
+        });
+    }
+    joined.broadcasts.sort_by_key(|b| {
+        b.agent
+            .map(|a| a.start.wall_ns)
+            .or_else(|| b.receipts.iter().map(|r| r.wall_ns).min())
+            .unwrap_or(0)
+    });
+    joined.tap = Some(summary(port, &tapped, agent));
+}
+
+/// (client, key of the message on that client's connection) → (tapped
+/// broadcast, copy). Occurrences of a payload count per client in send
+/// order, as a probe on that connection counts them.
+fn keys_per_copy<'a>(
+    tapped: &[&'a TapBroadcast],
+) -> HashMap<(&'a str, MessageKey), (usize, usize)> {
+    let mut keys = HashMap::new();
+    let mut occurrences: HashMap<(&str, u64), u32> = HashMap::new();
+    for (t, b) in tapped.iter().enumerate() {
+        for (c, copy) in b.copies.iter().enumerate() {
+            let key = match b.seq {
+                Some(seq) => MessageKey::Seq(seq),
+                None => {
+                    let seen = occurrences.entry((&copy.client, b.hash)).or_insert(0);
+                    let occurrence = *seen;
+                    *seen += 1;
+                    MessageKey::Hash {
+                        hash: b.hash,
+                        occurrence,
+                    }
+                }
+            };
+            keys.insert((copy.client.as_str(), key), (t, c));
+        }
+    }
+    keys
+}
+
+/// The server's side of a tapped broadcast: it started with its first byte
+/// on the wire and ended with the last copy's last byte. (The tap has no
+/// monotonic clock of the server's; only wall times are used.)
+fn agent_side(b: &TapBroadcast) -> Option<AgentSide> {
+    let first = b.copies.iter().map(|c| c.first_byte_wall_ns).min()?;
+    let last = b.copies.iter().map(|c| c.last_byte_wall_ns).max()?;
+    Some(AgentSide {
+        start: Stamp {
+            wall_ns: first,
+            mono_ns: 0,
+        },
+        targets: b.copies.len() as u32,
+        queued: 0,
+        dropped: 0,
+        fanout_span_ns: Some(last.saturating_sub(first)),
+    })
+}
+
+fn summary(port: u16, tapped: &[&TapBroadcast], agent: &[AgentRecord]) -> TapSummary {
+    let mut by_client: HashMap<&str, (u64, f64, u64)> = HashMap::new();
+    for b in tapped.iter().filter(|b| b.copies.len() >= 2) {
+        let n = b.copies.len();
+        for (i, copy) in b.copies.iter().enumerate() {
+            let entry = by_client.entry(&copy.client).or_default();
+            entry.0 += 1;
+            entry.1 += i as f64 / (n - 1) as f64;
+            entry.2 += u64::from(i == n - 1);
+        }
+    }
+    let clients = tapped
+        .iter()
+        .flat_map(|b| b.copies.iter().map(|c| c.client.as_str()))
+        .collect::<std::collections::HashSet<_>>()
+        .len() as u64;
+    let mut latest: Vec<ClientLateness> = by_client
+        .into_iter()
+        .map(|(client, (broadcasts, sum, last))| ClientLateness {
+            client: client.to_owned(),
+            broadcasts,
+            mean_position: sum / broadcasts as f64,
+            last,
+        })
+        .collect();
+    latest.sort_by(|a, b| {
+        b.mean_position
+            .total_cmp(&a.mean_position)
+            .then_with(|| a.client.cmp(&b.client))
+    });
+    latest.truncate(LATEST_CLIENTS);
+    TapSummary {
+        port,
+        broadcasts: tapped.len() as u64,
+        clients,
+        counters: agent.iter().rev().find_map(|r| match r {
+            AgentRecord::TapCounters(c) => Some(c.clone()),
+            _ => None,
+        }),
+        latest_clients: latest,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::join::join_with_reference;
+    use crate::record::{TapCopy, TapStarted};
+
+    fn copy(client: &str, first: u64, last: u64) -> TapCopy {
+        TapCopy {
+            client: client.into(),
+            first_byte_wall_ns: first,
+            last_byte_wall_ns: last,
+        }
+    }
+
+    #[test]
+    fn without_probes_the_tap_alone_gives_span_order_and_the_latest_clients() {
+        let tap = |id, start: u64, order: &[&str]| {
+            AgentRecord::TapBroadcast(TapBroadcast {
+                id,
+                seq: None,
+                hash: 7,
+                len: 10,
+                copies: order
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| copy(c, start + i as u64 * 10, start + i as u64 * 10 + 5))
+                    .collect(),
+            })
+        };
+        let agent = vec![
+            AgentRecord::TapStarted(TapStarted {
+                port: 8000,
+                interface: None,
+                at: Stamp {
+                    wall_ns: 1,
+                    mono_ns: 1,
+                },
+            }),
+            tap(1, 1_000, &["a:1", "b:1", "c:1"]),
+            tap(2, 2_000, &["b:1", "a:1", "c:1"]),
+        ];
+        let joined = join_with_reference(&agent, &[]);
+        assert_eq!(joined.broadcasts.len(), 2);
+        let spans: Vec<_> = joined
+            .broadcasts
+            .iter()
+            .map(|b| b.agent.unwrap().fanout_span_ns)
+            .collect();
+        assert_eq!(spans, vec![Some(25), Some(25)]);
+        let tap = joined.tap.unwrap();
+        assert_eq!((tap.port, tap.broadcasts, tap.clients), (8000, 2, 3));
+        let first = &tap.latest_clients[0];
+        assert_eq!((first.client.as_str(), first.last), ("c:1", 2));
+        assert_eq!(first.mean_position, 1.0);
+        assert_eq!(tap.latest_clients[1].mean_position, 0.25);
+    }
+}
