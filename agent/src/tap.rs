@@ -19,7 +19,7 @@ use skewscope_os::packet_capture::PacketCapture;
 use crate::recorder::Recorder;
 
 /// How often the tap's counters are recorded.
-const COUNTERS_EVERY: Duration = Duration::from_secs(10);
+const COUNTERS_EVERY: Duration = Duration::from_secs(2);
 
 /// The running tap; [`TapThread::stop`] records the last broadcasts and
 /// counters.
@@ -111,6 +111,7 @@ fn handle(event: TapEvent, grouper: &mut Grouper, recorder: &Recorder) {
             len,
             first_byte_ns,
             last_byte_ns,
+            open_websockets,
             ..
         } => {
             let copy = TappedCopy {
@@ -118,7 +119,7 @@ fn handle(event: TapEvent, grouper: &mut Grouper, recorder: &Recorder) {
                 first_byte_ns,
                 last_byte_ns,
             };
-            if let Some(b) = grouper.copy(key, hash, len, copy) {
+            for b in grouper.copy(key, hash, len, copy, open_websockets) {
                 record_broadcast(b, recorder);
             }
         }

@@ -164,6 +164,9 @@ async fn inside() {
     let tap = r.tap.expect("the tap's summary");
     assert_eq!((tap.broadcasts, tap.clients), (broadcasts, 7));
     let counters = tap.counters.expect("the tap's counters");
-    assert_eq!((counters.followed, counters.ring_drops, counters.lost), (7, 0, 0));
+    assert_eq!(
+        (counters.followed, counters.ring_drops, counters.lost),
+        (7, 0, 0)
+    );
     assert!(!tap.latest_clients.is_empty());
 }

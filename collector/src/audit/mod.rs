@@ -418,7 +418,12 @@ impl Completion {
             .collect();
         let caught_up = lagging.is_empty();
         let broadcasts_done = if sent.is_empty() {
+            // With the agent tapping the server (and following these
+            // probes' connections), wait for its record of each broadcast.
+            let tapped =
+                joined.tap.is_some() && joined.broadcasts.iter().any(|b| b.agent.is_some());
             joined.broadcasts.len() as u64 >= k
+                && (!tapped || joined.broadcasts.iter().all(|b| b.agent.is_some()))
         } else {
             sent.iter().all(|s| {
                 joined.broadcasts.iter().any(|b| {

@@ -61,45 +61,68 @@ pub fn add_tap(joined: &mut Joined, agent: &[AgentRecord]) {
         })
         .collect();
     let keys = keys_per_copy(&tapped);
-    let mut attached = vec![false; tapped.len()];
-    for b in &mut joined.broadcasts {
+    // Receipts regroup by the tapped broadcast their copy belongs to: the
+    // tap says exactly which copy each connection got, where grouping by
+    // payload and occurrence can pair one run's fifth copy with another's.
+    let mut rows: Vec<Option<JoinedBroadcast>> = vec![None; tapped.len()];
+    let mut rest = Vec::new();
+    for mut b in std::mem::take(&mut joined.broadcasts) {
         let BroadcastKey::Message(key) = b.key else {
+            rest.push(b);
             continue;
         };
-        let mut tap_of_row = None;
-        for r in &mut b.receipts {
-            let Some((local, _)) = &joined.connections[r.connection].addresses else {
-                continue;
-            };
-            let Some(&(t, c)) = keys.get(&(local.as_str(), key)) else {
+        let had = b.receipts.len();
+        let mut left = Vec::new();
+        for mut r in std::mem::take(&mut b.receipts) {
+            let found = joined.connections[r.connection]
+                .addresses
+                .as_ref()
+                .and_then(|(local, _)| keys.get(&(local.as_str(), key)).copied());
+            let Some((t, c)) = found else {
+                left.push(r);
                 continue;
             };
             let sent = tapped[t].copies[c].last_byte_wall_ns;
             r.sent_wall_ns = Some(sent);
             r.tx_wall_ns = Some(sent);
-            tap_of_row.get_or_insert(t);
+            rows[t]
+                .get_or_insert_with(|| tapped_row(t, tapped[t]))
+                .receipts
+                .push(r);
         }
-        if let Some(t) = tap_of_row {
-            attached[t] = true;
-            b.agent = agent_side(tapped[t]);
+        // What the tap did not see stays as the probes grouped it.
+        if !left.is_empty() || had == 0 {
+            b.receipts = left;
+            rest.push(b);
         }
     }
-    // Broadcasts no probe received still show the server's fan-out.
-    for (t, b) in tapped.iter().enumerate().filter(|(t, _)| !attached[*t]) {
-        let key = match b.seq {
-            Some(seq) => MessageKey::Seq(seq),
-            None => MessageKey::Hash {
-                hash: b.hash,
-                occurrence: t as u32,
-            },
-        };
-        joined.broadcasts.push(JoinedBroadcast {
-            key: BroadcastKey::Message(key),
-            agent: agent_side(b),
-            receipts: Vec::new(),
-            missing: Vec::new(),
+    // Every tapped broadcast is a row, with or without probe receipts; a
+    // probe connection the server sent a copy to and that has no receipt
+    // of it is missing, as the hub's target list would say.
+    let by_local: HashMap<&str, Vec<usize>> = joined
+        .connections
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| c.addresses.as_ref().map(|(l, _)| (l.as_str(), i)))
+        .fold(HashMap::new(), |mut m, (l, i)| {
+            m.entry(l).or_insert_with(Vec::new).push(i);
+            m
         });
+    for (t, row) in rows.iter_mut().enumerate() {
+        let row = row.get_or_insert_with(|| tapped_row(t, tapped[t]));
+        row.receipts.sort_by_key(|r| r.connection);
+        let start = row.agent.map_or(0, |a| a.start.wall_ns);
+        for copy in &tapped[t].copies {
+            for &i in by_local.get(copy.client.as_str()).into_iter().flatten() {
+                let c = &joined.connections[i];
+                let open = c.opened_wall_ns.is_some_and(|o| o <= start) && start <= c.until_wall_ns;
+                if open && !row.receipts.iter().any(|r| r.connection == i) {
+                    row.missing.push(i);
+                }
+            }
+        }
     }
+    joined.broadcasts = rest.into_iter().chain(rows.into_iter().flatten()).collect();
     joined.broadcasts.sort_by_key(|b| {
         b.agent
             .map(|a| a.start.wall_ns)
@@ -107,6 +130,24 @@ pub fn add_tap(joined: &mut Joined, agent: &[AgentRecord]) {
             .unwrap_or(0)
     });
     joined.tap = Some(summary(port, &tapped, agent));
+}
+
+/// A row for tapped broadcast `t`, keyed so it never collides with a
+/// probes-only row.
+fn tapped_row(t: usize, b: &TapBroadcast) -> JoinedBroadcast {
+    let key = match b.seq {
+        Some(seq) => MessageKey::Seq(seq),
+        None => MessageKey::Hash {
+            hash: b.hash,
+            occurrence: t as u32,
+        },
+    };
+    JoinedBroadcast {
+        key: BroadcastKey::Message(key),
+        agent: agent_side(b),
+        receipts: Vec::new(),
+        missing: Vec::new(),
+    }
 }
 
 /// (client, key of the message on that client's connection) → (tapped

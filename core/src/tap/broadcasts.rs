@@ -78,26 +78,28 @@ impl Grouper {
         }
     }
 
-    /// Takes one copy; returns a broadcast this copy shows is complete (the
-    /// same payload again to a client that already had it starts a new one).
+    /// Takes one copy; returns a broadcast this copy shows is complete: the
+    /// same payload again to a client that already had it starts a new one,
+    /// and one that has reached all `connections` open now is done at once.
     pub fn copy(
         &mut self,
         key: MessageKey,
         hash: u64,
         len: u32,
         copy: TappedCopy,
-    ) -> Option<TappedBroadcast> {
+        connections: usize,
+    ) -> Vec<TappedBroadcast> {
         let (group, seq) = match key {
             MessageKey::Seq(seq) => (Group::Seq(seq), Some(seq)),
             MessageKey::Hash { hash, .. } => (Group::Payload(hash), None),
         };
-        let mut closed = None;
+        let mut closed = Vec::new();
         if let Some(b) = self.open.get(&group) {
             let again = b.copies.iter().any(|c| c.client == copy.client);
             let late =
                 seq.is_none() && copy.first_byte_ns > b.copies[0].first_byte_ns + self.window_ns;
             if again || late {
-                closed = self.open.remove(&group).map(sorted);
+                closed.extend(self.open.remove(&group).map(sorted));
             }
         }
         let next_id = &mut self.next_id;
@@ -113,6 +115,9 @@ impl Grouper {
             }
         });
         b.copies.push(copy);
+        if b.copies.len() >= connections {
+            closed.extend(self.open.remove(&group).map(sorted));
+        }
         closed
     }
 
@@ -167,9 +172,18 @@ mod tests {
         let mut g = Grouper::new(1_000);
         // Occurrences differ (a client that joined late counts from 0):
         // grouping goes by payload and time, not occurrence.
-        assert_eq!(g.copy(hashed(9, 4), 9, 10, copy(1, 100, 110)), None);
-        assert_eq!(g.copy(hashed(9, 0), 9, 10, copy(2, 90, 130)), None);
-        assert_eq!(g.copy(hashed(9, 4), 9, 10, copy(3, 120, 125)), None);
+        assert_eq!(
+            g.copy(hashed(9, 4), 9, 10, copy(1, 100, 110), usize::MAX),
+            vec![]
+        );
+        assert_eq!(
+            g.copy(hashed(9, 0), 9, 10, copy(2, 90, 130), usize::MAX),
+            vec![]
+        );
+        assert_eq!(
+            g.copy(hashed(9, 4), 9, 10, copy(3, 120, 125), usize::MAX),
+            vec![]
+        );
         let done = g.due(2_000);
         assert_eq!(done.len(), 1);
         let b = &done[0];
@@ -183,24 +197,44 @@ mod tests {
     #[test]
     fn the_same_payload_again_is_the_next_broadcast() {
         let mut g = Grouper::new(1_000);
-        g.copy(hashed(9, 0), 9, 10, copy(1, 100, 100));
-        g.copy(hashed(9, 0), 9, 10, copy(2, 101, 101));
+        g.copy(hashed(9, 0), 9, 10, copy(1, 100, 100), usize::MAX);
+        g.copy(hashed(9, 0), 9, 10, copy(2, 101, 101), usize::MAX);
         // Client 1 gets it again: the first broadcast is complete.
-        let first = g.copy(hashed(9, 1), 9, 10, copy(1, 500, 500)).unwrap();
+        let first = g
+            .copy(hashed(9, 1), 9, 10, copy(1, 500, 500), usize::MAX)
+            .remove(0);
         assert_eq!(first.copies.len(), 2);
-        g.copy(hashed(9, 1), 9, 10, copy(2, 501, 501));
+        g.copy(hashed(9, 1), 9, 10, copy(2, 501, 501), usize::MAX);
         // Past the window, a copy starts another broadcast too.
-        let second = g.copy(hashed(9, 9), 9, 10, copy(3, 5_000, 5_000)).unwrap();
+        let second = g
+            .copy(hashed(9, 9), 9, 10, copy(3, 5_000, 5_000), usize::MAX)
+            .remove(0);
         assert_eq!((second.id, second.copies.len()), (2, 2));
         assert_eq!(g.finish().len(), 1);
     }
 
     #[test]
+    fn a_broadcast_that_reached_every_open_connection_is_done_at_once() {
+        let mut g = Grouper::new(1_000);
+        assert!(g.copy(hashed(9, 0), 9, 10, copy(1, 100, 100), 2).is_empty());
+        let done = g.copy(hashed(9, 0), 9, 10, copy(2, 101, 101), 2);
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].copies.len(), 2);
+        assert!(g.finish().is_empty());
+    }
+
+    #[test]
     fn test_messages_group_by_sequence_number_whatever_the_time() {
         let mut g = Grouper::new(1_000);
-        g.copy(MessageKey::Seq(5), 1, 450, copy(1, 100, 100));
-        g.copy(MessageKey::Seq(6), 2, 450, copy(1, 200, 200));
-        g.copy(MessageKey::Seq(5), 1, 450, copy(2, 9_000, 9_000));
+        g.copy(MessageKey::Seq(5), 1, 450, copy(1, 100, 100), usize::MAX);
+        g.copy(MessageKey::Seq(6), 2, 450, copy(1, 200, 200), usize::MAX);
+        g.copy(
+            MessageKey::Seq(5),
+            1,
+            450,
+            copy(2, 9_000, 9_000),
+            usize::MAX,
+        );
         let all = g.finish();
         assert_eq!(all.len(), 2);
         assert_eq!((all[0].seq, all[0].copies.len()), (Some(5), 2));

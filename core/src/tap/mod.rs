@@ -61,6 +61,9 @@ pub enum TapEvent {
         /// Compressed (permessage-deflate): `hash` is of the compressed
         /// bytes, which differ per connection, so it is not identified yet.
         compressed: bool,
+        /// WebSocket connections open when it was sent: a broadcast that
+        /// reached that many is complete.
+        open_websockets: usize,
     },
     /// The connection ended (FIN, RST or a close frame).
     Closed {
@@ -124,6 +127,8 @@ pub struct Tap {
     max_message: usize,
     connections: HashMap<(SocketAddr, SocketAddr), Connection>,
     counters: TapCounters,
+    /// Connections in the WebSocket phase now.
+    websockets: usize,
 }
 
 impl Tap {
@@ -135,6 +140,7 @@ impl Tap {
             max_message,
             connections: HashMap::new(),
             counters: TapCounters::default(),
+            websockets: 0,
         }
     }
 
@@ -146,6 +152,12 @@ impl Tap {
     /// Connections being followed now.
     pub fn connections(&self) -> usize {
         self.connections.len()
+    }
+
+    /// Of those, connections that are WebSockets now: what a broadcast
+    /// reaching all of them is complete at.
+    pub fn websockets(&self) -> usize {
+        self.websockets
     }
 
     /// Reads one captured IP packet, stamped `at_ns`.
@@ -168,19 +180,23 @@ impl Tap {
         if s.flags.syn {
             self.counters.followed += 1;
             let phase = Phase::Handshake { head: Vec::new() };
-            self.connections.insert(
+            let old = self.connections.insert(
                 key,
                 Connection {
                     bytes: Reassembler::after_syn(s.seq),
                     phase,
                 },
             );
+            if old.is_some_and(|c| matches!(c.phase, Phase::WebSocket { .. })) {
+                self.websockets -= 1;
+            }
             return;
         }
         let Some(c) = self.connections.get_mut(&key) else {
             // Its SYN-ACK went before the tap started: where frames begin is
             // unknown. Counted once, then followed as ignored until it ends.
-            if !(s.flags.fin || s.flags.rst) {
+            // (A bare ACK after the connection's end is not one of those.)
+            if !(s.flags.fin || s.flags.rst || s.payload.is_empty()) {
                 self.counters.open_before_tap += 1;
                 self.connections.insert(
                     key,
@@ -192,23 +208,43 @@ impl Tap {
             }
             return;
         };
+        if matches!(c.phase, Phase::Ignored) {
+            // Nothing of it is read: only its end is noticed.
+            if s.flags.fin || s.flags.rst {
+                self.connections.remove(&key);
+            }
+            return;
+        }
         let (retransmitted, reordered) = (c.bytes.retransmitted, c.bytes.reordered);
         let counters = &mut self.counters;
+        let websockets = &mut self.websockets;
         let max_message = self.max_message;
         let Connection { bytes, phase } = c;
         let pushed = bytes.push(s.seq, s.payload, at_ns, &mut |b, t| {
-            take(phase, b, t, client, max_message, counters, out)
+            let was = matches!(phase, Phase::WebSocket { .. });
+            take(phase, b, t, client, max_message, counters, *websockets, out);
+            match (was, matches!(phase, Phase::WebSocket { .. })) {
+                (false, true) => *websockets += 1,
+                (true, false) => *websockets -= 1,
+                _ => {}
+            }
         });
         counters.retransmitted += c.bytes.retransmitted - retransmitted;
         counters.reordered += c.bytes.reordered - reordered;
         if pushed.is_err() {
-            if !matches!(c.phase, Phase::Ignored) {
-                counters.lost += 1;
+            match c.phase {
+                Phase::Ignored => {}
+                Phase::WebSocket { .. } => {
+                    counters.lost += 1;
+                    self.websockets -= 1;
+                }
+                Phase::Handshake { .. } => counters.lost += 1,
             }
             c.phase = Phase::Ignored;
         }
         if s.flags.fin || s.flags.rst {
             if matches!(c.phase, Phase::WebSocket { .. }) {
+                self.websockets -= 1;
                 out.push(TapEvent::Closed {
                     client,
                     at_ns,
@@ -225,6 +261,7 @@ impl Tap {
 }
 
 /// Bytes of a connection, in order: the response head, then frames.
+#[allow(clippy::too_many_arguments)] // one connection's state and the tap's, split for the borrow
 fn take(
     phase: &mut Phase,
     mut bytes: &[u8],
@@ -232,8 +269,10 @@ fn take(
     client: SocketAddr,
     max_message: usize,
     counters: &mut TapCounters,
+    websockets: usize,
     out: &mut Vec<TapEvent>,
 ) {
+    let was_websocket = matches!(phase, Phase::WebSocket { .. });
     if let Phase::Handshake { head } = phase {
         if head.is_empty() && bytes.starts_with(&[0x16, 0x03]) {
             counters.tls += 1;
@@ -269,6 +308,8 @@ fn take(
             identifier: Identifier::default(),
         };
     }
+    // Counting this one if it opened just now (the caller counts it after).
+    let open_websockets = websockets + usize::from(!was_websocket);
     let Phase::WebSocket { frames, identifier } = phase else {
         return;
     };
@@ -288,6 +329,7 @@ fn take(
                     first_byte_ns: m.first_byte_ns,
                     last_byte_ns: m.last_byte_ns,
                     compressed: m.compressed,
+                    open_websockets,
                 });
             }
             ServerEvent::Close => out.push(TapEvent::Closed {

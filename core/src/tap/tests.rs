@@ -268,3 +268,53 @@ fn a_negotiated_deflate_is_seen_and_compressed_messages_counted() {
     ));
     assert_eq!(tap.counters().compressed, 1);
 }
+
+#[test]
+fn websockets_are_counted_once_upgraded() {
+    let mut tap = Tap::new(8000, 1 << 20);
+    let mut out = Vec::new();
+    let mut conns: Vec<Conn> = (0..3)
+        .map(|i| Conn::open(&mut tap, 41000 + i, 1, 1, &mut out))
+        .collect();
+    assert_eq!(tap.websockets(), 0);
+    for c in &mut conns {
+        c.send(&mut tap, UPGRADED, 2, &mut out);
+    }
+    assert_eq!(tap.websockets(), 3);
+    // A message carries how many were open when it was sent; a close
+    // takes one away.
+    conns[0].send(&mut tap, &test_message(1), 3, &mut out);
+    assert!(matches!(
+        out.last(),
+        Some(TapEvent::Message {
+            open_websockets: 3,
+            ..
+        })
+    ));
+    conns[1].send(&mut tap, &frame(true, 8, b""), 4, &mut out);
+    let fin = packet(
+        SERVER.parse().unwrap(),
+        conns[1].client,
+        conns[1].next,
+        TcpFlags {
+            fin: true,
+            ..TcpFlags::default()
+        },
+        b"",
+    );
+    tap.packet(5, &fin, &mut out);
+    assert_eq!(tap.websockets(), 2);
+    // A bare ACK after the end is not a connection open before the tap.
+    tap.packet(
+        6,
+        &packet(
+            SERVER.parse().unwrap(),
+            conns[1].client,
+            conns[1].next,
+            ACK,
+            b"",
+        ),
+        &mut out,
+    );
+    assert_eq!(tap.counters().open_before_tap, 0);
+}
