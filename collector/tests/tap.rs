@@ -16,37 +16,145 @@ use tokio::net::TcpListener;
 const INSIDE: &str = "SKEWSCOPE_TEST_IN_NETNS";
 const LIMIT: Duration = Duration::from_secs(20);
 
-#[test]
-fn a_tapped_servers_fan_out_joins_the_probes_receipts() {
-    if std::env::var_os(INSIDE).is_none() {
-        let me = std::env::current_exe().unwrap();
-        let out = Command::new("unshare")
-            .args(["--user", "--map-root-user", "--net", "sh", "-c"])
-            .arg("ip link set lo up && exec \"$0\" \"$@\"")
-            .arg(&me)
-            .args([
-                "--exact",
-                "a_tapped_servers_fan_out_joins_the_probes_receipts",
-                "--nocapture",
-            ])
-            .env(INSIDE, "1")
-            .output()
-            .expect("unshare (util-linux) runs");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "in the namespace: {text}");
-        assert!(text.contains("1 passed"), "{text}");
-        return;
+/// Runs test `name` again in a new user and network namespace, its
+/// loopback up, and says whether it passed there; `true` when this already
+/// is that run.
+fn in_own_namespace(name: &str) -> bool {
+    if std::env::var_os(INSIDE).is_some() {
+        return true;
     }
+    let me = std::env::current_exe().unwrap();
+    let out = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--net", "sh", "-c"])
+        .arg("ip link set lo up && exec \"$0\" \"$@\"")
+        .arg(&me)
+        .args(["--exact", name, "--nocapture"])
+        .env(INSIDE, "1")
+        .output()
+        .expect("unshare (util-linux) runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "in the namespace: {text}");
+    assert!(text.contains("1 passed"), "{text}");
+    false
+}
+
+fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap()
-        .block_on(inside());
+}
+
+#[test]
+fn a_tapped_servers_fan_out_joins_the_probes_receipts() {
+    if in_own_namespace("a_tapped_servers_fan_out_joins_the_probes_receipts") {
+        runtime().block_on(inside());
+    }
+}
+
+/// The real thing: the FastAPI broadcaster of bench/peers (uvicorn, as
+/// people run it), tapped, with probes.
+#[test]
+fn a_tapped_fastapi_server_joins_the_probes_receipts() {
+    if in_own_namespace("a_tapped_fastapi_server_joins_the_probes_receipts") {
+        runtime().block_on(fastapi());
+    }
+}
+
+/// Kills uvicorn when the test ends, however it ends.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn fastapi() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/peers/fastapi");
+    let _server = Server(
+        Command::new("python3")
+            .args(["-m", "uvicorn", "app:app", "--app-dir"])
+            .arg(&app)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--log-level", "warning"])
+            .spawn()
+            .expect("python3 with uvicorn (./test installs it)"),
+    );
+    let server: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let deadline = std::time::Instant::now() + LIMIT;
+    while agent::http_client::request(server, "GET", "/healthz", b"", None)
+        .await
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "uvicorn did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = AgentConfig::local(dir.path().join("agent"));
+    config.tap_port = Some(port);
+    config.tap_interface = Some("lo".into());
+    let agent = RunningAgent::start(config).await.expect("the agent taps");
+    let time = agent.time_addr.unwrap().to_string();
+    let broadcasts = 5u64;
+    let url = format!("ws://{server}/ws");
+    let a = start_probe(&url, "a", 3, broadcasts, &time, &dir.path().join("a.sklog")).await;
+    let b = start_probe(&url, "b", 2, broadcasts, &time, &dir.path().join("b.sklog")).await;
+    for _ in 0..broadcasts {
+        let r = agent::http_client::request(server, "GET", "/start_test", b"", None)
+            .await
+            .unwrap();
+        assert!(r.body.contains("\"clients\":5"), "{}", r.body);
+    }
+    for p in [a, b] {
+        tokio::time::timeout(LIMIT, p.finish())
+            .await
+            .expect("probe ends")
+            .expect("probe log");
+    }
+    let log = agent.log_path.clone();
+    agent.shutdown().await.unwrap();
+
+    let inputs =
+        read_inputs(&[log, dir.path().join("a.sklog"), dir.path().join("b.sklog")]).unwrap();
+    let scope = Scope {
+        window: None,
+        agent_as_reference: true,
+    };
+    let r = report_within(inputs, None, scope);
+    assert_eq!(r.broadcasts, broadcasts);
+    assert_eq!((r.receipts, r.missing), (5 * broadcasts, 0));
+    assert_eq!(
+        r.fanout_ns.expect("FastAPI's fan-out span").count,
+        broadcasts
+    );
+    assert_eq!(
+        r.network_ns.expect("network").estimate.count,
+        5 * broadcasts
+    );
+    let tap = r.tap.expect("the tap's summary");
+    assert_eq!((tap.broadcasts, tap.clients), (broadcasts, 5));
+    let counters = tap.counters.expect("counters");
+    assert_eq!(
+        (counters.ring_drops, counters.lost, counters.broken),
+        (0, 0, 0)
+    );
+    assert_eq!(counters.messages, 5 * broadcasts);
 }
 
 async fn start_probe(
