@@ -169,6 +169,8 @@ fn record_counters(tap: &Tap, capture: &mut PacketCapture, recorder: &Recorder) 
         reordered: c.reordered,
         messages: c.messages,
         compressed: c.compressed,
+        inflated: c.inflated,
+        inflater_bytes: tap.inflater_bytes() as u64,
         ring_packets: ring.packets,
         ring_drops: ring.drops,
     }));

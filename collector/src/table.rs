@@ -70,8 +70,14 @@ fn tap_paragraph(out: &mut String, t: &skewscope_core::analysis::tapped::TapSumm
         );
         let _ = writeln!(
             out,
-            "    segments: {} read, {} resent, {} out of order; capture ring: {} dropped; {} compressed messages not identified",
-            c.segments, c.retransmitted, c.reordered, c.ring_drops, c.compressed
+            "    segments: {} read, {} resent, {} out of order; capture ring: {} dropped; {} messages inflated ({} KiB of inflaters), {} compressed not identified",
+            c.segments,
+            c.retransmitted,
+            c.reordered,
+            c.ring_drops,
+            c.inflated,
+            c.inflater_bytes / 1024,
+            c.compressed
         );
     }
     for l in &t.latest_clients {

@@ -115,11 +115,55 @@ async fn fastapi() {
     let url = format!("ws://{server}/ws");
     let a = start_probe(&url, "a", 3, broadcasts, &time, &dir.path().join("a.sklog")).await;
     let b = start_probe(&url, "b", 2, broadcasts, &time, &dir.path().join("b.sklog")).await;
+    // Two clients as Python's websockets library makes them: they offer
+    // permessage-deflate, so uvicorn compresses every copy it sends them.
+    let script = format!(
+        "import asyncio, websockets\n\
+         async def main():\n\
+         \x20   async with websockets.connect('{url}') as ws:\n\
+         \x20       h = ws.response.headers if hasattr(ws, 'response') else ws.response_headers\n\
+         \x20       print('ext', h.get('Sec-WebSocket-Extensions'), flush=True)\n\
+         \x20       for _ in range({broadcasts}):\n\
+         \x20           await ws.recv()\n\
+         \x20   print('done', flush=True)\n\
+         asyncio.run(main())\n"
+    );
+    let mut browsers: Vec<Server> = (0..2)
+        .map(|_| {
+            Server(
+                Command::new("python3")
+                    .args(["-c", &script])
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let r = agent::http_client::request(server, "GET", "/healthz", b"", None)
+            .await
+            .unwrap();
+        if r.body.contains("\"clients\":7") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", r.body);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     for _ in 0..broadcasts {
         let r = agent::http_client::request(server, "GET", "/start_test", b"", None)
             .await
             .unwrap();
-        assert!(r.body.contains("\"clients\":5"), "{}", r.body);
+        assert!(r.body.contains("\"clients\":7"), "{}", r.body);
+    }
+    for browser in &mut browsers {
+        let mut said = String::new();
+        std::io::Read::read_to_string(browser.0.stdout.as_mut().unwrap(), &mut said).unwrap();
+        assert!(
+            said.contains("permessage-deflate"),
+            "the client negotiated it: {said}"
+        );
+        assert!(said.contains("done"), "{said}");
     }
     for p in [a, b] {
         tokio::time::timeout(LIMIT, p.finish())
@@ -147,14 +191,20 @@ async fn fastapi() {
         r.network_ns.expect("network").estimate.count,
         5 * broadcasts
     );
+    // The compressed copies inflate to the same payload: each broadcast is
+    // one, to all seven clients.
     let tap = r.tap.expect("the tap's summary");
-    assert_eq!((tap.broadcasts, tap.clients), (broadcasts, 5));
+    assert_eq!((tap.broadcasts, tap.clients), (broadcasts, 7));
     let counters = tap.counters.expect("counters");
     assert_eq!(
         (counters.ring_drops, counters.lost, counters.broken),
         (0, 0, 0)
     );
-    assert_eq!(counters.messages, 5 * broadcasts);
+    assert_eq!(counters.messages, 7 * broadcasts);
+    assert_eq!(
+        (counters.inflated, counters.compressed),
+        (2 * broadcasts, 0)
+    );
 }
 
 async fn start_probe(

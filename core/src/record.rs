@@ -136,8 +136,13 @@ pub struct TapCountersRecord {
     pub reordered: u64,
     /// Data messages decoded.
     pub messages: u64,
-    /// Of those, compressed (not identified yet).
+    /// Of those, compressed ones not inflated (past the inflaters' memory
+    /// bound), so not identified.
     pub compressed: u64,
+    /// Compressed messages inflated (permessage-deflate) and identified.
+    pub inflated: u64,
+    /// Memory the inflaters hold (about 43 KiB per deflate connection).
+    pub inflater_bytes: u64,
     /// Packets the capture's filter passed (kernel count).
     pub ring_packets: u64,
     /// Packets the kernel dropped because the ring was full.

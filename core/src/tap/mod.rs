@@ -15,6 +15,7 @@
 //! skipped, never decoded into nonsense.
 
 pub mod broadcasts;
+pub mod inflate;
 pub mod reassembly;
 pub mod segment;
 pub mod server_frames;
@@ -24,6 +25,7 @@ use std::net::SocketAddr;
 
 use crate::identity::Identifier;
 use crate::record::MessageKey;
+use inflate::Inflater;
 use reassembly::Reassembler;
 use segment::TcpSegment;
 use server_frames::{ServerEvent, ServerFrames};
@@ -101,8 +103,11 @@ pub struct TapCounters {
     pub reordered: u64,
     /// Data messages decoded.
     pub messages: u64,
-    /// Of those, compressed ones (not identified yet).
+    /// Of those, compressed ones that could not be inflated (no inflater:
+    /// over the memory bound), so not identified.
     pub compressed: u64,
+    /// Compressed messages inflated (permessage-deflate) and identified.
+    pub inflated: u64,
 }
 
 enum Phase {
@@ -112,9 +117,14 @@ enum Phase {
     WebSocket {
         frames: ServerFrames,
         identifier: Identifier,
+        inflater: Option<Inflater>,
     },
     Ignored,
 }
+
+/// Most memory all connections' inflaters may hold together: past it, a
+/// new permessage-deflate connection's messages are counted, not inflated.
+pub const MAX_INFLATER_BYTES: usize = 256 * 1024 * 1024;
 
 struct Connection {
     bytes: Reassembler,
@@ -129,6 +139,8 @@ pub struct Tap {
     counters: TapCounters,
     /// Connections in the WebSocket phase now.
     websockets: usize,
+    /// Inflaters alive now (each [`inflate::INFLATER_BYTES`]).
+    inflaters: usize,
 }
 
 impl Tap {
@@ -141,7 +153,13 @@ impl Tap {
             connections: HashMap::new(),
             counters: TapCounters::default(),
             websockets: 0,
+            inflaters: 0,
         }
+    }
+
+    /// Memory the inflaters of permessage-deflate connections hold now.
+    pub fn inflater_bytes(&self) -> usize {
+        self.inflaters * inflate::INFLATER_BYTES
     }
 
     /// What it counted so far.
@@ -179,16 +197,12 @@ impl Tap {
         let client = s.dst;
         if s.flags.syn {
             self.counters.followed += 1;
-            let phase = Phase::Handshake { head: Vec::new() };
-            let old = self.connections.insert(
-                key,
-                Connection {
-                    bytes: Reassembler::after_syn(s.seq),
-                    phase,
-                },
-            );
-            if old.is_some_and(|c| matches!(c.phase, Phase::WebSocket { .. })) {
-                self.websockets -= 1;
+            let fresh = Connection {
+                bytes: Reassembler::after_syn(s.seq),
+                phase: Phase::Handshake { head: Vec::new() },
+            };
+            if let Some(old) = self.connections.insert(key, fresh) {
+                self.gauges().leave(&old.phase);
             }
             return;
         }
@@ -216,35 +230,27 @@ impl Tap {
             return;
         }
         let (retransmitted, reordered) = (c.bytes.retransmitted, c.bytes.reordered);
+        let mut gauges = Gauges {
+            websockets: &mut self.websockets,
+            inflaters: &mut self.inflaters,
+        };
         let counters = &mut self.counters;
-        let websockets = &mut self.websockets;
         let max_message = self.max_message;
         let Connection { bytes, phase } = c;
         let pushed = bytes.push(s.seq, s.payload, at_ns, &mut |b, t| {
-            let was = matches!(phase, Phase::WebSocket { .. });
-            take(phase, b, t, client, max_message, counters, *websockets, out);
-            match (was, matches!(phase, Phase::WebSocket { .. })) {
-                (false, true) => *websockets += 1,
-                (true, false) => *websockets -= 1,
-                _ => {}
-            }
+            take(phase, b, t, client, max_message, counters, &mut gauges, out)
         });
         counters.retransmitted += c.bytes.retransmitted - retransmitted;
         counters.reordered += c.bytes.reordered - reordered;
         if pushed.is_err() {
-            match c.phase {
-                Phase::Ignored => {}
-                Phase::WebSocket { .. } => {
-                    counters.lost += 1;
-                    self.websockets -= 1;
-                }
-                Phase::Handshake { .. } => counters.lost += 1,
+            if !matches!(c.phase, Phase::Ignored) {
+                counters.lost += 1;
             }
+            gauges.leave(&c.phase);
             c.phase = Phase::Ignored;
         }
         if s.flags.fin || s.flags.rst {
             if matches!(c.phase, Phase::WebSocket { .. }) {
-                self.websockets -= 1;
                 out.push(TapEvent::Closed {
                     client,
                     at_ns,
@@ -255,7 +261,31 @@ impl Tap {
                     },
                 });
             }
+            gauges.leave(&c.phase);
             self.connections.remove(&key);
+        }
+    }
+
+    fn gauges(&mut self) -> Gauges<'_> {
+        Gauges {
+            websockets: &mut self.websockets,
+            inflaters: &mut self.inflaters,
+        }
+    }
+}
+
+/// The tap's counts of what is open now, kept as phases change.
+struct Gauges<'a> {
+    websockets: &'a mut usize,
+    inflaters: &'a mut usize,
+}
+
+impl Gauges<'_> {
+    /// A connection leaves `phase` (for Ignored, or for good).
+    fn leave(&mut self, phase: &Phase) {
+        if let Phase::WebSocket { inflater, .. } = phase {
+            *self.websockets -= 1;
+            *self.inflaters -= usize::from(inflater.is_some());
         }
     }
 }
@@ -269,10 +299,9 @@ fn take(
     client: SocketAddr,
     max_message: usize,
     counters: &mut TapCounters,
-    websockets: usize,
+    gauges: &mut Gauges<'_>,
     out: &mut Vec<TapEvent>,
 ) {
-    let was_websocket = matches!(phase, Phase::WebSocket { .. });
     if let Phase::Handshake { head } = phase {
         if head.is_empty() && bytes.starts_with(&[0x16, 0x03]) {
             counters.tls += 1;
@@ -293,33 +322,64 @@ fn take(
             *phase = Phase::Ignored;
             return;
         }
-        let deflate = String::from_utf8_lossy(&head[..end]).lines().any(|l| {
-            let l = l.to_ascii_lowercase();
-            l.starts_with("sec-websocket-extensions:") && l.contains("permessage-deflate")
-        });
+        let extensions = String::from_utf8_lossy(&head[..end])
+            .lines()
+            .map(str::to_ascii_lowercase)
+            .filter(|l| l.starts_with("sec-websocket-extensions:"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let deflate = extensions.contains("permessage-deflate");
         out.push(TapEvent::Opened {
             client,
             at_ns,
             deflate,
         });
         bytes = &bytes[end - before..];
+        // Inflaters are bounded in total: past it, this connection's
+        // compressed messages are counted, not identified.
+        let room = (*gauges.inflaters + 1) * inflate::INFLATER_BYTES <= MAX_INFLATER_BYTES;
+        let inflater = (deflate && room)
+            .then(|| Inflater::new(extensions.contains("server_no_context_takeover")));
+        *gauges.websockets += 1;
+        *gauges.inflaters += usize::from(inflater.is_some());
         *phase = Phase::WebSocket {
             frames: ServerFrames::new(max_message),
             identifier: Identifier::default(),
+            inflater,
         };
     }
-    // Counting this one if it opened just now (the caller counts it after).
-    let open_websockets = websockets + usize::from(!was_websocket);
-    let Phase::WebSocket { frames, identifier } = phase else {
+    let open_websockets = *gauges.websockets;
+    let Phase::WebSocket {
+        frames,
+        identifier,
+        inflater,
+    } = phase
+    else {
         return;
     };
     let mut events = Vec::new();
-    let read = frames.push(bytes, at_ns, &mut events);
+    let mut broken = frames.push(bytes, at_ns, &mut events).is_err();
     for event in events {
         match event {
-            ServerEvent::Message(m) => {
+            ServerEvent::Message(mut m) => {
                 counters.messages += 1;
-                counters.compressed += u64::from(m.compressed);
+                if m.compressed {
+                    match inflater
+                        .as_mut()
+                        .map(|i| i.message(&m.payload, max_message))
+                    {
+                        Some(Ok(plain)) => {
+                            counters.inflated += 1;
+                            m.payload = plain;
+                            m.compressed = false;
+                        }
+                        Some(Err(_)) => {
+                            broken = true;
+                            break;
+                        }
+                        None => counters.compressed += 1,
+                    }
+                }
                 let (key, hash) = identifier.identify(&m.payload);
                 out.push(TapEvent::Message {
                     client,
@@ -339,8 +399,9 @@ fn take(
             }),
         }
     }
-    if read.is_err() {
+    if broken {
         counters.broken += 1;
+        gauges.leave(phase);
         *phase = Phase::Ignored;
     }
 }

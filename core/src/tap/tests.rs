@@ -245,28 +245,51 @@ fn garbage_after_the_upgrade_and_a_reset_mid_frame_end_only_that_connection() {
 }
 
 #[test]
-fn a_negotiated_deflate_is_seen_and_compressed_messages_counted() {
+fn compressed_copies_are_inflated_and_identified_alike() {
+    use super::inflate::build::Deflater;
     let mut tap = Tap::new(8000, 1 << 20);
     let mut out = Vec::new();
-    let mut c = Conn::open(&mut tap, 40010, 1, 1, &mut out);
-    c.send(
-        &mut tap,
-        b"HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Extensions: permessage-deflate; server_max_window_bits=15\r\n\r\n",
-        2,
-        &mut out,
-    );
-    let mut compressed = frame(true, 1, &[0xf2, 0x48, 0xcd, 0xc9, 0xc9, 0x07, 0x00]);
-    compressed[0] |= 0x40;
-    c.send(&mut tap, &compressed, 3, &mut out);
+    const DEFLATE: &[u8] = b"HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Extensions: permessage-deflate; server_max_window_bits=15\r\n\r\n";
+    // RFC 7692's own example: "Hello" compressed.
+    let mut a = Conn::open(&mut tap, 40010, 1, 1, &mut out);
+    a.send(&mut tap, DEFLATE, 2, &mut out);
+    let mut hello = frame(true, 1, &[0xf2, 0x48, 0xcd, 0xc9, 0xc9, 0x07, 0x00]);
+    hello[0] |= 0x40;
+    a.send(&mut tap, &hello, 3, &mut out);
     assert!(matches!(out[0], TapEvent::Opened { deflate: true, .. }));
-    assert!(matches!(
-        out[1],
-        TapEvent::Message {
-            compressed: true,
-            ..
-        }
-    ));
-    assert_eq!(tap.counters().compressed, 1);
+    let expected = crate::identity::payload_hash(b"Hello");
+    assert!(
+        matches!(out[1], TapEvent::Message { compressed: false, hash, .. } if hash == expected)
+    );
+    // One payload twice to a second connection, the second copy compressed
+    // against the first (context takeover): both hash as the plaintext.
+    let text = "Lorem ipsum dolor sit amet, ".repeat(16);
+    let mut b = Conn::open(&mut tap, 40011, 1, 1, &mut out);
+    b.send(&mut tap, DEFLATE, 2, &mut out);
+    let mut server = Deflater::new();
+    for at in [4, 5] {
+        let mut f = frame(true, 1, &server.message(text.as_bytes()));
+        f[0] |= 0x40;
+        b.send(&mut tap, &f, at, &mut out);
+    }
+    let hashes: Vec<u64> = out
+        .iter()
+        .filter_map(|e| match e {
+            TapEvent::Message { client, hash, .. } if *client == b.client => Some(*hash),
+            _ => None,
+        })
+        .collect();
+    let plain = crate::identity::payload_hash(text.as_bytes());
+    assert_eq!(hashes, vec![plain, plain]);
+    let n = tap.counters();
+    assert_eq!((n.inflated, n.compressed, n.broken), (3, 0, 0));
+    assert_eq!(tap.inflater_bytes(), 2 * super::inflate::INFLATER_BYTES);
+    // A compressed message that does not inflate ends that connection only.
+    let mut bad = frame(true, 1, &[0xff; 16]);
+    bad[0] |= 0x40;
+    b.send(&mut tap, &bad, 6, &mut out);
+    assert_eq!(tap.counters().broken, 1);
+    assert_eq!(tap.inflater_bytes(), super::inflate::INFLATER_BYTES);
 }
 
 #[test]

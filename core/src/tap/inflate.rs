@@ -1,0 +1,160 @@
+//! permessage-deflate (RFC 7692) on a tapped connection: each compressed
+//! message inflated back to the plaintext the client sees, so copies that
+//! were compressed differently for each connection still hash alike.
+//!
+//! With context takeover (the default, and what uvicorn and Python
+//! websockets do) one connection's messages are one deflate stream, so its
+//! inflater lives as long as the connection: about 43 KiB (the 32 KiB window
+//! and tables). Pure Rust (miniz_oxide).
+
+use miniz_oxide::inflate::stream::{InflateState, inflate};
+use miniz_oxide::{DataFormat, MZError, MZFlush, MZStatus};
+
+/// What one connection's inflater holds.
+pub const INFLATER_BYTES: usize = std::mem::size_of::<InflateState>();
+
+/// The tail RFC 7692 §7.2.1 strips from every compressed message.
+const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
+
+/// A compressed message that does not inflate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InflateError {
+    /// Not a deflate stream, or not this connection's.
+    #[error("a compressed message that does not inflate")]
+    Corrupt,
+    /// Inflates to more than the limit.
+    #[error("a compressed message that inflates past {0} bytes")]
+    TooLarge(usize),
+}
+
+/// One connection's server-to-client decompression.
+pub struct Inflater {
+    state: Box<InflateState>,
+    /// `server_no_context_takeover` was negotiated: each message starts
+    /// a fresh stream.
+    fresh_each_message: bool,
+}
+
+impl Inflater {
+    /// An inflater for a connection whose handshake said whether the server
+    /// takes over its context between messages.
+    pub fn new(server_no_context_takeover: bool) -> Inflater {
+        Inflater {
+            state: InflateState::new_boxed(DataFormat::Raw),
+            fresh_each_message: server_no_context_takeover,
+        }
+    }
+
+    /// The plaintext of one compressed message, at most `max` bytes.
+    pub fn message(&mut self, compressed: &[u8], max: usize) -> Result<Vec<u8>, InflateError> {
+        if self.fresh_each_message {
+            self.state.reset(DataFormat::Raw);
+        }
+        let mut out = Vec::new();
+        let mut chunk = [0u8; 16 * 1024];
+        for input in [compressed, &TAIL[..]] {
+            let mut input = input;
+            loop {
+                let r = inflate(&mut self.state, input, &mut chunk, MZFlush::Sync);
+                out.extend_from_slice(&chunk[..r.bytes_written]);
+                if out.len() > max {
+                    return Err(InflateError::TooLarge(max));
+                }
+                input = &input[r.bytes_consumed..];
+                match r.status {
+                    Ok(MZStatus::Ok | MZStatus::StreamEnd)
+                        if input.is_empty() && r.bytes_written < chunk.len() =>
+                    {
+                        break;
+                    }
+                    Ok(_) => {}
+                    // Nothing left to do with what was given.
+                    Err(MZError::Buf) if input.is_empty() => break,
+                    Err(_) => return Err(InflateError::Corrupt),
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl std::fmt::Debug for Inflater {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inflater")
+            .field("fresh_each_message", &self.fresh_each_message)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A message compressed as a permessage-deflate server with context
+/// takeover sends it, for tests of everything that reads them.
+#[cfg(test)]
+pub(crate) mod build {
+    use miniz_oxide::deflate::core::{CompressorOxide, create_comp_flags_from_zip_params};
+    use miniz_oxide::deflate::stream::deflate;
+    use miniz_oxide::{MZFlush, MZStatus};
+
+    /// One side's compressor; `message` compresses the next message.
+    pub(crate) struct Deflater(Box<CompressorOxide>);
+
+    impl Deflater {
+        pub(crate) fn new() -> Deflater {
+            // Raw deflate (negative window bits), default level.
+            let flags = create_comp_flags_from_zip_params(6, -15, 0);
+            Deflater(Box::new(CompressorOxide::new(flags)))
+        }
+
+        pub(crate) fn message(&mut self, plain: &[u8]) -> Vec<u8> {
+            let mut out = vec![0u8; plain.len() + 64];
+            let r = deflate(&mut self.0, plain, &mut out, MZFlush::Sync);
+            assert_eq!(r.status, Ok(MZStatus::Ok));
+            assert_eq!(r.bytes_consumed, plain.len());
+            out.truncate(r.bytes_written);
+            assert!(out.ends_with(&[0, 0, 0xff, 0xff]));
+            out.truncate(out.len() - 4);
+            out
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::build::Deflater;
+    use super::*;
+
+    #[test]
+    fn messages_of_one_stream_inflate_in_turn() {
+        let mut server = Deflater::new();
+        let mut tap = Inflater::new(false);
+        let text = "Lorem ipsum dolor sit amet, ".repeat(16);
+        // The second copy is far shorter compressed: it refers to the first.
+        let first = server.message(text.as_bytes());
+        let second = server.message(text.as_bytes());
+        assert!(
+            second.len() < first.len() / 2,
+            "{} {}",
+            first.len(),
+            second.len()
+        );
+        assert_eq!(tap.message(&first, 1 << 20).unwrap(), text.as_bytes());
+        assert_eq!(tap.message(&second, 1 << 20).unwrap(), text.as_bytes());
+    }
+
+    #[test]
+    fn without_context_takeover_each_message_stands_alone() {
+        let mut tap = Inflater::new(true);
+        for word in ["alpha", "beta"] {
+            let alone = Deflater::new().message(word.as_bytes());
+            assert_eq!(tap.message(&alone, 1 << 20).unwrap(), word.as_bytes());
+        }
+    }
+
+    #[test]
+    fn garbage_and_bombs_are_refused() {
+        let mut tap = Inflater::new(false);
+        assert!(tap.message(&[0xff; 32], 1 << 20).is_err());
+        let zeros = Deflater::new().message(&vec![0u8; 1 << 20]);
+        let mut tap = Inflater::new(false);
+        assert_eq!(tap.message(&zeros, 1000), Err(InflateError::TooLarge(1000)));
+    }
+}
