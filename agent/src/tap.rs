@@ -47,7 +47,15 @@ impl TapThread {
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("tap".into())
-            .spawn(move || run(capture, port, &recorder, &flag))?;
+            .spawn(move || {
+                // The server being tapped is what the box is for: the tap
+                // takes what CPU is left, and the ring holds its packets
+                // meanwhile (its drops are counted).
+                if let Err(e) = skewscope_os::priority::lower_this_thread() {
+                    eprintln!("skewscope-agent: tap runs at normal priority: {e}");
+                }
+                run(capture, port, &recorder, &flag)
+            })?;
         Ok(TapThread {
             stop,
             thread: Some(thread),

@@ -12,6 +12,7 @@ mod floor;
 mod floor_server;
 mod report_cost;
 mod stamps;
+mod tap;
 mod upload;
 mod verdict;
 
@@ -111,6 +112,17 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         ingest_secs: u64,
     },
+    /// The agent's tap beside a server it does not replace: copies captured
+    /// against sent, its CPU against the server's, the server's span with
+    /// the tap on and off (needs CAP_NET_RAW).
+    Tap {
+        /// Client counts to measure.
+        #[arg(long, value_delimiter = ',', default_value = "100,1000")]
+        sizes: Vec<usize>,
+        /// Broadcasts per size.
+        #[arg(long, default_value_t = 200)]
+        rounds: usize,
+    },
     /// Last broadcast to verdict of `skewscope audit`, on the release
     /// binaries: one agent, real probes uploading.
     Verdict {
@@ -201,6 +213,12 @@ fn main() -> anyhow::Result<()> {
                 rounds,
                 ingest_for: Duration::from_secs(ingest_secs),
             }))
+        }
+        Command::Tap { sizes, rounds } => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(tap::run(&sizes, rounds))
         }
         Command::Verdict {
             probes,

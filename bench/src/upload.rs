@@ -90,16 +90,9 @@ impl AgentProcess {
         Ok(AgentProcess { child, addr, log })
     }
 
-    /// User plus system CPU of all its threads so far.
+    /// CPU time of all its threads so far.
     pub fn cpu(&self) -> anyhow::Result<Duration> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
-        // Fields after the command name (which may hold spaces) in parentheses.
-        let rest = &stat[stat.rfind(')').context("odd /proc stat")? + 2..];
-        let fields: Vec<&str> = rest.split(' ').collect();
-        let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
-        let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)?
-            .context("no clock tick rate")? as u64;
-        Ok(Duration::from_nanos(ticks * 1_000_000_000 / per_second))
+        process_cpu(self.child.id())
     }
 
     /// SIGTERM, and wait until its log is flushed and synced.
@@ -111,6 +104,21 @@ impl AgentProcess {
         self.child.wait()?;
         Ok(self.log)
     }
+}
+
+/// CPU time of every thread of process `pid` so far, from the scheduler's
+/// own nanosecond count (`/proc/PID/task/*/schedstat`), not 10 ms ticks.
+pub fn process_cpu(pid: u32) -> anyhow::Result<Duration> {
+    let mut ns = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let stat = std::fs::read_to_string(task?.path().join("schedstat"))?;
+        ns += stat
+            .split(' ')
+            .next()
+            .and_then(|f| f.parse::<u64>().ok())
+            .context("odd schedstat")?;
+    }
+    Ok(Duration::from_nanos(ns))
 }
 
 /// One uploading probe run, as the probe's uploader speaks.
