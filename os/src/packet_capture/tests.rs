@@ -12,32 +12,79 @@ use super::*;
 
 const INSIDE: &str = "SKEWSCOPE_TEST_IN_NETNS";
 
+/// Runs test `name` again in a new user and network namespace, its
+/// loopback brought up (nothing outside it is touched); `true` when this
+/// already is that run.
+fn in_own_namespace(name: &str) -> bool {
+    if std::env::var_os(INSIDE).is_some() {
+        return true;
+    }
+    let me = std::env::current_exe().unwrap();
+    let out = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--net", "sh", "-c"])
+        .arg("ip link set lo up && exec \"$0\" \"$@\"")
+        .arg(&me)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(INSIDE, "1")
+        .output()
+        .expect("unshare (util-linux) runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "in the namespace: {text}");
+    assert!(text.contains("1 passed"), "{text}");
+    false
+}
+
+#[test]
+fn a_ring_nobody_reads_drops_and_says_so() {
+    if !in_own_namespace("packet_capture::tests::a_ring_nobody_reads_drops_and_says_so") {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // The smallest ring (two 1 MiB blocks), never read while 8 MiB pass.
+    let mut capture = PacketCapture::open(port, Some("lo"), 0).unwrap();
+    let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (mut server, _) = listener.accept().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut sink = vec![0u8; 1 << 16];
+        let mut got = 0usize;
+        while got < 8 << 20 {
+            got += std::io::Read::read(&mut client, &mut sink).unwrap();
+        }
+    });
+    let chunk = vec![7u8; 16 * 1024];
+    for _ in 0..(8 << 20) / chunk.len() {
+        server.write_all(&chunk).unwrap();
+    }
+    reader.join().unwrap();
+    // The kernel counts a drop as the packet finds the ring full.
+    let stats = capture.stats().unwrap();
+    assert!(
+        stats.drops > 0,
+        "a full ring drops, and the kernel counts it: {stats:?}"
+    );
+    assert!(stats.packets > stats.drops, "{stats:?}");
+    // What it kept still reads, and reading frees the ring again.
+    let mut read = 0;
+    while capture
+        .next_block(Duration::from_millis(50), |_, _| {})
+        .unwrap()
+        > 0
+    {
+        read += 1;
+    }
+    assert!(read >= 1);
+}
+
 #[test]
 fn captures_a_ports_outgoing_segments_in_its_own_namespace() {
-    if std::env::var_os(INSIDE).is_none() {
-        // Run this same test again in a new user and network namespace,
-        // its loopback brought up: nothing outside it is touched.
-        let me = std::env::current_exe().unwrap();
-        let out = Command::new("unshare")
-            .args(["--user", "--map-root-user", "--net", "sh", "-c"])
-            .arg("ip link set lo up && exec \"$0\" \"$@\"")
-            .arg(&me)
-            .args([
-                "--exact",
-                "packet_capture::tests::captures_a_ports_outgoing_segments_in_its_own_namespace",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(INSIDE, "1")
-            .output()
-            .expect("unshare (util-linux) runs");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "in the namespace: {text}");
-        assert!(text.contains("1 passed"), "{text}");
+    if !in_own_namespace(
+        "packet_capture::tests::captures_a_ports_outgoing_segments_in_its_own_namespace",
+    ) {
         return;
     }
 
