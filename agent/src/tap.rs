@@ -162,22 +162,10 @@ fn record_broadcast(b: TappedBroadcast, recorder: &Recorder) {
 }
 
 fn record_counters(tap: &Tap, capture: &mut PacketCapture, recorder: &Recorder) {
-    let c = tap.counters();
     let ring = capture.stats().unwrap_or_default();
     recorder.record(AgentRecord::TapCounters(TapCountersRecord {
         at: skewscope_os::clock::now(),
-        segments: c.segments,
-        followed: c.followed,
-        open_before_tap: c.open_before_tap,
-        not_websocket: c.not_websocket,
-        tls: c.tls,
-        broken: c.broken,
-        lost: c.lost,
-        retransmitted: c.retransmitted,
-        reordered: c.reordered,
-        messages: c.messages,
-        compressed: c.compressed,
-        inflated: c.inflated,
+        tap: tap.counters(),
         inflater_bytes: tap.inflater_bytes() as u64,
         ring_packets: ring.packets,
         ring_drops: ring.drops,

@@ -4,7 +4,6 @@
 //! CAP_NET_RAW the capture needs and touches nothing outside.
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::Duration;
 
 use agent::{AgentConfig, RunningAgent};
@@ -12,35 +11,15 @@ use futures_util::{SinkExt, StreamExt};
 use skewscope_core::identity::{TestMessage, encode_test_message};
 use skewscope_core::log::{AnyLog, read_file};
 use skewscope_core::record::AgentRecord;
+use skewscope_os::test_namespace::in_own_namespace;
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 
-const INSIDE: &str = "SKEWSCOPE_TEST_IN_NETNS";
 const LIMIT: Duration = Duration::from_secs(10);
 
 #[test]
 fn the_agent_records_a_foreign_servers_broadcasts_from_its_packets() {
-    if std::env::var_os(INSIDE).is_none() {
-        let me = std::env::current_exe().unwrap();
-        let out = Command::new("unshare")
-            .args(["--user", "--map-root-user", "--net", "sh", "-c"])
-            .arg("ip link set lo up && exec \"$0\" \"$@\"")
-            .arg(&me)
-            .args([
-                "--exact",
-                "the_agent_records_a_foreign_servers_broadcasts_from_its_packets",
-                "--nocapture",
-            ])
-            .env(INSIDE, "1")
-            .output()
-            .expect("unshare (util-linux) runs");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "in the namespace: {text}");
-        assert!(text.contains("1 passed"), "{text}");
+    if !in_own_namespace("the_agent_records_a_foreign_servers_broadcasts_from_its_packets") {
         return;
     }
     tokio::runtime::Builder::new_multi_thread()
@@ -164,10 +143,10 @@ async fn inside() {
             _ => None,
         })
         .expect("the tap's counters at shutdown");
-    assert_eq!(counters.followed, 3);
-    assert_eq!(counters.messages, 18);
+    assert_eq!(counters.tap.followed, 3);
+    assert_eq!(counters.tap.messages, 18);
     assert_eq!(
-        (counters.ring_drops, counters.lost, counters.broken),
+        (counters.ring_drops, counters.tap.lost, counters.tap.broken),
         (0, 0, 0)
     );
 }

@@ -66,18 +66,23 @@ fn tap_paragraph(out: &mut String, t: &skewscope_core::analysis::tapped::TapSumm
         let _ = writeln!(
             out,
             "    connections: {} followed; skipped {} open before the tap, {} plain HTTP, {} TLS; {} broken, {} lost",
-            c.followed, c.open_before_tap, c.not_websocket, c.tls, c.broken, c.lost
+            c.tap.followed,
+            c.tap.open_before_tap,
+            c.tap.not_websocket,
+            c.tap.tls,
+            c.tap.broken,
+            c.tap.lost
         );
         let _ = writeln!(
             out,
             "    segments: {} read, {} resent, {} out of order; capture ring: {} dropped; {} messages inflated ({} KiB of inflaters), {} compressed not identified",
-            c.segments,
-            c.retransmitted,
-            c.reordered,
+            c.tap.segments,
+            c.tap.retransmitted,
+            c.tap.reordered,
             c.ring_drops,
-            c.inflated,
+            c.tap.inflated,
             c.inflater_bytes / 1024,
-            c.compressed
+            c.tap.compressed
         );
     }
     for l in &t.latest_clients {

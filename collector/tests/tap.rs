@@ -11,36 +11,10 @@ use agent::{AgentConfig, RunningAgent};
 use collector::inputs::{Scope, read_inputs, report_within};
 use futures_util::{SinkExt, StreamExt};
 use probe::{ProbeConfig, RunningProbe};
+use skewscope_os::test_namespace::in_own_namespace;
 use tokio::net::TcpListener;
 
-const INSIDE: &str = "SKEWSCOPE_TEST_IN_NETNS";
 const LIMIT: Duration = Duration::from_secs(20);
-
-/// Runs test `name` again in a new user and network namespace, its
-/// loopback up, and says whether it passed there; `true` when this already
-/// is that run.
-fn in_own_namespace(name: &str) -> bool {
-    if std::env::var_os(INSIDE).is_some() {
-        return true;
-    }
-    let me = std::env::current_exe().unwrap();
-    let out = Command::new("unshare")
-        .args(["--user", "--map-root-user", "--net", "sh", "-c"])
-        .arg("ip link set lo up && exec \"$0\" \"$@\"")
-        .arg(&me)
-        .args(["--exact", name, "--nocapture"])
-        .env(INSIDE, "1")
-        .output()
-        .expect("unshare (util-linux) runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "in the namespace: {text}");
-    assert!(text.contains("1 passed"), "{text}");
-    false
-}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -197,12 +171,12 @@ async fn fastapi() {
     assert_eq!((tap.broadcasts, tap.clients), (broadcasts, 7));
     let counters = tap.counters.expect("counters");
     assert_eq!(
-        (counters.ring_drops, counters.lost, counters.broken),
+        (counters.ring_drops, counters.tap.lost, counters.tap.broken),
         (0, 0, 0)
     );
-    assert_eq!(counters.messages, 7 * broadcasts);
+    assert_eq!(counters.tap.messages, 7 * broadcasts);
     assert_eq!(
-        (counters.inflated, counters.compressed),
+        (counters.tap.inflated, counters.tap.compressed),
         (2 * broadcasts, 0)
     );
 }
@@ -323,7 +297,11 @@ async fn inside() {
     assert_eq!((tap.broadcasts, tap.clients), (broadcasts, 7));
     let counters = tap.counters.expect("the tap's counters");
     assert_eq!(
-        (counters.followed, counters.ring_drops, counters.lost),
+        (
+            counters.tap.followed,
+            counters.ring_drops,
+            counters.tap.lost
+        ),
         (7, 0, 0)
     );
     assert!(!tap.latest_clients.is_empty());

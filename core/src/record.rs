@@ -110,37 +110,13 @@ pub struct TapCopy {
     pub last_byte_wall_ns: u64,
 }
 
-/// The tap's counters (see `skewscope_core::tap::TapCounters`) and the
-/// capture ring's.
+/// The tap's counters and the capture ring's, written periodically.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TapCountersRecord {
     /// When they were read.
     pub at: Stamp,
-    /// Segments of the tapped port read.
-    pub segments: u64,
-    /// Connections followed from their start.
-    pub followed: u64,
-    /// Connections open before the tap: skipped.
-    pub open_before_tap: u64,
-    /// Connections that were plain HTTP.
-    pub not_websocket: u64,
-    /// Connections that spoke TLS: cannot be decoded.
-    pub tls: u64,
-    /// Connections that broke the protocol or a bound.
-    pub broken: u64,
-    /// Connections given up because the capture missed a segment.
-    pub lost: u64,
-    /// Segments resent.
-    pub retransmitted: u64,
-    /// Segments captured ahead of a gap.
-    pub reordered: u64,
-    /// Data messages decoded.
-    pub messages: u64,
-    /// Of those, compressed ones not inflated (past the inflaters' memory
-    /// bound), so not identified.
-    pub compressed: u64,
-    /// Compressed messages inflated (permessage-deflate) and identified.
-    pub inflated: u64,
+    /// What following the connections counted.
+    pub tap: crate::tap::TapCounters,
     /// Memory the inflaters hold (about 43 KiB per deflate connection).
     pub inflater_bytes: u64,
     /// Packets the capture's filter passed (kernel count).

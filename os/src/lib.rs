@@ -28,6 +28,8 @@ pub mod packet_capture;
 pub mod priority;
 pub mod rx_stamp;
 pub mod settings;
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_namespace;
 pub mod tx_stamp;
 #[cfg(feature = "uring")]
 pub mod uring;

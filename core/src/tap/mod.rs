@@ -79,7 +79,17 @@ pub enum TapEvent {
 }
 
 /// What the tap counted, for its records and for people.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 pub struct TapCounters {
     /// Segments read.
     pub segments: u64,

@@ -3,40 +3,12 @@
 
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use skewscope_core::tap::segment::parse;
 
 use super::*;
-
-const INSIDE: &str = "SKEWSCOPE_TEST_IN_NETNS";
-
-/// Runs test `name` again in a new user and network namespace, its
-/// loopback brought up (nothing outside it is touched); `true` when this
-/// already is that run.
-fn in_own_namespace(name: &str) -> bool {
-    if std::env::var_os(INSIDE).is_some() {
-        return true;
-    }
-    let me = std::env::current_exe().unwrap();
-    let out = Command::new("unshare")
-        .args(["--user", "--map-root-user", "--net", "sh", "-c"])
-        .arg("ip link set lo up && exec \"$0\" \"$@\"")
-        .arg(&me)
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(INSIDE, "1")
-        .output()
-        .expect("unshare (util-linux) runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "in the namespace: {text}");
-    assert!(text.contains("1 passed"), "{text}");
-    false
-}
+use crate::test_namespace::in_own_namespace;
 
 #[test]
 fn a_ring_nobody_reads_drops_and_says_so() {
