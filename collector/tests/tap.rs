@@ -16,6 +16,29 @@ use tokio::net::TcpListener;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
+/// Waits for the probes to end by themselves, stops the agent, and
+/// reports its log with theirs, the agent as clock reference.
+async fn finish_and_report(
+    probes: [RunningProbe; 2],
+    agent: RunningAgent,
+    dir: &Path,
+) -> skewscope_core::analysis::report::Report {
+    for p in probes {
+        tokio::time::timeout(LIMIT, p.finish())
+            .await
+            .expect("probe ends")
+            .expect("probe log");
+    }
+    let log = agent.log_path.clone();
+    agent.shutdown().await.unwrap();
+    let inputs = read_inputs(&[log, dir.join("a.sklog"), dir.join("b.sklog")]).unwrap();
+    let scope = Scope {
+        window: None,
+        agent_as_reference: true,
+    };
+    report_within(inputs, None, scope)
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -139,22 +162,7 @@ async fn fastapi() {
         );
         assert!(said.contains("done"), "{said}");
     }
-    for p in [a, b] {
-        tokio::time::timeout(LIMIT, p.finish())
-            .await
-            .expect("probe ends")
-            .expect("probe log");
-    }
-    let log = agent.log_path.clone();
-    agent.shutdown().await.unwrap();
-
-    let inputs =
-        read_inputs(&[log, dir.path().join("a.sklog"), dir.path().join("b.sklog")]).unwrap();
-    let scope = Scope {
-        window: None,
-        agent_as_reference: true,
-    };
-    let r = report_within(inputs, None, scope);
+    let r = finish_and_report([a, b], agent, dir.path()).await;
     assert_eq!(r.broadcasts, broadcasts);
     assert_eq!((r.receipts, r.missing), (5 * broadcasts, 0));
     assert_eq!(
@@ -256,22 +264,7 @@ async fn inside() {
             tokio::time::timeout(LIMIT, ws.next()).await.unwrap();
         }
     }
-    for p in [a, b] {
-        tokio::time::timeout(LIMIT, p.finish())
-            .await
-            .expect("probe ends")
-            .expect("probe log");
-    }
-    let log = agent.log_path.clone();
-    agent.shutdown().await.unwrap();
-
-    let inputs =
-        read_inputs(&[log, dir.path().join("a.sklog"), dir.path().join("b.sklog")]).unwrap();
-    let scope = Scope {
-        window: None,
-        agent_as_reference: true,
-    };
-    let r = report_within(inputs, None, scope);
+    let r = finish_and_report([a, b], agent, dir.path()).await;
     assert_eq!(r.broadcasts, broadcasts);
     assert_eq!(r.receipts, 5 * broadcasts);
     assert_eq!(r.missing, 0);
