@@ -18,6 +18,10 @@ use skewscope_os::packet_capture::PacketCapture;
 
 use crate::recorder::Recorder;
 
+/// At a stop, how long to wait for one more block of the ring before
+/// it counts as empty (blocks are handed over 10 ms after their first packet).
+const DRAIN_WAIT: Duration = Duration::from_millis(50);
+
 /// How often the tap's counters are recorded.
 const COUNTERS_EVERY: Duration = Duration::from_secs(2);
 
@@ -76,14 +80,25 @@ fn run(mut capture: PacketCapture, port: u16, recorder: &Recorder, stop: &Atomic
     let mut grouper = Grouper::new(DEFAULT_WINDOW_NS);
     let mut events = Vec::new();
     let mut last_counters = Instant::now();
-    while !stop.load(Ordering::Relaxed) {
-        let read = capture.next_block(Duration::from_millis(100), |at_ns, bytes| {
-            tap.packet(at_ns, bytes, &mut events)
-        });
-        if let Err(e) = read {
-            eprintln!("skewscope-agent: tap: capture failed: {e}; the tap stops");
-            break;
+    let mut stopping = false;
+    loop {
+        // Once asked to stop, what the ring still holds is read first: a
+        // block is handed over at most 10 ms after its first packet.
+        let wait = if stopping {
+            DRAIN_WAIT
+        } else {
+            Duration::from_millis(100)
+        };
+        let read = capture.next_block(wait, |at_ns, bytes| tap.packet(at_ns, bytes, &mut events));
+        match read {
+            Ok(0) if stopping => break,
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("skewscope-agent: tap: capture failed: {e}; the tap stops");
+                break;
+            }
         }
+        stopping |= stop.load(Ordering::Relaxed);
         for event in events.drain(..) {
             handle(event, &mut grouper, recorder);
         }

@@ -150,3 +150,100 @@ async fn inside() {
         (0, 0, 0)
     );
 }
+
+/// The agent tapping its own hub: the wire and the agent's own record of
+/// the same broadcasts must agree in order. Each copy's first byte leaves
+/// after the broadcast started, and its last byte before the agent saw its
+/// write return, so the tap's span is never longer than the recorded one.
+#[test]
+fn tapping_its_own_hub_the_wire_span_fits_inside_the_recorded_one() {
+    if !in_own_namespace("tapping_its_own_hub_the_wire_span_fits_inside_the_recorded_one") {
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(own_hub());
+}
+
+async fn own_hub() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = AgentConfig::local(dir.path().to_owned());
+    config.listen = ([127, 0, 0, 1], port).into();
+    config.tap_port = Some(port);
+    config.tap_interface = Some("lo".into());
+    let agent = RunningAgent::start(config)
+        .await
+        .expect("the agent taps itself");
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", agent.addr))
+            .await
+            .unwrap();
+        clients.push(ws);
+    }
+    while agent.clients() < 4 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    for _ in 0..8 {
+        agent.start_test().await;
+        for ws in &mut clients {
+            tokio::time::timeout(LIMIT, ws.next()).await.unwrap();
+        }
+    }
+    let log = agent.log_path.clone();
+    agent.shutdown().await.unwrap();
+
+    let AnyLog::Agent(decoded) = read_file(&log).unwrap() else {
+        panic!("an agent log");
+    };
+    let joined = skewscope_core::analysis::join::join(Some(&decoded.records), &[]);
+    // The hub's own record: start and last write, by test sequence number.
+    let mut recorded = std::collections::HashMap::new();
+    let mut seqs = std::collections::HashMap::new();
+    for r in &decoded.records {
+        if let AgentRecord::Broadcast(b) = r {
+            seqs.insert(b.id, b.seq.unwrap());
+        }
+    }
+    for b in &joined.broadcasts {
+        let skewscope_core::analysis::join::BroadcastKey::Agent { id, .. } = b.key else {
+            continue;
+        };
+        let a = b.agent.unwrap();
+        let end = a.start.wall_ns + a.fanout_span_ns.unwrap();
+        recorded.insert(seqs[&id], (a.start.wall_ns, end));
+    }
+    let tapped: Vec<_> = decoded
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            AgentRecord::TapBroadcast(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tapped.len(), 8);
+    // Slack for turning the hub's monotonic write times into wall time.
+    const SLACK_NS: u64 = 10_000;
+    for t in tapped {
+        assert_eq!(t.copies.len(), 4);
+        let (start, end) = recorded[&t.seq.expect("test messages")];
+        let first = t.copies.iter().map(|c| c.first_byte_wall_ns).min().unwrap();
+        let last = t.copies.iter().map(|c| c.last_byte_wall_ns).max().unwrap();
+        assert!(
+            first + SLACK_NS >= start,
+            "a copy left before its broadcast began"
+        );
+        assert!(
+            last <= end + SLACK_NS,
+            "a copy left after its write returned"
+        );
+    }
+}
