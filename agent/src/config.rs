@@ -85,6 +85,12 @@ pub struct AgentConfig {
     #[arg(long, default_value_t = 1024 * 1024)]
     pub max_publish: usize,
 
+    /// Most `/publish` body bytes held at once over all requests in flight;
+    /// a request that would go past it is answered 503 before its body is
+    /// read, so announcing large bodies cannot exhaust memory.
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    pub max_publish_in_flight: usize,
+
     /// Seconds a client has to send a request head or body.
     #[arg(long, default_value_t = 10)]
     pub request_timeout_secs: u64,

@@ -156,6 +156,11 @@ impl RunningAgent {
             time: counters.clone(),
             token,
             max_publish: config.max_publish,
+            publish_budget: Arc::new(tokio::sync::Semaphore::new(
+                config
+                    .max_publish_in_flight
+                    .min(tokio::sync::Semaphore::MAX_PERMITS),
+            )),
             request_timeout: config.request_timeout(),
             ingest,
             ingest_worker,

@@ -561,3 +561,55 @@ async fn tx_timestamps_are_recorded_for_every_copy() {
     }
     assert_eq!(software, 3 * 4, "a software TX stamp for every copy");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_bodies_in_flight_are_bounded_in_total() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |c| {
+        c.max_publish = 1024;
+        c.max_publish_in_flight = 4096;
+    })
+    .await;
+    // Four requests announce the largest body and send none of it.
+    let head = b"POST /publish HTTP/1.1\r\nHost: t\r\nContent-Length: 1024\r\n\r\n";
+    let mut holders = Vec::new();
+    for _ in 0..4 {
+        let mut s = TcpStream::connect(agent.addr).await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut s, head)
+            .await
+            .unwrap();
+        holders.push(s);
+    }
+    // A fifth is turned away before its body is read, not queued.
+    let refused = tokio::time::timeout(WAIT, async {
+        loop {
+            let r = request(agent.addr, "POST", "/publish", &[b'x'; 1024], None)
+                .await
+                .unwrap();
+            if r.status == 503 {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the budget fills");
+    assert!(refused.body.contains("in flight"), "{}", refused.body);
+    // When they go, their share is free again.
+    drop(holders);
+    let sent = tokio::time::timeout(WAIT, async {
+        loop {
+            let r = request(agent.addr, "POST", "/publish", b"after", None)
+                .await
+                .unwrap();
+            if r.status == 200 {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the budget frees");
+    assert!(sent.body.contains("\"broadcast\""), "{}", sent.body);
+    agent.shutdown().await.unwrap();
+}

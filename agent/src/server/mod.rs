@@ -29,6 +29,8 @@ pub struct Context {
     pub token: Option<String>,
     /// Largest `/publish` body.
     pub max_publish: usize,
+    /// Body bytes all `/publish` requests in flight may hold together.
+    pub publish_budget: Arc<tokio::sync::Semaphore>,
     /// Time allowed for a request head or body to arrive.
     pub request_timeout: Duration,
     /// The time port's counters, when it runs.
@@ -240,19 +242,34 @@ async fn publish(mut stream: TcpStream, request: Request, context: &Context) {
         );
         return respond(&mut stream, 413, "", &msg).await;
     }
+    // Held for the body's whole life: what requests in flight announced
+    // never adds up past the budget, whatever they announce.
+    let Ok(_held) = context
+        .publish_budget
+        .clone()
+        .try_acquire_many_owned(u32::try_from(len).unwrap_or(u32::MAX))
+    else {
+        return respond(
+            &mut stream,
+            503,
+            "Retry-After: 1\r\n",
+            "too many /publish bodies in flight; try again\n",
+        )
+        .await;
+    };
     let mut body = request.rest;
     body.truncate(len);
     if body.len() < len {
-        let start = body.len();
-        body.resize(len, 0);
+        // Grows with what arrives: nothing is reserved for bytes not sent.
+        let missing = (len - body.len()) as u64;
         let read = tokio::time::timeout(
             context.request_timeout,
-            stream.read_exact(&mut body[start..]),
+            (&mut stream).take(missing).read_to_end(&mut body),
         )
         .await;
         match read {
-            Ok(Ok(_)) => {}
-            Ok(Err(_)) => return, // vanished mid-body: nothing is broadcast
+            Ok(Ok(_)) if body.len() == len => {}
+            Ok(_) => return, // vanished mid-body: nothing is broadcast
             Err(_) => return respond(&mut stream, 408, "", "request body timed out\n").await,
         }
     }
