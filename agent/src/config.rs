@@ -85,6 +85,12 @@ pub struct AgentConfig {
     #[arg(long, default_value_t = 1024 * 1024)]
     pub max_publish: usize,
 
+    /// Most WebSocket clients at once; an upgrade past it is answered 503
+    /// and counted (`/healthz` `refused_clients`), so the operator can keep
+    /// the box safe. No limit by default.
+    #[arg(long, value_name = "N")]
+    pub max_clients: Option<usize>,
+
     /// Most `/publish` body bytes held at once over all requests in flight;
     /// a request that would go past it is answered 503 before its body is
     /// read, so announcing large bodies cannot exhaust memory.

@@ -156,6 +156,8 @@ impl RunningAgent {
             time: counters.clone(),
             token,
             max_publish: config.max_publish,
+            max_clients: config.max_clients,
+            refused_clients: Default::default(),
             publish_budget: Arc::new(tokio::sync::Semaphore::new(
                 config
                     .max_publish_in_flight

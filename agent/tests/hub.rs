@@ -613,3 +613,30 @@ async fn publish_bodies_in_flight_are_bounded_in_total() {
     assert!(sent.body.contains("\"broadcast\""), "{}", sent.body);
     agent.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_clients_turns_the_next_away_with_503_and_counts_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |c| c.max_clients = Some(2)).await;
+    let mut two = connect(&agent, 2).await;
+    match connect_async(format!("ws://{}/ws", agent.addr)).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status(), 503),
+        other => panic!("expected 503, got {other:?}"),
+    }
+    let health = request(agent.addr, "GET", "/healthz", b"", None)
+        .await
+        .unwrap();
+    assert!(
+        health.body.contains("\"refused_clients\":1"),
+        "{}",
+        health.body
+    );
+    // One leaves: there is room again.
+    two.pop().unwrap().close(None).await.unwrap();
+    wait_for_clients(&agent, 1).await;
+    let (_again, _) = connect_async(format!("ws://{}/ws", agent.addr))
+        .await
+        .expect("room for one more");
+    wait_for_clients(&agent, 2).await;
+    agent.shutdown().await.unwrap();
+}

@@ -31,6 +31,10 @@ pub struct Context {
     pub max_publish: usize,
     /// Body bytes all `/publish` requests in flight may hold together.
     pub publish_budget: Arc<tokio::sync::Semaphore>,
+    /// Most WebSocket clients at once (`--max-clients`).
+    pub max_clients: Option<usize>,
+    /// Upgrades refused for `--max-clients`.
+    pub refused_clients: std::sync::atomic::AtomicU64,
     /// Time allowed for a request head or body to arrive.
     pub request_timeout: Duration,
     /// The time port's counters, when it runs.
@@ -125,6 +129,21 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, context: &Context) {
 }
 
 async fn upgrade(mut stream: TcpStream, peer: SocketAddr, request: Request, context: &Context) {
+    if context
+        .max_clients
+        .is_some_and(|most| context.hub.clients() >= most)
+    {
+        context
+            .refused_clients
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return respond(
+            &mut stream,
+            503,
+            "Retry-After: 5\r\n",
+            "the hub is at --max-clients; try again later\n",
+        )
+        .await;
+    }
     let conn = context.hub.next_connection_id();
     let response = match accept(&request, conn) {
         Ok(r) => r,
@@ -289,8 +308,11 @@ fn health(context: &Context) -> String {
         None => "null".into(),
     };
     format!(
-        "{{\"status\":\"ok\",\"clients\":{},\"time\":{time},\"ingest\":{}}}\n",
+        "{{\"status\":\"ok\",\"clients\":{},\"refused_clients\":{},\"time\":{time},\"ingest\":{}}}\n",
         context.hub.clients(),
+        context
+            .refused_clients
+            .load(std::sync::atomic::Ordering::Relaxed),
         crate::ingest::health_json(&context.ingest)
     )
 }
