@@ -91,6 +91,14 @@ pub struct AgentConfig {
     #[arg(long, value_name = "N")]
     pub max_clients: Option<usize>,
 
+    /// Most connections whose request head has not arrived yet; past it a
+    /// new connection is answered 503 and closed at once (counted in
+    /// `/healthz` as `refused_pending`), so idle sockets cannot use up the
+    /// open files. Each waits at most --request-timeout-secs. The default
+    /// leaves room for 8,192 clients reconnecting at once.
+    #[arg(long, value_name = "N", default_value_t = 8192)]
+    pub max_pending: usize,
+
     /// Most `/publish` body bytes held at once over all requests in flight;
     /// a request that would go past it is answered 503 before its body is
     /// read, so announcing large bodies cannot exhaust memory.

@@ -157,6 +157,12 @@ impl RunningAgent {
             token,
             max_publish: config.max_publish,
             max_clients: config.max_clients,
+            pending: Arc::new(tokio::sync::Semaphore::new(
+                config
+                    .max_pending
+                    .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+            )),
+            refused_pending: Default::default(),
             refused_clients: Default::default(),
             publish_budget: Arc::new(tokio::sync::Semaphore::new(
                 config

@@ -640,3 +640,48 @@ async fn max_clients_turns_the_next_away_with_503_and_counts_it() {
     wait_for_clients(&agent, 2).await;
     agent.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_that_never_send_a_request_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |c| c.max_pending = 3).await;
+    // Three sockets that say nothing hold every pending place.
+    let mut idle = Vec::new();
+    for _ in 0..3 {
+        idle.push(TcpStream::connect(agent.addr).await.unwrap());
+    }
+    let refused = tokio::time::timeout(WAIT, async {
+        loop {
+            let r = request(agent.addr, "GET", "/healthz", b"", None).await;
+            if let Ok(r) = r
+                && r.status == 503
+            {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("a fourth connection is turned away at once");
+    assert!(refused.body.contains("pending"), "{}", refused.body);
+    // When they go, everyone else is served again, and it was counted.
+    drop(idle);
+    let health = tokio::time::timeout(WAIT, async {
+        loop {
+            if let Ok(r) = request(agent.addr, "GET", "/healthz", b"", None).await
+                && r.status == 200
+            {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("served again");
+    assert!(
+        !health.body.contains("\"refused_pending\":0"),
+        "{}",
+        health.body
+    );
+    agent.shutdown().await.unwrap();
+}

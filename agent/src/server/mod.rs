@@ -45,6 +45,11 @@ pub struct Context {
     pub ingest_worker: crate::ingest::Worker,
     /// This run and its data directory, for `/audit/…`.
     pub audit: audit::AuditSource,
+    /// Connections whose request head has not arrived yet, at most
+    /// `--max-pending` (one permit each).
+    pub pending: Arc<tokio::sync::Semaphore>,
+    /// Connections turned away because too many were pending.
+    pub refused_pending: std::sync::atomic::AtomicU64,
 }
 
 /// Accepts until `stop` turns true.
@@ -52,9 +57,26 @@ pub async fn serve(listener: TcpListener, context: Arc<Context>, mut stop: watch
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
+                Ok((mut stream, peer)) => {
                     let context = context.clone();
-                    tokio::spawn(async move { handle(stream, peer, &context).await });
+                    let Ok(permit) = context.pending.clone().try_acquire_owned() else {
+                        // Connections that never send a request must not
+                        // use up the open files everyone else needs.
+                        let refused = context
+                            .refused_pending
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if refused.is_power_of_two() {
+                            eprintln!(
+                                "skewscope-agent: too many connections without a request yet (--max-pending); refused {} so far",
+                                refused + 1
+                            );
+                        }
+                        tokio::spawn(async move {
+                            respond(&mut stream, 503, "Retry-After: 1\r\n", "too many pending connections\n").await
+                        });
+                        continue;
+                    };
+                    tokio::spawn(async move { handle(stream, peer, permit, &context).await });
                 }
                 // Out of file descriptors or a connection reset before accept:
                 // back off briefly and keep serving everyone else.
@@ -68,8 +90,16 @@ pub async fn serve(listener: TcpListener, context: Arc<Context>, mut stop: watch
     }
 }
 
-async fn handle(mut stream: TcpStream, peer: SocketAddr, context: &Context) {
-    let request = match read_head(&mut stream, context.request_timeout).await {
+async fn handle(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    pending: tokio::sync::OwnedSemaphorePermit,
+    context: &Context,
+) {
+    let head = read_head(&mut stream, context.request_timeout).await;
+    // Its request is here (or never will be): no longer pending.
+    drop(pending);
+    let request = match head {
         Ok(r) => r,
         Err(HeadError::Closed) => return,
         Err(e @ HeadError::Malformed(_)) => {
@@ -308,10 +338,13 @@ fn health(context: &Context) -> String {
         None => "null".into(),
     };
     format!(
-        "{{\"status\":\"ok\",\"clients\":{},\"refused_clients\":{},\"time\":{time},\"ingest\":{}}}\n",
+        "{{\"status\":\"ok\",\"clients\":{},\"refused_clients\":{},\"refused_pending\":{},\"time\":{time},\"ingest\":{}}}\n",
         context.hub.clients(),
         context
             .refused_clients
+            .load(std::sync::atomic::Ordering::Relaxed),
+        context
+            .refused_pending
             .load(std::sync::atomic::Ordering::Relaxed),
         crate::ingest::health_json(&context.ingest)
     )
