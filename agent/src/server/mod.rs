@@ -199,6 +199,9 @@ async fn upgrade(mut stream: TcpStream, peer: SocketAddr, request: Request, cont
     let Ok(std_stream) = stream.into_std() else {
         return;
     };
+    if let Err(e) = detect_vanished_peers(&std_stream) {
+        eprintln!("skewscope-agent: cannot set keepalive on {peer}: {e}");
+    }
     let label = request.query_param("probe").map(sanitize_label);
     context.hub.attach(
         NewClient {
@@ -235,6 +238,29 @@ async fn ingest(mut stream: TcpStream, request: Request, context: &Context) {
         context.hub.quiet(),
     )
     .await;
+}
+
+/// TCP keepalive probes after this long without traffic...
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+/// ...this far apart...
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// ...this many before the connection is given up.
+const KEEPALIVE_PROBES: u32 = 3;
+/// Sent data unacknowledged this long ends the connection too.
+const UNACKED_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A device that vanished without closing (power cut, Wi-Fi gone) is found
+/// out: an idle connection within 30 s + 3 × 10 s of keepalive probes, one
+/// with unacknowledged broadcasts within 60 s. The socket then fails, and
+/// the shard closes the client and records why.
+fn detect_vanished_peers(stream: &std::net::TcpStream) -> std::io::Result<()> {
+    let socket = socket2::SockRef::from(stream);
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE_IDLE)
+        .with_interval(KEEPALIVE_INTERVAL)
+        .with_retries(KEEPALIVE_PROBES);
+    socket.set_tcp_keepalive(&keepalive)?;
+    socket.set_tcp_user_timeout(Some(UNACKED_TIMEOUT))
 }
 
 /// Keeps labels printable and short: they end up in logs and reports.
@@ -372,6 +398,20 @@ mod tests {
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(!constant_time_eq(b"abc", b"abd"));
         assert!(!constant_time_eq(b"abc", b"abcd"));
+    }
+
+    #[test]
+    fn clients_sockets_find_out_a_vanished_peer() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        detect_vanished_peers(&server).unwrap();
+        let s = socket2::SockRef::from(&server);
+        assert!(s.keepalive().unwrap());
+        assert_eq!(s.tcp_keepalive_time().unwrap(), KEEPALIVE_IDLE);
+        assert_eq!(s.tcp_keepalive_interval().unwrap(), KEEPALIVE_INTERVAL);
+        assert_eq!(s.tcp_keepalive_retries().unwrap(), KEEPALIVE_PROBES);
+        assert_eq!(s.tcp_user_timeout().unwrap(), Some(UNACKED_TIMEOUT));
     }
 
     #[test]
