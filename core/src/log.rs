@@ -67,6 +67,13 @@ pub enum LogError {
         /// The OS error.
         source: io::Error,
     },
+    /// Not a regular file (a FIFO, a device, a directory): never read, so
+    /// `/dev/zero` cannot fill memory and a FIFO cannot hang the report.
+    #[error("{path}: not a regular file, so not a record log")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+    },
     /// The file does not start with the skewscope header.
     #[error("{path}: not a skewscope record log (missing the SKWSCOPE header)")]
     NotALog {
@@ -355,10 +362,25 @@ pub enum AnyLog {
 /// counted; only a missing or foreign file is an error.
 #[cfg(feature = "fs")]
 pub fn read_file(path: &Path) -> Result<AnyLog, LogError> {
-    let bytes = std::fs::read(path).map_err(|source| LogError::Io {
+    use std::io::Read;
+    let io = |source| LogError::Io {
         path: path.to_owned(),
         source,
-    })?;
+    };
+    if !std::fs::metadata(path).map_err(io)?.is_file() {
+        return Err(LogError::NotAFile {
+            path: path.to_owned(),
+        });
+    }
+    // The header first: a large file that is not a log is refused unread.
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let mut bytes = Vec::new();
+    (&mut file)
+        .take(HEADER_LEN as u64)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    read_header(path, &bytes)?;
+    file.read_to_end(&mut bytes).map_err(io)?;
     let kind = read_header(path, &bytes)?;
     let body = &bytes[HEADER_LEN..];
     Ok(match kind {
@@ -455,6 +477,33 @@ mod tests {
         let e = read_header(Path::new("future.sklog"), &bytes).unwrap_err();
         assert!(matches!(e, LogError::UnsupportedVersion { found: 99, .. }));
         assert!(e.to_string().contains("future.sklog"));
+    }
+
+    #[cfg(all(feature = "fs", unix))]
+    #[test]
+    fn what_is_not_a_regular_file_or_not_a_log_is_refused_unread() {
+        let e = read_file(Path::new("/dev/zero")).unwrap_err();
+        assert!(matches!(e, LogError::NotAFile { .. }), "{e}");
+        let dir = std::env::temp_dir();
+        let e = read_file(&dir).unwrap_err();
+        assert!(matches!(e, LogError::NotAFile { .. }), "{e}");
+        // A FIFO is refused before it is opened (opening it would block).
+        let fifo = dir.join(format!("skewscope-fifo-{}", std::process::id()));
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let e = read_file(&fifo).unwrap_err();
+        std::fs::remove_file(&fifo).unwrap();
+        assert!(matches!(e, LogError::NotAFile { .. }), "{e}");
+        // A large sparse file that is not a log: its header is read, not it.
+        let big = dir.join(format!("skewscope-sparse-{}", std::process::id()));
+        let f = std::fs::File::create(&big).unwrap();
+        f.set_len(2 << 30).unwrap();
+        let e = read_file(&big).unwrap_err();
+        std::fs::remove_file(&big).unwrap();
+        assert!(matches!(e, LogError::NotALog { .. }), "{e}");
     }
 
     #[test]
