@@ -277,9 +277,9 @@ async fn authorized(stream: &mut TcpStream, request: &Request, context: &Context
     };
     let given = request
         .header("authorization")
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(bearer_token)
         .unwrap_or("");
-    if constant_time_eq(given.trim().as_bytes(), token.as_bytes()) {
+    if constant_time_eq(given.as_bytes(), token.as_bytes()) {
         return true;
     }
     respond(
@@ -293,11 +293,26 @@ async fn authorized(stream: &mut TcpStream, request: &Request, context: &Context
 }
 
 /// Compares without an early exit, so response timing does not leak the token.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+/// The token of an `Authorization: Bearer TOKEN` value; the scheme name
+/// is case-insensitive (RFC 7235 §2.1).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+}
+
+/// Compares `given` with `token` in a time that depends only on what was
+/// given: neither where they differ nor the token's length shows.
+fn constant_time_eq(given: &[u8], token: &[u8]) -> bool {
+    let mut diff = u8::from(given.len() != token.len());
+    for (i, g) in given.iter().enumerate() {
+        // Past the token's end, compare with its bytes again (the length
+        // already differs); never an early exit.
+        let t = token.get(i % token.len().max(1)).copied().unwrap_or(0);
+        diff |= g ^ t;
     }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    diff == 0 && !token.is_empty()
 }
 
 async fn publish(mut stream: TcpStream, request: Request, context: &Context) {
@@ -398,6 +413,18 @@ mod tests {
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(!constant_time_eq(b"abc", b"abd"));
         assert!(!constant_time_eq(b"abc", b"abcd"));
+        assert!(!constant_time_eq(b"abcd", b"abc"));
+        assert!(!constant_time_eq(b"abcabc", b"abc"));
+        assert!(!constant_time_eq(b"", b""));
+    }
+
+    #[test]
+    fn the_bearer_scheme_name_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer s3cret"), Some("s3cret"));
+        assert_eq!(bearer_token("bearer s3cret "), Some("s3cret"));
+        assert_eq!(bearer_token("BEARER  s3cret"), Some("s3cret"));
+        assert_eq!(bearer_token("Basic dXNlcjpwdw=="), None);
+        assert_eq!(bearer_token("Bearer"), None);
     }
 
     #[test]
