@@ -685,3 +685,26 @@ async fn connections_that_never_send_a_request_are_bounded() {
     );
     agent.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_length_must_be_one_and_digits_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |_| {}).await;
+    for (head, status) in [
+        ("Content-Length: -1\r\n", "400"),
+        ("Content-Length: +5\r\n", "400"),
+        ("Content-Length: 0x10\r\n", "400"),
+        ("Content-Length: 2\r\nContent-Length: 2\r\n", "400"),
+        ("", "411"),
+    ] {
+        let mut s = StdTcpStream::connect(agent.addr).unwrap();
+        write!(s, "POST /publish HTTP/1.1\r\nHost: t\r\n{head}\r\nhi").unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{head:?}: {answer}"
+        );
+    }
+    agent.shutdown().await.unwrap();
+}
