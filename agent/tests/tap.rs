@@ -17,17 +17,20 @@ use tokio_tungstenite::tungstenite::Message;
 
 const LIMIT: Duration = Duration::from_secs(10);
 
-#[test]
-fn the_agent_records_a_foreign_servers_broadcasts_from_its_packets() {
-    if !in_own_namespace("the_agent_records_a_foreign_servers_broadcasts_from_its_packets") {
-        return;
-    }
+fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap()
-        .block_on(inside());
+}
+
+#[test]
+fn the_agent_records_a_foreign_servers_broadcasts_from_its_packets() {
+    if !in_own_namespace("the_agent_records_a_foreign_servers_broadcasts_from_its_packets") {
+        return;
+    }
+    runtime().block_on(inside());
 }
 
 async fn inside() {
@@ -160,12 +163,7 @@ fn tapping_its_own_hub_the_wire_span_fits_inside_the_recorded_one() {
     if !in_own_namespace("tapping_its_own_hub_the_wire_span_fits_inside_the_recorded_one") {
         return;
     }
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(own_hub());
+    runtime().block_on(own_hub());
 }
 
 async fn own_hub() {
