@@ -11,7 +11,6 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use common::{Reaped, SKEWSCOPE, sibling_binary, start_agent_with, wait_until};
-use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Starts a probe with `conns` connections to `url`, uploading to the agent.
@@ -230,28 +229,7 @@ fn foreign_server(runtime: &tokio::runtime::Runtime) -> (SocketAddr, SocketAddr)
         )
     });
     let addrs = (ws.local_addr().unwrap(), http.local_addr().unwrap());
-    let (tx, _) = tokio::sync::broadcast::channel::<String>(64);
-    let sender = tx.clone();
-    runtime.spawn(async move {
-        loop {
-            let (stream, _) = ws.accept().await.unwrap();
-            let mut rx = tx.subscribe();
-            tokio::spawn(async move {
-                let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
-                    return;
-                };
-                loop {
-                    tokio::select! {
-                        msg = rx.recv() => match msg {
-                            Ok(text) => if ws.send(text.into()).await.is_err() { return },
-                            Err(_) => return,
-                        },
-                        incoming = ws.next() => if !matches!(incoming, Some(Ok(_))) { return },
-                    }
-                }
-            });
-        }
-    });
+    let sender = runtime.block_on(async { common::broadcaster::serve(ws) });
     runtime.spawn(async move {
         let message = "Lorem ipsum dolor sit amet, ".repeat(16);
         loop {

@@ -3,13 +3,15 @@
 //! copy and the network time, as for the hub. In a user and network
 //! namespace of the test's own (the capture needs CAP_NET_RAW there).
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use agent::{AgentConfig, RunningAgent};
 use collector::inputs::{Scope, read_inputs, report_within};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use probe::{ProbeConfig, RunningProbe};
 use skewscope_os::test_namespace::in_own_namespace;
 use tokio::net::TcpListener;
@@ -210,28 +212,7 @@ async fn start_probe(
 async fn inside() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = listener.local_addr().unwrap();
-    let (tx, _) = tokio::sync::broadcast::channel::<String>(64);
-    let sender = tx.clone();
-    tokio::spawn(async move {
-        loop {
-            let (stream, _) = listener.accept().await.unwrap();
-            let mut rx = tx.subscribe();
-            tokio::spawn(async move {
-                let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
-                    return;
-                };
-                loop {
-                    tokio::select! {
-                        m = rx.recv() => match m {
-                            Ok(text) => if ws.send(text.into()).await.is_err() { return },
-                            Err(_) => return,
-                        },
-                        incoming = ws.next() => if !matches!(incoming, Some(Ok(_))) { return },
-                    }
-                }
-            });
-        }
-    });
+    let sender = common::broadcaster::serve(listener);
 
     let dir = tempfile::tempdir().unwrap();
     let mut config = AgentConfig::local(dir.path().join("agent"));

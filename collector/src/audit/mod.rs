@@ -196,6 +196,8 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
         window,
         agent_as_reference: options.trigger.is_some(),
     };
+    // The copy is read again only when a poll fetched something new.
+    let mut read: Option<inputs::Inputs> = None;
     let (inputs, state) = loop {
         let status = match api.status() {
             Ok(s) => s,
@@ -220,9 +222,12 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
                 to_wall_ns: wall_now + FOREIGN_MARGIN_NS,
             });
         }
-        let files = sync_logs(&api, &mirror, &status)?;
-        let inputs = inputs::read_inputs(&files).map_err(|e| CannotAudit(format!("{e:#}")))?;
-        let joined = inputs::join(&inputs, scope(window));
+        let (files, fetched) = sync_logs(&api, &mirror, &status)?;
+        if fetched > 0 || read.is_none() {
+            read = Some(inputs::read_inputs(&files).map_err(|e| CannotAudit(format!("{e:#}")))?);
+        }
+        let inputs = read.as_ref().expect("read above");
+        let joined = inputs::join(inputs, scope(window));
         let uploading: Vec<(u128, String)> = status
             .probes
             .iter()
@@ -260,7 +265,7 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
             state.receipts, state.outstanding, state.broadcasts
         ));
         if state.done || Instant::now() >= deadline {
-            break (inputs, state);
+            break (read.take().expect("read above"), state);
         }
         std::thread::sleep(POLL);
     };
@@ -347,27 +352,27 @@ fn wait_for_probes(
 }
 
 /// Copies what is new of this agent run's segments and of every probe run
-/// it stores; returns the local copies to read.
+/// it stores; returns the local copies to read and the bytes fetched.
 fn sync_logs(
     api: &AgentApi,
     mirror: &Mirror,
     status: &Status,
-) -> Result<Vec<PathBuf>, CannotAudit> {
+) -> Result<(Vec<PathBuf>, u64), CannotAudit> {
     let prefix = format!("{}-", status.segment_stem);
     let wanted = status
         .logs
         .iter()
         .filter(|l| l.name.starts_with(&prefix) || status.probes.iter().any(|p| p.file == l.name));
-    let mut files = Vec::new();
+    let (mut files, mut fetched) = (Vec::new(), 0);
     for log in wanted {
-        mirror.sync(api, &log.name)?;
+        fetched += mirror.sync(api, &log.name)?;
         let path = mirror.path_of(&log.name);
         if path.exists() {
             files.push(path);
         }
     }
     files.sort();
-    Ok(files)
+    Ok((files, fetched))
 }
 
 /// The run id of a probe log, from its `Identity` record.

@@ -1,6 +1,7 @@
 //! Helpers for tests that run the binaries as separate processes.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod broadcaster;
 pub mod proxy;
 
 use std::io::{BufRead, BufReader};

@@ -101,11 +101,6 @@ impl ServerFrames {
         }
     }
 
-    /// Bytes of the message being read: what this connection holds now.
-    pub fn held_bytes(&self) -> usize {
-        self.message.as_ref().map_or(0, |m| m.payload.len())
-    }
-
     /// Reads `bytes`, captured at `at_ns`; pushes what completes to `out`.
     pub fn push(
         &mut self,
