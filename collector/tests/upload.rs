@@ -313,8 +313,9 @@ impl StderrOf for std::process::Child {
 }
 
 /// logrotate moves the probe's log away and SIGHUPs it: the recorder starts
-/// a new file and the uploader follows the run into it, so the agent stores
-/// the whole run, the rotated file's records then the new file's.
+/// a new file and the uploader follows the run into it, also across a
+/// reconnect, so the agent stores the whole run, the rotated file's records
+/// then the new file's.
 #[test]
 fn an_upload_follows_the_log_across_a_rotation() {
     let dir = tempfile::tempdir().unwrap();
@@ -336,7 +337,12 @@ fn an_upload_follows_the_log_across_a_rotation() {
         trigger(&addr);
     }
     wait_until("eight receipts in the new log", || receipts_in(&out) == 8);
-    signal(&probe.0, Signal::SIGTERM);
+    // The agent dies and comes back: the uploader's next session must go
+    // on from the rotated run, not from the new file read from its start.
+    signal(&agent.0, Signal::SIGKILL);
+    agent.0.wait().unwrap();
+    let (mut agent, _, _) = start_agent_at(dir.path(), &addr);
+    // Its connections ended with the agent; the run ends and drains.
     let output = probe.0.wait_with_output_after_take();
     signal(&agent.0, Signal::SIGTERM);
     agent.0.wait().unwrap();

@@ -96,10 +96,21 @@ async fn upload_until_complete(
 ) {
     let mut backoff = crate::backoff::Backoff::default();
     let mut batch_bytes = BATCH_BYTES;
+    // One spool for the whole run, across sessions: it has followed every
+    // rotation so far, which a spool opened at the path again would not.
+    let mut spool = None;
     loop {
         let acked_before = state.borrow().acked;
         let mut reached = false;
-        match session(upload, &mut ended, state, batch_bytes, &mut reached).await {
+        let outcome = session(
+            upload,
+            &mut spool,
+            &mut ended,
+            state,
+            batch_bytes,
+            &mut reached,
+        );
+        match outcome.await {
             Ok(()) => return,
             Err(e) => {
                 if reached {
@@ -126,6 +137,7 @@ async fn upload_until_complete(
 /// `reached` turns true once the agent answered the hello.
 async fn session(
     upload: &Upload,
+    spool: &mut Option<Spool>,
     ended: &mut watch::Receiver<bool>,
     state: &watch::Sender<UploadState>,
     batch_bytes: usize,
@@ -154,7 +166,10 @@ async fn session(
     ws.send(Message::Binary(encode(&hello).into()))
         .await
         .map_err(|e| e.to_string())?;
-    let mut spool = Spool::open(&upload.log, upload.follow).map_err(|e| e.to_string())?;
+    let spool = match spool {
+        Some(spool) => spool,
+        None => spool.insert(Spool::open(&upload.log, upload.follow).map_err(|e| e.to_string())?),
+    };
     let mut next_seq = receive_ack(&mut ws).await?.0;
     *reached = true;
     loop {
