@@ -112,32 +112,20 @@ fn probe_connections_come_back_after_the_agent_restarts() {
             .spawn()
             .unwrap(),
     );
-    let opened = |out: &Path| {
-        probe_records(out)
-            .iter()
-            .filter(|r| matches!(r, ProbeRecord::ConnectionOpened(_)))
-            .count()
-    };
-    wait_until("three connections", || out.exists() && opened(&out) == 3);
+    wait_until("three connections", || out.exists() && opened_in(&out) == 3);
     for _ in 0..4 {
         trigger(&addr);
     }
-    let receipts = |out: &Path| {
-        probe_records(out)
-            .iter()
-            .filter(|r| matches!(r, ProbeRecord::Receipt(_)))
-            .count()
-    };
-    wait_until("twelve receipts", || receipts(&out) == 12);
+    wait_until("twelve receipts", || receipts_in(&out) == 12);
     signal(&agent.0, Signal::SIGKILL);
     agent.0.wait().unwrap();
     // Broadcasts nobody can hear while it is down are not anyone's loss.
     let (mut agent, _, _) = start_agent_at(dir.path(), &addr);
-    wait_until("the three connections back", || opened(&out) == 6);
+    wait_until("the three connections back", || opened_in(&out) == 6);
     for _ in 0..5 {
         trigger(&addr);
     }
-    wait_until("fifteen more receipts", || receipts(&out) == 27);
+    wait_until("fifteen more receipts", || receipts_in(&out) == 27);
     signal(&probe.0, Signal::SIGTERM);
     assert!(probe.0.wait().unwrap().success());
     signal(&agent.0, Signal::SIGTERM);

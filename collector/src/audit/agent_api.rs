@@ -59,8 +59,6 @@ pub struct ProbeRun {
     pub file: String,
     /// The probe's name.
     pub name: String,
-    /// Records stored.
-    pub records: u64,
     /// Uploading right now.
     pub uploading: bool,
 }
@@ -97,8 +95,6 @@ pub struct Status {
     pub now_wall_ns: u64,
     /// WebSocket clients of the hub.
     pub clients: u64,
-    /// Broadcasts so far in this run.
-    pub broadcasts: u64,
     /// Probe runs uploaded since the agent started.
     pub probes: Vec<ProbeRun>,
     /// Every record log in the data directory.

@@ -365,7 +365,7 @@ fn sync_logs(
         .filter(|l| l.name.starts_with(&prefix) || status.probes.iter().any(|p| p.file == l.name));
     let (mut files, mut fetched) = (Vec::new(), 0);
     for log in wanted {
-        fetched += mirror.sync(api, &log.name)?;
+        fetched += mirror.sync(api, &log.name, log.bytes)?;
         let path = mirror.path_of(&log.name);
         if path.exists() {
             files.push(path);
