@@ -54,6 +54,22 @@ impl TappedBroadcast {
     }
 }
 
+/// A broadcast being gathered.
+#[derive(Debug)]
+struct Open {
+    broadcast: TappedBroadcast,
+    /// The clients it has reached: a set, so a copy costs the same at
+    /// 10,000 clients as at 10.
+    clients: HashSet<SocketAddr>,
+    /// When its latest copy went out, if by then it had reached every
+    /// WebSocket open at the time.
+    reached_all_at: Option<u64>,
+}
+
+/// How long a broadcast that reached every open connection waits for
+/// a copy to one that opened meanwhile, before it is done.
+pub const REACHED_ALL_GRACE_NS: u64 = 50_000_000;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Group {
     Seq(u64),
@@ -66,7 +82,7 @@ pub struct Grouper {
     window_ns: u64,
     /// Each open broadcast and the clients it has reached (a set, so a copy
     /// costs the same at 10,000 clients as at 10).
-    open: HashMap<Group, (TappedBroadcast, HashSet<SocketAddr>)>,
+    open: HashMap<Group, Open>,
     next_id: u64,
 }
 
@@ -80,9 +96,10 @@ impl Grouper {
         }
     }
 
-    /// Takes one copy; returns a broadcast this copy shows is complete: the
-    /// same payload again to a client that already had it starts a new one,
-    /// and one that has reached all `connections` open now is done at once.
+    /// Takes one copy; returns a broadcast this copy shows is complete (the
+    /// same payload again to a client that already had it starts a new
+    /// one). One that has reached all `connections` open now is done
+    /// [`REACHED_ALL_GRACE_NS`] after its latest copy, see [`Grouper::due`].
     pub fn copy(
         &mut self,
         key: MessageKey,
@@ -96,16 +113,16 @@ impl Grouper {
             MessageKey::Hash { hash, .. } => (Group::Payload(hash), None),
         };
         let mut closed = Vec::new();
-        if let Some((b, clients)) = self.open.get(&group) {
-            let again = clients.contains(&copy.client);
-            let late =
-                seq.is_none() && copy.first_byte_ns > b.copies[0].first_byte_ns + self.window_ns;
+        if let Some(o) = self.open.get(&group) {
+            let again = o.clients.contains(&copy.client);
+            let late = seq.is_none()
+                && copy.first_byte_ns > o.broadcast.copies[0].first_byte_ns + self.window_ns;
             if again || late {
-                closed.extend(self.open.remove(&group).map(|(b, _)| sorted(b)));
+                closed.extend(self.open.remove(&group).map(|o| sorted(o.broadcast)));
             }
         }
         let next_id = &mut self.next_id;
-        let (b, clients) = self.open.entry(group).or_insert_with(|| {
+        let o = self.open.entry(group).or_insert_with(|| {
             let id = *next_id;
             *next_id += 1;
             let b = TappedBroadcast {
@@ -115,30 +132,37 @@ impl Grouper {
                 len,
                 copies: Vec::new(),
             };
-            (b, HashSet::new())
+            Open {
+                broadcast: b,
+                clients: HashSet::new(),
+                reached_all_at: None,
+            }
         });
-        clients.insert(copy.client);
-        b.copies.push(copy);
-        if b.copies.len() >= connections {
-            closed.extend(self.open.remove(&group).map(|(b, _)| sorted(b)));
-        }
+        o.clients.insert(copy.client);
+        o.broadcast.copies.push(copy);
+        o.reached_all_at = (o.clients.len() >= connections).then_some(copy.last_byte_ns);
         closed
     }
 
     /// Closes every broadcast whose first copy is more than the window
-    /// before `now_ns`: no copy of it can still come.
+    /// before `now_ns` (no copy of it can still come), and every one that
+    /// reached all open connections more than [`REACHED_ALL_GRACE_NS`] ago.
     pub fn due(&mut self, now_ns: u64) -> Vec<TappedBroadcast> {
         let window = self.window_ns;
         let due: Vec<Group> = self
             .open
             .iter()
-            .filter(|(_, (b, _))| b.copies[0].first_byte_ns + window < now_ns)
+            .filter(|(_, o)| {
+                o.broadcast.copies[0].first_byte_ns + window < now_ns
+                    || o.reached_all_at
+                        .is_some_and(|t| t.saturating_add(REACHED_ALL_GRACE_NS) < now_ns)
+            })
             .map(|(g, _)| *g)
             .collect();
         let mut out: Vec<TappedBroadcast> = due
             .into_iter()
             .filter_map(|g| self.open.remove(&g))
-            .map(|(b, _)| sorted(b))
+            .map(|o| sorted(o.broadcast))
             .collect();
         out.sort_by_key(|b| b.id);
         out
@@ -218,12 +242,17 @@ mod tests {
     }
 
     #[test]
-    fn a_broadcast_that_reached_every_open_connection_is_done_at_once() {
-        let mut g = Grouper::new(1_000);
+    fn a_broadcast_that_reached_every_open_connection_is_done_soon() {
+        let grace = REACHED_ALL_GRACE_NS;
+        let mut g = Grouper::new(100 * grace);
         assert!(g.copy(hashed(9, 0), 9, 10, copy(1, 100, 100), 2).is_empty());
-        let done = g.copy(hashed(9, 0), 9, 10, copy(2, 101, 101), 2);
+        assert!(g.copy(hashed(9, 0), 9, 10, copy(2, 101, 101), 2).is_empty());
+        // A client that opened during the fan-out still gets in.
+        assert!(g.copy(hashed(9, 0), 9, 10, copy(3, 105, 105), 3).is_empty());
+        assert!(g.due(105 + grace).is_empty(), "not before the grace");
+        let done = g.due(106 + grace);
         assert_eq!(done.len(), 1);
-        assert_eq!(done[0].copies.len(), 2);
+        assert_eq!(done[0].copies.len(), 3);
         assert!(g.finish().is_empty());
     }
 
