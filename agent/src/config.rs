@@ -148,8 +148,11 @@ pub struct AgentConfig {
     #[arg(long, value_name = "IF", requires = "tap_port")]
     pub tap_interface: Option<String>,
 
-    /// Bytes of the capture ring (packets wait there for the tap thread).
-    #[arg(long, default_value_t = 16 << 20)]
+    /// Bytes of the capture ring, in 1 MiB blocks: packets wait there for the
+    /// tap thread. Each block holds up to 40 ms of packets, so the default 32
+    /// blocks cover the tap being kept off the CPU for 1.28 s, or about
+    /// 50,000 packets of a broadcast.
+    #[arg(long, default_value_t = 32 << 20)]
     pub tap_ring_bytes: usize,
 }
 

@@ -9,7 +9,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use skewscope_core::record::{
-    AgentRecord, TapBroadcast, TapConnectionEvent, TapCopy, TapCountersRecord, TapStarted,
+    AgentRecord, TapBroadcast, TapConnectionEvent, TapConnectionTotals, TapCopy, TapCountersRecord,
+    TapStarted,
 };
 use skewscope_core::tap::broadcasts::{DEFAULT_WINDOW_NS, Grouper, TappedBroadcast, TappedCopy};
 use skewscope_core::tap::server_frames::DEFAULT_MAX_MESSAGE;
@@ -19,8 +20,8 @@ use skewscope_os::packet_capture::PacketCapture;
 use crate::recorder::Recorder;
 
 /// At a stop, how long to wait for one more block of the ring before
-/// it counts as empty (blocks are handed over 10 ms after their first packet).
-const DRAIN_WAIT: Duration = Duration::from_millis(50);
+/// it counts as empty (blocks are handed over 40 ms after their first packet).
+const DRAIN_WAIT: Duration = Duration::from_millis(100);
 
 /// How often the tap's counters are recorded.
 const COUNTERS_EVERY: Duration = Duration::from_secs(2);
@@ -81,34 +82,50 @@ fn run(mut capture: PacketCapture, port: u16, recorder: &Recorder, stop: &Atomic
     let mut events = Vec::new();
     let mut last_counters = Instant::now();
     let mut stopping = false;
+    // Capture time up to which every packet has been read: what closes a
+    // broadcast, since a tap kept off the CPU reads packets late.
+    let mut seen_ns = 0u64;
     loop {
         // Once asked to stop, what the ring still holds is read first: a
-        // block is handed over at most 10 ms after its first packet.
+        // block is handed over at most 40 ms after its first packet.
         let wait = if stopping {
             DRAIN_WAIT
         } else {
             Duration::from_millis(100)
         };
-        let read = capture.next_block(wait, |at_ns, bytes| tap.packet(at_ns, bytes, &mut events));
-        match read {
-            Ok(0) if stopping => break,
-            Ok(_) => {}
+        let read = capture.next_block(wait, |at_ns, bytes| {
+            seen_ns = seen_ns.max(at_ns);
+            tap.packet(at_ns, bytes, &mut events)
+        });
+        let horizon = match read {
+            Ok(None) if stopping => break,
+            // Nothing came for the wait: the ring is empty up to the
+            // kernel's hand-over delay.
+            Ok(None) => {
+                let handover = skewscope_os::packet_capture::HANDOVER.as_nanos() as u64;
+                seen_ns.max(skewscope_os::clock::now().wall_ns.saturating_sub(handover))
+            }
+            Ok(Some(_)) => seen_ns,
             Err(e) => {
                 eprintln!("skewscope-agent: tap: capture failed: {e}; the tap stops");
                 break;
             }
-        }
+        };
         stopping |= stop.load(Ordering::Relaxed);
         for event in events.drain(..) {
             handle(event, &mut grouper, recorder);
         }
-        for b in grouper.due(skewscope_os::clock::now().wall_ns) {
+        for b in grouper.due(horizon) {
             record_broadcast(b, recorder);
         }
         if last_counters.elapsed() >= COUNTERS_EVERY {
             last_counters = Instant::now();
             record_counters(&tap, &mut capture, recorder);
         }
+    }
+    tap.finish(skewscope_os::clock::now().wall_ns, &mut events);
+    for event in events.drain(..) {
+        handle(event, &mut grouper, recorder);
     }
     for b in grouper.finish() {
         record_broadcast(b, recorder);
@@ -122,11 +139,14 @@ fn handle(event: TapEvent, grouper: &mut Grouper, recorder: &Recorder) {
             client,
             at_ns,
             deflate,
-        } => recorder.record(AgentRecord::TapConnectionOpened(TapConnectionEvent {
-            client: client.to_string(),
-            at_wall_ns: at_ns,
-            detail: if deflate { "permessage-deflate" } else { "" }.into(),
-        })),
+        } => {
+            grouper.opened(client, at_ns);
+            recorder.record(AgentRecord::TapConnectionOpened(TapConnectionEvent {
+                client: client.to_string(),
+                at_wall_ns: at_ns,
+                detail: if deflate { "permessage-deflate" } else { "" }.into(),
+            }))
+        }
         TapEvent::Message {
             client,
             key,
@@ -155,6 +175,22 @@ fn handle(event: TapEvent, grouper: &mut Grouper, recorder: &Recorder) {
             at_wall_ns: at_ns,
             detail: reason.into(),
         })),
+        TapEvent::Ended {
+            client,
+            at_ns,
+            segments,
+            resent,
+            reordered,
+        } => {
+            grouper.closed(client);
+            recorder.record(AgentRecord::TapConnectionTotals(TapConnectionTotals {
+                client: client.to_string(),
+                at_wall_ns: at_ns,
+                segments,
+                resent,
+                reordered,
+            }))
+        }
     }
 }
 

@@ -85,14 +85,39 @@ fn tap_paragraph(out: &mut String, t: &skewscope_core::analysis::tapped::TapSumm
             c.tap.compressed
         );
     }
-    for l in &t.latest_clients {
+    // The table names the few sent to latest; `--json` has every client.
+    for l in t.per_client.iter().take(LATEST_CLIENTS) {
+        let Some(position) = l.mean_position else {
+            continue;
+        };
+        let resent = if l.resent > 0 {
+            format!(", {} of {} segments resent", l.resent, l.segments)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "    sent to late: {:<22} mean position {:.2} (0 first, 1 last), last in {} of {}",
-            l.client, l.mean_position, l.last, l.broadcasts
+            "    sent to late: {:<22} mean position {position:.2} (0 first, 1 last), last in {} of {}{resent}",
+            l.client, l.last, l.copies
+        );
+    }
+    let resent: Vec<_> = t.per_client.iter().filter(|c| c.resent > 0).collect();
+    if !resent.is_empty() {
+        let worst = resent.iter().max_by_key(|c| c.resent).expect("not empty");
+        let _ = writeln!(
+            out,
+            "    resends: {} of {} clients had segments resent, most {} ({} of {})",
+            resent.len(),
+            t.clients,
+            worst.client,
+            worst.resent,
+            worst.segments
         );
     }
 }
+
+/// How many of the clients sent to latest the table names.
+const LATEST_CLIENTS: usize = 5;
 
 /// One line per probe: its offset to the agent, what its clock claims, steps.
 fn probe_clock_line(p: &ProbeSummary) -> String {

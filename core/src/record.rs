@@ -59,6 +59,10 @@ pub enum AgentRecord {
     TapBroadcast(TapBroadcast),
     /// The tap's counters, written periodically and at shutdown.
     TapCounters(TapCountersRecord),
+    /// What one tapped WebSocket connection's segments were, once it ended
+    /// or the tap stopped: a client whose copies the server keeps resending
+    /// has a bad link, which no send time shows.
+    TapConnectionTotals(TapConnectionTotals),
 }
 
 /// What the tap follows.
@@ -81,6 +85,21 @@ pub struct TapConnectionEvent {
     pub at_wall_ns: u64,
     /// Opened: whether it negotiated permessage-deflate. Closed: why.
     pub detail: String,
+}
+
+/// One tapped connection's segment counts, over the time it was followed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TapConnectionTotals {
+    /// The client's `ADDR:PORT`.
+    pub client: String,
+    /// When it ended, or the tap stopped (wall ns).
+    pub at_wall_ns: u64,
+    /// Segments the server sent it.
+    pub segments: u64,
+    /// Of those, resends of bytes already captured.
+    pub resent: u64,
+    /// Segments captured ahead of a gap.
+    pub reordered: u64,
 }
 
 /// One broadcast of a tapped server.

@@ -22,8 +22,17 @@ const BLOCK_BYTES: usize = 1 << 20;
 /// A frame slot, for the kernel's bookkeeping (V3 packs packets by size).
 const FRAME_BYTES: usize = 2048;
 /// A block is handed to user space at the latest this long after its first
-/// packet, so a quiet moment does not hold packets back.
-const BLOCK_TIMEOUT_MS: u32 = 10;
+/// packet, so a quiet moment does not hold packets back. A block then holds
+/// at least this long of packets, however few: the ring's blocks times this
+/// is how long the tap thread (at the lowest priority) may be kept off the
+/// CPU before packets are dropped. 10 ms gave 160 ms with 16 blocks, and a
+/// test with two CPU hogs beside it dropped packets.
+const BLOCK_TIMEOUT_MS: u32 = 40;
+
+/// How long after capture a packet is at the latest in user space's hands,
+/// the ring being read: a tap that read nothing for this long has every
+/// packet stamped before now minus this.
+pub const HANDOVER: Duration = Duration::from_millis(BLOCK_TIMEOUT_MS as u64 * 2);
 
 /// What the kernel counted since the socket opened.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -93,12 +102,13 @@ impl PacketCapture {
 
     /// Waits up to `timeout` for a block of packets and hands each to
     /// `each` with its kernel stamp (ns since 1970) and bytes (from the IP
-    /// header); returns how many.
+    /// header); returns how many, or `None` when no block came in time
+    /// (the ring is empty but for what the kernel has not handed over yet).
     pub fn next_block(
         &mut self,
         timeout: Duration,
         mut each: impl FnMut(u64, &[u8]),
-    ) -> io::Result<usize> {
+    ) -> io::Result<Option<usize>> {
         if !self.block_ready() {
             let mut fds = [nix::poll::PollFd::new(
                 std::os::fd::AsFd::as_fd(&self.fd),
@@ -107,14 +117,14 @@ impl PacketCapture {
             let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
             nix::poll::poll(&mut fds, ms).map_err(io::Error::from)?;
             if !self.block_ready() {
-                return Ok(0);
+                return Ok(None);
             }
         }
         // What the kernel wrote before it set the status is visible now.
         fence(Ordering::Acquire);
         let n = self.walk_block(&mut each);
         self.release_block();
-        Ok(n)
+        Ok(Some(n))
     }
 
     /// The kernel's counters (packets passed, dropped for a full ring).

@@ -623,7 +623,7 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
                     a.clock = ClockIdentity::of(&a.host, Some(i));
                 }
             }
-            // The tap's records are joined by the tap's own report (not yet).
+            // The tap's records are joined in `analysis::tapped`.
             AgentRecord::Started(_)
             | AgentRecord::ConnectionOpened(_)
             | AgentRecord::ConnectionClosed(_)
@@ -633,7 +633,8 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
             | AgentRecord::TapConnectionOpened(_)
             | AgentRecord::TapConnectionClosed(_)
             | AgentRecord::TapBroadcast(_)
-            | AgentRecord::TapCounters(_) => {}
+            | AgentRecord::TapCounters(_)
+            | AgentRecord::TapConnectionTotals(_) => {}
         }
     }
 

@@ -11,9 +11,6 @@ use crate::Stamp;
 use crate::analysis::join::{AgentSide, BroadcastKey, Joined, JoinedBroadcast};
 use crate::record::{AgentRecord, MessageKey, TapBroadcast, TapCountersRecord};
 
-/// How many of the clients most often sent to late the report names.
-pub const LATEST_CLIENTS: usize = 5;
-
 /// What the tap saw, for the report.
 #[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct TapSummary {
@@ -25,22 +22,31 @@ pub struct TapSummary {
     pub clients: u64,
     /// Its last counters (connections skipped, resends, ring drops).
     pub counters: Option<TapCountersRecord>,
-    /// The clients sent to latest on average (0 = always first, 1 = always
-    /// last), worst first.
-    pub latest_clients: Vec<ClientLateness>,
+    /// Every client the server sent a copy to, sent to latest on average
+    /// first: where the server put each device, for every real client, not
+    /// only the probes.
+    pub per_client: Vec<TappedClient>,
 }
 
-/// Where in the server's send order one client's copies went.
+/// Where in the server's send order one client's copies went, and how
+/// often the server had to resend to it.
 #[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
-pub struct ClientLateness {
+pub struct TappedClient {
     /// The client's `ADDR:PORT`.
     pub client: String,
-    /// Broadcasts it got a copy of (of two copies or more).
-    pub broadcasts: u64,
-    /// Its mean position, 0 (first) to 1 (last).
-    pub mean_position: f64,
-    /// Broadcasts where it was sent to last.
+    /// Broadcasts it got a copy of.
+    pub copies: u64,
+    /// Its mean position over broadcasts of two copies or more, 0 (always
+    /// first) to 1 (always last); `None` when it never shared one.
+    pub mean_position: Option<f64>,
+    /// Broadcasts of two copies or more where it was sent to last.
     pub last: u64,
+    /// Segments the server sent it, once its connection ended or the tap
+    /// stopped (0 before).
+    pub segments: u64,
+    /// Of those, resends: a client whose copies keep being resent has a
+    /// lossy link.
+    pub resent: u64,
 }
 
 /// Adds what the tap in `agent` recorded to `joined`: each probe receipt's
@@ -197,45 +203,63 @@ fn agent_side(b: &TapBroadcast) -> Option<AgentSide> {
 }
 
 fn summary(port: u16, tapped: &[&TapBroadcast], agent: &[AgentRecord]) -> TapSummary {
-    let mut by_client: HashMap<&str, (u64, f64, u64)> = HashMap::new();
-    for b in tapped.iter().filter(|b| b.copies.len() >= 2) {
+    let mut by_client: HashMap<&str, TappedClient> = HashMap::new();
+    let mut sums: HashMap<&str, (f64, u64)> = HashMap::new();
+    let empty = |client: &str| TappedClient {
+        client: client.to_owned(),
+        copies: 0,
+        mean_position: None,
+        last: 0,
+        segments: 0,
+        resent: 0,
+    };
+    for b in tapped {
         let n = b.copies.len();
         for (i, copy) in b.copies.iter().enumerate() {
-            let entry = by_client.entry(&copy.client).or_default();
-            entry.0 += 1;
-            entry.1 += i as f64 / (n - 1) as f64;
-            entry.2 += u64::from(i == n - 1);
+            let c = by_client
+                .entry(&copy.client)
+                .or_insert_with(|| empty(&copy.client));
+            c.copies += 1;
+            if n >= 2 {
+                c.last += u64::from(i == n - 1);
+                let s = sums.entry(&copy.client).or_default();
+                s.0 += i as f64 / (n - 1) as f64;
+                s.1 += 1;
+            }
         }
     }
-    let clients = tapped
-        .iter()
-        .flat_map(|b| b.copies.iter().map(|c| c.client.as_str()))
-        .collect::<std::collections::HashSet<_>>()
-        .len() as u64;
-    let mut latest: Vec<ClientLateness> = by_client
+    for r in agent {
+        if let AgentRecord::TapConnectionTotals(t) = r {
+            // A client the server never sent a copy to has no position to
+            // show; its resends are still in the tap's counters.
+            if let Some(c) = by_client.get_mut(t.client.as_str()) {
+                c.segments += t.segments;
+                c.resent += t.resent;
+            }
+        }
+    }
+    let mut per_client: Vec<TappedClient> = by_client
         .into_iter()
-        .map(|(client, (broadcasts, sum, last))| ClientLateness {
-            client: client.to_owned(),
-            broadcasts,
-            mean_position: sum / broadcasts as f64,
-            last,
+        .map(|(client, mut c)| {
+            c.mean_position = sums.get(client).map(|(sum, n)| sum / *n as f64);
+            c
         })
         .collect();
-    latest.sort_by(|a, b| {
-        b.mean_position
-            .total_cmp(&a.mean_position)
+    per_client.sort_by(|a, b| {
+        let key = |c: &TappedClient| c.mean_position.unwrap_or(-1.0);
+        key(b)
+            .total_cmp(&key(a))
             .then_with(|| a.client.cmp(&b.client))
     });
-    latest.truncate(LATEST_CLIENTS);
     TapSummary {
         port,
         broadcasts: tapped.len() as u64,
-        clients,
+        clients: per_client.len() as u64,
         counters: agent.iter().rev().find_map(|r| match r {
             AgentRecord::TapCounters(c) => Some(c.clone()),
             _ => None,
         }),
-        latest_clients: latest,
+        per_client,
     }
 }
 
@@ -243,7 +267,7 @@ fn summary(port: u16, tapped: &[&TapBroadcast], agent: &[AgentRecord]) -> TapSum
 mod tests {
     use super::*;
     use crate::analysis::join::join_with_reference;
-    use crate::record::{TapCopy, TapStarted};
+    use crate::record::{TapConnectionTotals, TapCopy, TapStarted};
 
     fn copy(client: &str, first: u64, last: u64) -> TapCopy {
         TapCopy {
@@ -254,7 +278,7 @@ mod tests {
     }
 
     #[test]
-    fn without_probes_the_tap_alone_gives_span_order_and_the_latest_clients() {
+    fn without_probes_the_tap_alone_gives_span_order_and_every_clients_place() {
         let tap = |id, start: u64, order: &[&str]| {
             AgentRecord::TapBroadcast(TapBroadcast {
                 id,
@@ -279,6 +303,13 @@ mod tests {
             }),
             tap(1, 1_000, &["a:1", "b:1", "c:1"]),
             tap(2, 2_000, &["b:1", "a:1", "c:1"]),
+            AgentRecord::TapConnectionTotals(TapConnectionTotals {
+                client: "c:1".into(),
+                at_wall_ns: 3_000,
+                segments: 4,
+                resent: 1,
+                reordered: 0,
+            }),
         ];
         let joined = join_with_reference(&agent, &[]);
         assert_eq!(joined.broadcasts.len(), 2);
@@ -290,9 +321,12 @@ mod tests {
         assert_eq!(spans, vec![Some(25), Some(25)]);
         let tap = joined.tap.unwrap();
         assert_eq!((tap.port, tap.broadcasts, tap.clients), (8000, 2, 3));
-        let first = &tap.latest_clients[0];
+        let first = &tap.per_client[0];
         assert_eq!((first.client.as_str(), first.last), ("c:1", 2));
-        assert_eq!(first.mean_position, 1.0);
-        assert_eq!(tap.latest_clients[1].mean_position, 0.25);
+        assert_eq!(first.mean_position, Some(1.0));
+        assert_eq!(tap.per_client[1].mean_position, Some(0.25));
+        assert_eq!(tap.per_client.len(), 3, "every client, not only the latest");
+        assert_eq!((first.copies, first.resent), (2, 1));
+        assert_eq!(tap.per_client[1].resent, 0);
     }
 }

@@ -76,6 +76,20 @@ pub enum TapEvent {
         /// Why, for people.
         reason: &'static str,
     },
+    /// A connection that had been a WebSocket is no longer followed (its
+    /// FIN or RST, or the tap's end): what its segments were.
+    Ended {
+        /// The client's address and port.
+        client: SocketAddr,
+        /// Capture time, or the tap's end.
+        at_ns: u64,
+        /// Segments the server sent it while followed.
+        segments: u64,
+        /// Of those, resends of bytes already captured.
+        resent: u64,
+        /// Segments captured ahead of a gap.
+        reordered: u64,
+    },
 }
 
 /// What the tap counted, for its records and for people.
@@ -139,6 +153,32 @@ pub const MAX_INFLATER_BYTES: usize = 256 * 1024 * 1024;
 struct Connection {
     bytes: Reassembler,
     phase: Phase,
+    /// Segments read from it.
+    segments: u64,
+    /// It reached the WebSocket phase (so its end is reported).
+    upgraded: bool,
+}
+
+impl Connection {
+    fn new(bytes: Reassembler, phase: Phase) -> Connection {
+        Connection {
+            bytes,
+            phase,
+            segments: 0,
+            upgraded: false,
+        }
+    }
+
+    /// Its [`TapEvent::Ended`], if it was ever a WebSocket.
+    fn ended(&self, client: SocketAddr, at_ns: u64) -> Option<TapEvent> {
+        self.upgraded.then_some(TapEvent::Ended {
+            client,
+            at_ns,
+            segments: self.segments,
+            resent: self.bytes.retransmitted,
+            reordered: self.bytes.reordered,
+        })
+    }
 }
 
 /// Every connection of one server port, followed.
@@ -207,12 +247,13 @@ impl Tap {
         let client = s.dst;
         if s.flags.syn {
             self.counters.followed += 1;
-            let fresh = Connection {
-                bytes: Reassembler::after_syn(s.seq),
-                phase: Phase::Handshake { head: Vec::new() },
-            };
+            let fresh = Connection::new(
+                Reassembler::after_syn(s.seq),
+                Phase::Handshake { head: Vec::new() },
+            );
             if let Some(old) = self.connections.insert(key, fresh) {
                 self.gauges().leave(&old.phase);
+                out.extend(old.ended(client, at_ns));
             }
             return;
         }
@@ -224,17 +265,19 @@ impl Tap {
                 self.counters.open_before_tap += 1;
                 self.connections.insert(
                     key,
-                    Connection {
-                        bytes: Reassembler::after_syn(s.seq.wrapping_sub(1)),
-                        phase: Phase::Ignored,
-                    },
+                    Connection::new(
+                        Reassembler::after_syn(s.seq.wrapping_sub(1)),
+                        Phase::Ignored,
+                    ),
                 );
             }
             return;
         };
+        c.segments += 1;
         if matches!(c.phase, Phase::Ignored) {
             // Nothing of it is read: only its end is noticed.
             if s.flags.fin || s.flags.rst {
+                out.extend(c.ended(client, at_ns));
                 self.connections.remove(&key);
             }
             return;
@@ -246,10 +289,11 @@ impl Tap {
         };
         let counters = &mut self.counters;
         let max_message = self.max_message;
-        let Connection { bytes, phase } = c;
+        let Connection { bytes, phase, .. } = c;
         let pushed = bytes.push(s.seq, s.payload, at_ns, &mut |b, t| {
             take(phase, b, t, client, max_message, counters, &mut gauges, out)
         });
+        c.upgraded |= matches!(c.phase, Phase::WebSocket { .. });
         counters.retransmitted += c.bytes.retransmitted - retransmitted;
         counters.reordered += c.bytes.reordered - reordered;
         if pushed.is_err() {
@@ -272,8 +316,25 @@ impl Tap {
                 });
             }
             gauges.leave(&c.phase);
+            out.extend(c.ended(client, at_ns));
             self.connections.remove(&key);
         }
+    }
+
+    /// The tap's end, at `at_ns`: an [`TapEvent::Ended`] for every
+    /// connection still followed that had been a WebSocket.
+    pub fn finish(&mut self, at_ns: u64, out: &mut Vec<TapEvent>) {
+        let mut ended: Vec<(SocketAddr, TapEvent)> = self
+            .connections
+            .iter()
+            .filter_map(|((_, client), c)| Some((*client, c.ended(*client, at_ns)?)))
+            .collect();
+        // Map order is arbitrary; the log's is by client.
+        ended.sort_by_key(|(client, _)| *client);
+        out.extend(ended.into_iter().map(|(_, e)| e));
+        self.connections.clear();
+        self.websockets = 0;
+        self.inflaters = 0;
     }
 
     fn gauges(&mut self) -> Gauges<'_> {

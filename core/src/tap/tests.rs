@@ -150,6 +150,20 @@ fn resends_keep_the_first_time_and_reordering_waits() {
     assert_eq!(messages(&out), vec![(c.client, MessageKey::Seq(7), 11, 10)]);
     let n = tap.counters();
     assert_eq!((n.retransmitted, n.reordered), (1, 1));
+    // At the tap's end the connection's own counts are said, per client.
+    out.clear();
+    tap.finish(20, &mut out);
+    assert_eq!(
+        out,
+        vec![TapEvent::Ended {
+            client: c.client,
+            at_ns: 20,
+            segments: 4,
+            resent: 1,
+            reordered: 1
+        }]
+    );
+    assert_eq!(tap.websockets(), 0);
 }
 
 #[test]
@@ -239,6 +253,10 @@ fn garbage_after_the_upgrade_and_a_reset_mid_frame_end_only_that_connection() {
     assert!(out.iter().any(|e| matches!(
         e,
         TapEvent::Closed { client, reason: "reset", .. } if *client == cut.client
+    )));
+    assert!(out.iter().any(|e| matches!(
+        e,
+        TapEvent::Ended { client, segments: 3, resent: 0, .. } if *client == cut.client
     )));
     assert_eq!(tap.counters().broken, 1);
     assert_eq!(tap.connections(), 2, "the reset one is gone");
