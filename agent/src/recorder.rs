@@ -73,7 +73,15 @@ impl RecorderThread {
         let flags = (stop.clone(), new_segment.clone());
         let thread = std::thread::Builder::new()
             .name("recorder".into())
-            .spawn(move || run(log, rx, &flags.0, &flags.1))?;
+            .spawn(move || {
+                // Below the shards: the fan-out is what the box is for.
+                if let Err(e) =
+                    skewscope_os::priority::nice_this_thread(skewscope_os::priority::RECORDER_NICE)
+                {
+                    eprintln!("skewscope-agent: recorder runs at normal priority: {e}");
+                }
+                run(log, rx, &flags.0, &flags.1)
+            })?;
         Ok(RecorderThread {
             handle: Recorder { tx },
             stop,

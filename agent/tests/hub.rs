@@ -562,8 +562,9 @@ async fn tx_timestamps_are_recorded_for_every_copy() {
     assert_eq!(software, 3 * 4, "a software TX stamp for every copy");
 }
 
-/// Asks until the agent answers `status` (bounded by [`WAIT`]); a request
-/// refused at the socket counts as not yet.
+/// Asks until the agent answers `status` (bounded by 4 × [`WAIT`]: each
+/// try is a new connection, slow on a loaded machine); a request refused
+/// at the socket counts as not yet.
 async fn until_status(
     addr: SocketAddr,
     method: &str,
@@ -571,7 +572,7 @@ async fn until_status(
     body: &[u8],
     status: u16,
 ) -> agent::http_client::Response {
-    tokio::time::timeout(WAIT, async {
+    tokio::time::timeout(4 * WAIT, async {
         loop {
             if let Ok(r) = request(addr, method, path, body, None).await
                 && r.status == status
@@ -680,5 +681,145 @@ async fn content_length_must_be_one_and_digits_only() {
             "{head:?}: {answer}"
         );
     }
+    agent.shutdown().await.unwrap();
+}
+
+/// Parses the server's (unmasked) frames in `bytes`: (opcode, payload).
+fn server_frames(mut bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    while bytes.len() >= 2 {
+        let (op, len7) = (bytes[0] & 0x0f, usize::from(bytes[1] & 0x7f));
+        let (len, head) = match len7 {
+            126 if bytes.len() >= 4 => (usize::from(u16::from_be_bytes([bytes[2], bytes[3]])), 4),
+            127 if bytes.len() >= 10 => (
+                u64::from_be_bytes(bytes[2..10].try_into().unwrap()) as usize,
+                10,
+            ),
+            126 | 127 => break,
+            n => (n, 2),
+        };
+        if bytes.len() < head + len {
+            break;
+        }
+        out.push((op, bytes[head..head + len].to_vec()));
+        bytes = &bytes[head + len..];
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ping_flood_is_closed_with_1008_and_others_are_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |c| c.shards = Some(1)).await;
+    let mut good = connect(&agent, 3).await;
+    let (mut flooder, conn) = raw_upgrade(agent.addr);
+    wait_for_clients(&agent, 4).await;
+    // A thousand pings at once: ten times the burst a client may send.
+    let burst = skewscope_core::control_rate::CONTROL_BURST as usize;
+    let pings: Vec<u8> = (0..10 * burst)
+        .flat_map(|_| masked(0x89, &[7u8; 125]))
+        .collect();
+    let writer = {
+        let mut s = flooder.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let _ = s.write_all(&pings); // the agent may close it midway
+        })
+    };
+    let mut answer = Vec::new();
+    let _ = flooder.read_to_end(&mut answer);
+    writer.join().unwrap();
+    let frames = server_frames(&answer);
+    let pongs = frames.iter().filter(|(op, _)| *op == 0xA).count();
+    assert!(pongs <= burst, "at most the burst is answered: {pongs}");
+    // The agent closes with pings still unread, so the kernel may reset
+    // the connection and the close frame be lost with it; when it arrives,
+    // it says 1008 and is the last. The log below is what must hold.
+    if let Some(at) = frames.iter().position(|(op, _)| *op == 0x8) {
+        let close = &frames[at].1;
+        assert_eq!(u16::from_be_bytes([close[0], close[1]]), 1008);
+        assert_eq!(at, frames.len() - 1, "nothing after the close");
+    }
+
+    wait_for_clients(&agent, 3).await;
+    assert_eq!(publish(agent.addr, b"still served").await.status, 200);
+    for ws in &mut good {
+        assert_eq!(next_data(ws).await, Message::text("still served"));
+    }
+    let log = agent.log_path.clone();
+    agent.shutdown().await.unwrap();
+    assert!(agent_records(&log).iter().any(|r| matches!(r,
+        AgentRecord::ConnectionClosed(c) if c.conn == conn && c.reason == CloseReason::TooManyControlFrames)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_a_client_sends_after_its_close_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |_| {}).await;
+    let (mut s, _) = raw_upgrade(agent.addr);
+    let mut bytes = masked(0x88, &1000u16.to_be_bytes());
+    bytes.extend(masked(0x89, b"after"));
+    s.write_all(&bytes).unwrap();
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    let ops: Vec<u8> = server_frames(&answer).iter().map(|f| f.0).collect();
+    assert_eq!(ops, vec![0x8], "only the close is echoed, no pong");
+    agent.shutdown().await.unwrap();
+}
+
+/// A client sending empty data frames as fast as loopback goes (each costs
+/// the shard more to parse than the client to send), on the same shard as
+/// everyone else: each broadcast still reaches every other client while the
+/// flood goes on (the shard reads at most `READ_BUDGET` from one client per
+/// turn and looks at its commands between clients).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_flooding_data_does_not_hold_up_broadcasts() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |c| c.shards = Some(1)).await;
+    let mut good = connect(&agent, 20).await;
+    let (flooder, _) = raw_upgrade(agent.addr);
+    wait_for_clients(&agent, 21).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let written = Arc::new(AtomicU64::new(0));
+    // Bounded: at most 8 GiB or 30 s, whichever comes first.
+    let writer = {
+        let (stop, written) = (stop.clone(), written.clone());
+        let mut s = flooder;
+        std::thread::spawn(move || {
+            let frame: Vec<u8> = (0..10_000).flat_map(|_| masked(0x82, b"")).collect();
+            let until = std::time::Instant::now() + Duration::from_secs(30);
+            while !stop.load(Ordering::Relaxed)
+                && written.load(Ordering::Relaxed) < 8 << 30
+                && std::time::Instant::now() < until
+            {
+                if s.write_all(&frame).is_err() {
+                    break;
+                }
+                written.fetch_add(frame.len() as u64, Ordering::Relaxed);
+            }
+            stop.store(true, Ordering::Relaxed);
+        })
+    };
+    // The flood is under way before the broadcasts.
+    while written.load(Ordering::Relaxed) < 16 << 20 {
+        assert!(!stop.load(Ordering::Relaxed), "the flood ended early");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    for i in 0..5 {
+        let body = format!("during the flood {i}");
+        assert_eq!(publish(agent.addr, body.as_bytes()).await.status, 200);
+        for ws in &mut good {
+            assert_eq!(next_data(ws).await, Message::text(body.clone()));
+        }
+    }
+    let flooding = !stop.swap(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    assert!(
+        flooding,
+        "every broadcast arrived while the flood still went on ({} MiB written)",
+        written.load(Ordering::Relaxed) >> 20
+    );
     agent.shutdown().await.unwrap();
 }

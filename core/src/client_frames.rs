@@ -20,6 +20,9 @@ pub const MAX_FRAGMENTS: u32 = 4096;
 pub enum ClientFrame {
     /// A ping: answer with a pong carrying the same payload.
     Ping(Vec<u8>),
+    /// An unsolicited pong: nothing to answer, but it counts against the
+    /// client's control-frame rate.
+    Pong,
     /// A close frame, with its status code if it had one.
     Close(Option<u16>),
 }
@@ -59,7 +62,7 @@ pub struct ClientFrameParser {
 }
 
 impl ClientFrameParser {
-    /// Feeds bytes read from the socket; calls `on` for each ping or close.
+    /// Feeds bytes read from the socket; calls `on` for each control frame.
     /// An error means the client must be closed.
     pub fn feed(
         &mut self,
@@ -146,7 +149,7 @@ impl ClientFrameParser {
                 }
                 match control {
                     Control::Ping => on(ClientFrame::Ping(payload)),
-                    Control::Pong => {}
+                    Control::Pong => on(ClientFrame::Pong),
                     Control::Close => {
                         let code = (payload.len() >= 2)
                             .then(|| u16::from_be_bytes([payload[0], payload[1]]));

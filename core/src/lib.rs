@@ -22,6 +22,7 @@
 pub mod analysis;
 pub mod chrony;
 pub mod client_frames;
+pub mod control_rate;
 pub mod identity;
 pub mod ingest;
 pub mod log;

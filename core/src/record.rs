@@ -192,6 +192,9 @@ pub enum CloseReason {
     SocketError(String),
     /// The agent shut down.
     Shutdown,
+    /// The client sent control frames (pings, pongs) faster than
+    /// [`crate::control_rate`] allows; closed with 1008.
+    TooManyControlFrames,
 }
 
 /// A connection's end.

@@ -7,14 +7,25 @@ use std::io;
 /// gets a share of a busy CPU (SCHED_IDLE could starve it).
 pub const BACKGROUND_NICE: i32 = 19;
 
+/// The nice value of the agent's recorder: below the shards, so encoding
+/// and writing records never takes a core from a fan-out, but above the
+/// background, so the log keeps up on a busy box.
+pub const RECORDER_NICE: i32 = 10;
+
 /// Gives the calling thread (only it: Linux keeps nice per thread) the
 /// [`BACKGROUND_NICE`] priority. Lowering needs no privilege.
-#[allow(unsafe_code)]
 pub fn lower_this_thread() -> io::Result<()> {
+    nice_this_thread(BACKGROUND_NICE)
+}
+
+/// Gives the calling thread nice value `nice` (only lowering needs no
+/// privilege).
+#[allow(unsafe_code)]
+pub fn nice_this_thread(nice: i32) -> io::Result<()> {
     // Why libc: nix has no setpriority wrapper.
     let tid = nix::unistd::gettid().as_raw();
     // SAFETY: setpriority takes plain integers and touches no memory of ours.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, BACKGROUND_NICE) };
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
     if rc == 0 {
         Ok(())
     } else {

@@ -12,6 +12,7 @@ use mio::net::TcpStream;
 
 use crate::engine::tx_tracker::TxTracker;
 use skewscope_core::client_frames::ClientFrameParser;
+use skewscope_core::control_rate::ControlRate;
 
 /// Bytes owed to a client: a shared broadcast frame or a control frame of its own.
 #[derive(Debug)]
@@ -60,11 +61,16 @@ pub struct Client {
     queued_bytes: usize,
     /// Byte accounting for kernel TX stamps (`--tx-timestamps` only).
     pub tx: Option<TxTracker>,
+    /// Its allowance of control frames.
+    pub control: ControlRate,
+    /// It had more to read when its read budget ran out: the shard comes
+    /// back to it after looking at commands.
+    pub more_to_read: bool,
 }
 
 impl Client {
-    /// Wraps a freshly upgraded socket.
-    pub fn new(id: u64, stream: TcpStream) -> Client {
+    /// Wraps a freshly upgraded socket, at `now_ns` (monotonic).
+    pub fn new(id: u64, stream: TcpStream, now_ns: u64) -> Client {
         Client {
             id,
             stream,
@@ -73,6 +79,8 @@ impl Client {
             front_offset: 0,
             queued_bytes: 0,
             tx: None,
+            control: ControlRate::new(now_ns),
+            more_to_read: false,
         }
     }
 
@@ -114,11 +122,26 @@ impl Client {
     }
 
     /// Sends a control frame (pong, close) after whatever is already owed.
-    /// Control frames are tiny and bounded by the reads that cause them.
-    pub fn send_control(&mut self, frame: Vec<u8>) -> io::Result<()> {
+    /// It counts against `max_queue` like any byte owed: a client that
+    /// pings and never reads is dropped at the bound (`OverBound`), not
+    /// allowed to grow the agent's memory.
+    pub fn send_control(&mut self, frame: Vec<u8>, max_queue: usize) -> Offer {
+        if self.queued_bytes + frame.len() > max_queue {
+            return Offer::OverBound;
+        }
         self.queued_bytes += frame.len();
         self.queue.push_back(Chunk::Control(frame));
-        self.flush(|_| {})
+        match self.flush(|_| {}) {
+            Ok(()) if self.queue.is_empty() => Offer::Written,
+            Ok(()) => Offer::Queued,
+            Err(_) => Offer::Failed,
+        }
+    }
+
+    /// Bytes still owed to it.
+    #[cfg(test)]
+    pub fn queued_bytes(&self) -> usize {
+        self.queued_bytes
     }
 
     /// Writes queued bytes until done or the socket is full; calls `completed` with
@@ -162,5 +185,84 @@ fn write_some(stream: &mut TcpStream, bytes: &[u8]) -> io::Result<usize> {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    /// A client whose peer never reads, its socket already full.
+    fn stalled() -> (Client, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let mut c = Client::new(1, TcpStream::from_std(server), 0);
+        let frame: Arc<[u8]> = vec![0u8; 64 * 1024].into();
+        let mut id = 0;
+        while c.offer(&frame, id, usize::MAX) == Offer::Written {
+            id += 1;
+        }
+        (c, peer)
+    }
+
+    fn pong() -> Vec<u8> {
+        let mut f = vec![0x8a, 125];
+        f.extend([0u8; 125]);
+        f
+    }
+
+    #[test]
+    fn control_frames_count_against_the_queue_bound() {
+        let (mut c, _peer) = stalled();
+        let max = c.queued_bytes() + 1000;
+        let mut queued = 0;
+        loop {
+            match c.send_control(pong(), max) {
+                Offer::Queued => queued += 1,
+                Offer::OverBound => break,
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(queued, 1000 / pong().len());
+        assert!(c.queued_bytes() <= max);
+    }
+
+    #[test]
+    fn a_partly_written_queue_finishes_in_order_once_the_peer_reads() {
+        let (mut c, mut peer) = stalled();
+        let more: Arc<[u8]> = vec![1u8; 10_000].into();
+        assert_eq!(c.offer(&more, 100, usize::MAX), Offer::Queued);
+        assert_eq!(c.send_control(pong(), usize::MAX), Offer::Queued);
+        assert_eq!(c.offer(&more, 101, usize::MAX), Offer::Queued);
+        let owed = c.queued_bytes();
+        // The peer drains its side; flushing then finishes every frame.
+        let reader = std::thread::spawn(move || {
+            let mut sink = vec![0u8; 1 << 16];
+            let mut total = 0usize;
+            peer.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .unwrap();
+            while let Ok(n) = peer.read(&mut sink) {
+                if n == 0 {
+                    break;
+                }
+                total += n;
+            }
+            total
+        });
+        let mut completed = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while c.has_queued() {
+            assert!(std::time::Instant::now() < deadline, "never drained");
+            c.flush(|id| completed.push(id)).unwrap();
+        }
+        assert_eq!(c.queued_bytes(), 0);
+        // The frame that was cut first, then the two behind it, in order.
+        assert_eq!(&completed[completed.len() - 2..], &[100, 101]);
+        assert!(completed.windows(2).all(|w| w[0] < w[1]), "{completed:?}");
+        drop(c);
+        assert!(reader.join().unwrap() >= owed);
     }
 }

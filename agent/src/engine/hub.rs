@@ -102,12 +102,18 @@ impl Hub {
         self.next_conn.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Records a new client and hands it to the least-loaded shard.
+    /// Records a new client and hands it to the least-loaded shard whose
+    /// thread still runs (a dead one is the watchdog's to report, see
+    /// [`Hub::shards_alive`]; its clients are not added to).
     pub fn attach(&self, client: NewClient, label: Option<String>, peer: String) {
         let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((index, shard)) = shards.iter().enumerate().min_by_key(|(_, s)| s.clients())
+        let Some((index, shard)) = shards
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.alive())
+            .min_by_key(|(_, s)| s.clients())
         else {
-            return; // shut down: dropping the socket closes it
+            return; // shut down, or no shard left: dropping the socket closes it
         };
         self.recorder
             .record(AgentRecord::ConnectionOpened(AgentConnectionOpened {

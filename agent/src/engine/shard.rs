@@ -10,7 +10,7 @@
 
 use std::io::{self, Read};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::JoinHandle;
 
@@ -31,6 +31,11 @@ use skewscope_core::client_frames::{ClientFrame, ClientFrameError};
 
 const WAKER: Token = Token(usize::MAX);
 const READ_CHUNK: usize = 64 * 1024;
+/// Most bytes read from one client per turn. A client that sends more
+/// (a flood, or just a big upload) is come back to after the shard has
+/// looked at its commands and its other clients: a broadcast never waits
+/// behind one client's chatter.
+pub const READ_BUDGET: usize = 4 * READ_CHUNK;
 
 /// How every shard behaves; fixed for the agent's life.
 #[derive(Clone, Copy, Debug)]
@@ -77,6 +82,9 @@ enum Command {
 pub struct ShardHandle {
     tx: Sender<Command>,
     waker: Arc<Waker>,
+    /// Set after a command is sent, before the wake: the shard checks it
+    /// between clients, not only once per poll.
+    command_pending: Arc<AtomicBool>,
     clients: Arc<AtomicUsize>,
     thread: Option<JoinHandle<()>>,
 }
@@ -89,7 +97,10 @@ impl ShardHandle {
         let (tx, rx) = mpsc::channel();
         let (recycle_tx, recycle_rx) = mpsc::channel();
         let clients = Arc::new(AtomicUsize::new(0));
+        let command_pending = Arc::new(AtomicBool::new(false));
         let shard = Shard {
+            command_pending: command_pending.clone(),
+            backlog: Vec::new(),
             index,
             config,
             poll,
@@ -112,6 +123,7 @@ impl ShardHandle {
         Ok(ShardHandle {
             tx,
             waker,
+            command_pending,
             clients,
             thread: Some(thread),
         })
@@ -149,6 +161,7 @@ impl ShardHandle {
 
     fn send(&self, command: Command) {
         if self.tx.send(command).is_ok() {
+            self.command_pending.store(true, Ordering::Release);
             // A failed wake means the shard's poll is gone: the shard is ending.
             let _ = self.waker.wake();
         }
@@ -157,6 +170,9 @@ impl ShardHandle {
 
 struct Shard {
     index: u16,
+    command_pending: Arc<AtomicBool>,
+    /// Clients whose read budget ran out with bytes left, in turn order.
+    backlog: Vec<usize>,
     config: ShardConfig,
     poll: Poll,
     commands: Receiver<Command>,
@@ -177,16 +193,19 @@ struct Shard {
 impl Shard {
     fn run(mut self) {
         let mut events = Events::with_capacity(1024);
-        loop {
-            if let Err(e) = self.poll.poll(&mut events, None) {
+        'serving: loop {
+            // With clients still to read, only look for what else happened.
+            let timeout = (!self.backlog.is_empty()).then_some(std::time::Duration::ZERO);
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
                 eprintln!("skewscope-agent: shard {} poll failed: {e}", self.index);
                 break;
             }
-            // Commands first: a broadcast should not wait behind client chatter.
-            if events.iter().any(|e| e.token() == WAKER) && !self.drain_commands() {
+            // Commands first, and again after every client read: a broadcast
+            // should not wait behind client chatter.
+            if !self.commands_if_pending() {
                 break;
             }
             for event in events.iter() {
@@ -202,11 +221,32 @@ impl Shard {
                 }
                 if event.is_readable() || event.is_read_closed() || event.is_error() {
                     self.on_readable(key);
+                    if !self.commands_if_pending() {
+                        break 'serving;
+                    }
+                }
+            }
+            // One more turn for each client that had more to read.
+            for key in std::mem::take(&mut self.backlog) {
+                let Some(client) = self.clients.get_mut(key) else {
+                    continue;
+                };
+                if std::mem::take(&mut client.more_to_read) {
+                    self.on_readable(key);
+                    if !self.commands_if_pending() {
+                        break 'serving;
+                    }
                 }
             }
             self.reap();
         }
         self.close_all();
+    }
+
+    /// Handles the commands sent since the last look; false once told to
+    /// shut down.
+    fn commands_if_pending(&mut self) -> bool {
+        !self.command_pending.swap(false, Ordering::AcqRel) || self.drain_commands()
     }
 
     /// Handles every pending command; false once told to shut down.
@@ -310,7 +350,7 @@ impl Shard {
             self.record_close(new.id, CloseReason::SocketError(format!("register: {e}")));
             return;
         }
-        let mut client = Client::new(new.id, stream);
+        let mut client = Client::new(new.id, stream, mono_ns());
         if self.config.tx_timestamps {
             match skewscope_os::tx_stamp::enable(&client.stream) {
                 Ok(()) => client.tx = Some(Default::default()),
@@ -371,13 +411,25 @@ impl Shard {
 
     fn on_readable(&mut self, key: usize) {
         let mut scratch = std::mem::take(&mut self.scratch);
+        let mut budget = READ_BUDGET;
         loop {
-            match self.clients[key].stream.read(&mut scratch) {
+            if budget == 0 {
+                // Edge-triggered: no new event will say it is still readable.
+                let client = &mut self.clients[key];
+                if !client.more_to_read {
+                    client.more_to_read = true;
+                    self.backlog.push(key);
+                }
+                break;
+            }
+            let want = budget.min(scratch.len());
+            match self.clients[key].stream.read(&mut scratch[..want]) {
                 Ok(0) => {
                     self.doomed.push((key, CloseReason::ClientClosed));
                     break;
                 }
                 Ok(n) => {
+                    budget -= n;
                     if !self.take_inbound(key, &scratch[..n]) {
                         break;
                     }
@@ -395,20 +447,33 @@ impl Shard {
     }
 
     /// Parses bytes a client sent; false once the client is to be closed.
+    /// Pings are answered within the client's queue bound and control-frame
+    /// rate; nothing after its close frame is acted on.
     fn take_inbound(&mut self, key: usize, bytes: &[u8]) -> bool {
         let max_frame = self.config.max_frame;
+        let max_queue = self.config.max_queue_bytes;
+        let now = mono_ns();
         let client = &mut self.clients[key];
         let mut replies = Vec::new();
         let mut closed = None;
-        let result = client
-            .inbound
-            .feed(bytes, max_frame, |inbound| match inbound {
-                ClientFrame::Ping(payload) => replies.push(Frame::pong(payload)),
-                ClientFrame::Close(code) => {
-                    closed.get_or_insert(code);
+        let mut over_rate = false;
+        let control = &mut client.control;
+        let result = client.inbound.feed(bytes, max_frame, |inbound| {
+            if closed.is_some() || over_rate {
+                return;
+            }
+            match inbound {
+                ClientFrame::Ping(payload) => {
+                    over_rate = !control.allow(now);
+                    if !over_rate {
+                        replies.push(Frame::pong(payload));
+                    }
                 }
-            });
-        let close = match (result, closed) {
+                ClientFrame::Pong => over_rate = !control.allow(now),
+                ClientFrame::Close(code) => closed = Some(code),
+            }
+        });
+        let mut close = match (result, closed) {
             (Err(e), _) => Some((
                 e.close_code(),
                 match &e {
@@ -417,11 +482,21 @@ impl Shard {
                 },
             )),
             (Ok(()), Some(code)) => Some((code.unwrap_or(1000), CloseReason::ClientClosed)),
+            (Ok(()), None) if over_rate => Some((1008, CloseReason::TooManyControlFrames)),
             (Ok(()), None) => None,
         };
         for frame in replies {
-            if client.send_control(encode(frame)).is_err() {
-                break;
+            match client.send_control(encode(frame), max_queue) {
+                Offer::Written | Offer::Queued => {}
+                Offer::OverBound => {
+                    close.get_or_insert((1008, CloseReason::QueueOverflow));
+                    break;
+                }
+                Offer::Failed => {
+                    self.doomed
+                        .push((key, CloseReason::SocketError("write failed".into())));
+                    return false;
+                }
             }
         }
         match close {
@@ -430,8 +505,8 @@ impl Shard {
                     code: code.into(),
                     reason: "".into(),
                 }));
-                // Best effort: the client is going either way.
-                let _ = client.send_control(encode(frame));
+                // Best effort, past the bound: the client is going either way.
+                let _ = client.send_control(encode(frame), usize::MAX);
                 self.doomed.push((key, reason));
                 false
             }
@@ -463,7 +538,7 @@ impl Shard {
                 code: 1001.into(),
                 reason: "server shutting down".into(),
             }));
-            let _ = client.send_control(encode(frame));
+            let _ = client.send_control(encode(frame), usize::MAX);
         }
         let ids: Vec<u64> = self.clients.iter().map(|(_, c)| c.id).collect();
         for id in ids {
