@@ -91,6 +91,15 @@ pub struct AgentConfig {
     #[arg(long, value_name = "N")]
     pub max_clients: Option<usize>,
 
+    /// A WebSocket subprotocol the hub speaks (repeatable). A client that
+    /// offers some gets the first it offers that is in this list, answered
+    /// in `Sec-WebSocket-Protocol` and recorded; a client that offers none
+    /// of them still connects, without one (browsers then fail the
+    /// connection themselves). The hub only broadcasts, so any name the
+    /// real server's clients ask for may be listed.
+    #[arg(long = "subprotocol", value_name = "NAME")]
+    pub subprotocols: Vec<String>,
+
     /// Most connections whose request head has not arrived yet; past it a
     /// new connection is answered 503 and closed at once (counted in
     /// `/healthz` as `refused_pending`), so idle sockets cannot use up the

@@ -157,6 +157,7 @@ impl RunningAgent {
             token,
             max_publish: config.max_publish,
             max_clients: config.max_clients,
+            subprotocols: config.subprotocols.clone(),
             pending: Arc::new(tokio::sync::Semaphore::new(
                 config
                     .max_pending

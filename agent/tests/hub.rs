@@ -225,7 +225,10 @@ async fn malformed_http_gets_an_error_and_others_keep_being_served() {
     let cases: Vec<(&[u8], &str)> = vec![
         (b"\x00\x01garbage\r\n\r\n", "HTTP/1.1 400"),
         (b"GET /ws HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 400"),
-        (b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 8\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", "HTTP/1.1 426"),
+        (b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 8\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", "HTTP/1.1 426"),
+        // No Host, and a key that is not base64 of 16 bytes.
+        (b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", "HTTP/1.1 400"),
+        (b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: 123456789012345678901234\r\n\r\n", "HTTP/1.1 400"),
         (b"POST /publish HTTP/1.1\r\nContent-Length: 5000\r\n\r\n", "HTTP/1.1 413"),
         (b"POST /publish HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", "HTTP/1.1 411"),
         (b"DELETE /publish HTTP/1.1\r\n\r\n", "HTTP/1.1 405"),
@@ -822,4 +825,73 @@ async fn a_client_flooding_data_does_not_hold_up_broadcasts() {
         written.load(Ordering::Relaxed) >> 20
     );
     agent.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_utf8_text_and_unsendable_close_codes_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |_| {}).await;
+    let addr = agent.addr;
+    let code_for = move |bytes: Vec<u8>| {
+        let (mut s, _) = raw_upgrade(addr);
+        s.write_all(&bytes).unwrap();
+        close_code_from(s)
+    };
+    // "€" split across two fragments, its last byte missing: 1007.
+    let euro = "€".as_bytes();
+    let mut split = masked(0x01, &euro[..1]);
+    split.extend(masked(0x80, &euro[1..2]));
+    let results = tokio::task::spawn_blocking(move || {
+        (
+            code_for(split),
+            code_for(masked(0x88, &1005u16.to_be_bytes())),
+            code_for(masked(0x88, &[3])),
+            code_for(masked(0x88, &4000u16.to_be_bytes())),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(results, (Some(1007), Some(1002), Some(1002), Some(4000)));
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_asking_for_a_subprotocol_gets_the_one_we_speak_and_it_is_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |c| c.subprotocols = vec!["v2.sync".into()]).await;
+    let mut request =
+        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(format!(
+            "ws://{}/ws",
+            agent.addr
+        ))
+        .unwrap();
+    request.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        "graphql-ws, v2.sync".parse().unwrap(),
+    );
+    // tungstenite, like a browser, fails a handshake whose answer lacks it.
+    let (mut ws, response) = tokio_tungstenite::connect_async(request).await.unwrap();
+    assert_eq!(
+        response.headers()["Sec-WebSocket-Protocol"],
+        "v2.sync",
+        "{response:?}"
+    );
+    // One that offers none still connects.
+    let (mut plain, _) = connect_async(format!("ws://{}/ws", agent.addr))
+        .await
+        .unwrap();
+    wait_for_clients(&agent, 2).await;
+    assert_eq!(publish(agent.addr, b"both").await.status, 200);
+    assert_eq!(next_data(&mut ws).await, Message::text("both"));
+    assert_eq!(next_data(&mut plain).await, Message::text("both"));
+    let log = agent.log_path.clone();
+    agent.shutdown().await.unwrap();
+    let chosen: Vec<String> = agent_records(&log)
+        .into_iter()
+        .filter_map(|r| match r {
+            AgentRecord::ConnectionSubprotocol(s) => Some(s.subprotocol),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(chosen, vec!["v2.sync".to_owned()]);
 }

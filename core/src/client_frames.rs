@@ -28,7 +28,7 @@ pub enum ClientFrame {
 }
 
 /// Why a client is closed by the hub.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ClientFrameError {
     /// A frame, or a fragmented message in total, exceeded `--max-frame`.
     #[error("frame or message larger than the {0}-byte limit")]
@@ -36,6 +36,10 @@ pub enum ClientFrameError {
     /// The bytes are not a valid client WebSocket stream.
     #[error("protocol error: {0}")]
     Protocol(&'static str),
+    /// A text message (or a close reason) is not valid UTF-8 (RFC 6455
+    /// §8.1), also when the bad sequence is split across frames or reads.
+    #[error("text that is not valid UTF-8")]
+    InvalidUtf8,
 }
 
 impl ClientFrameError {
@@ -44,6 +48,7 @@ impl ClientFrameError {
         match self {
             ClientFrameError::TooLarge(_) => 1009,
             ClientFrameError::Protocol(_) => 1002,
+            ClientFrameError::InvalidUtf8 => 1007,
         }
     }
 }
@@ -59,6 +64,15 @@ pub struct ClientFrameParser {
     message_len: u64,
     /// Fragments of the data message in progress (0: none in progress).
     fragments: u32,
+    /// The data message in progress is text: its payload is checked.
+    text: bool,
+    /// The data frame whose payload is being skipped: its mask, how far
+    /// into its payload we are, whether it ends its message.
+    frame_mask: [u8; 4],
+    frame_offset: u64,
+    frame_final: bool,
+    /// The text checked so far, across frames and reads.
+    utf8: Utf8Stream,
 }
 
 impl ClientFrameParser {
@@ -74,6 +88,7 @@ impl ClientFrameParser {
             if self.skipping > 0 {
                 let n = (self.skipping as usize).min(bytes.len());
                 self.skipping -= n as u64;
+                self.payload(&bytes[..n])?;
                 bytes = &bytes[n..];
             }
             if bytes.is_empty() {
@@ -130,9 +145,14 @@ impl ClientFrameParser {
         match header.opcode {
             OpCode::Data(data) => {
                 self.check_data(data, header.is_final, len, max_frame)?;
-                // Skip the payload; it may be far larger than what is buffered.
+                // Skip the payload (it may be far larger than what is
+                // buffered), checking text as it passes.
                 let here = (buf.len() - header_len).min(len as usize);
                 self.skipping = len - here as u64;
+                self.frame_mask = mask;
+                self.frame_offset = 0;
+                self.frame_final = header.is_final;
+                self.payload(&buf[header_len..header_len + here])?;
                 Ok(header_len + here)
             }
             OpCode::Control(control) => {
@@ -150,11 +170,7 @@ impl ClientFrameParser {
                 match control {
                     Control::Ping => on(ClientFrame::Ping(payload)),
                     Control::Pong => on(ClientFrame::Pong),
-                    Control::Close => {
-                        let code = (payload.len() >= 2)
-                            .then(|| u16::from_be_bytes([payload[0], payload[1]]));
-                        on(ClientFrame::Close(code));
-                    }
+                    Control::Close => on(ClientFrame::Close(close_code(&payload)?)),
                     Control::Reserved(_) => {
                         return Err(ClientFrameError::Protocol("reserved opcode"));
                     }
@@ -162,6 +178,30 @@ impl ClientFrameParser {
                 Ok(end)
             }
         }
+    }
+
+    /// Payload bytes of the current data frame, in order: text is
+    /// unmasked in small pieces and checked; the frame's end, if it ends
+    /// a text message, must end a character.
+    fn payload(&mut self, bytes: &[u8]) -> Result<(), ClientFrameError> {
+        if self.text {
+            let mut piece = [0u8; 512];
+            for chunk in bytes.chunks(piece.len()) {
+                let piece = &mut piece[..chunk.len()];
+                for (i, (out, b)) in piece.iter_mut().zip(chunk).enumerate() {
+                    *out = b ^ self.frame_mask[((self.frame_offset + i as u64) % 4) as usize];
+                }
+                self.frame_offset += chunk.len() as u64;
+                self.utf8.feed(piece)?;
+            }
+        }
+        if self.skipping == 0 && self.frame_final {
+            if self.text {
+                self.utf8.finish()?;
+            }
+            self.text = false;
+        }
+        Ok(())
     }
 
     fn check_data(
@@ -183,6 +223,9 @@ impl ClientFrameParser {
             }
             _ => {}
         }
+        if data == Data::Text {
+            self.text = true;
+        }
         self.message_len += len;
         self.fragments += 1;
         if len > max_frame as u64 || self.message_len > max_frame as u64 {
@@ -198,6 +241,75 @@ impl ClientFrameParser {
             self.fragments = 0;
         }
         Ok(())
+    }
+}
+
+/// A close frame's status code, if it has one (RFC 6455 §5.5.1, §7.4):
+/// one byte, a code no endpoint may send, or a reason that is not UTF-8 is
+/// a protocol error, never echoed back.
+fn close_code(payload: &[u8]) -> Result<Option<u16>, ClientFrameError> {
+    match payload {
+        [] => Ok(None),
+        [_] => Err(ClientFrameError::Protocol("one-byte close payload")),
+        [hi, lo, reason @ ..] => {
+            let code = u16::from_be_bytes([*hi, *lo]);
+            if !matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999) {
+                return Err(ClientFrameError::Protocol(
+                    "close code that may not be sent",
+                ));
+            }
+            std::str::from_utf8(reason).map_err(|_| ClientFrameError::InvalidUtf8)?;
+            Ok(Some(code))
+        }
+    }
+}
+
+/// UTF-8 checked as it streams by: at most three bytes of an unfinished
+/// character are kept between pieces.
+#[derive(Debug, Default)]
+struct Utf8Stream {
+    tail: [u8; 4],
+    tail_len: usize,
+}
+
+impl Utf8Stream {
+    fn feed(&mut self, mut bytes: &[u8]) -> Result<(), ClientFrameError> {
+        // Finish the character a previous piece began, a byte at a time.
+        while self.tail_len > 0 {
+            let Some((&b, rest)) = bytes.split_first() else {
+                return Ok(());
+            };
+            self.tail[self.tail_len] = b;
+            self.tail_len += 1;
+            bytes = rest;
+            match std::str::from_utf8(&self.tail[..self.tail_len]) {
+                Ok(_) => self.tail_len = 0,
+                Err(e) if e.error_len().is_some() => return Err(ClientFrameError::InvalidUtf8),
+                Err(_) if self.tail_len == 4 => return Err(ClientFrameError::InvalidUtf8),
+                Err(_) => {}
+            }
+        }
+        match std::str::from_utf8(bytes) {
+            Ok(_) => Ok(()),
+            Err(e) if e.error_len().is_some() => Err(ClientFrameError::InvalidUtf8),
+            Err(e) => {
+                let rest = &bytes[e.valid_up_to()..];
+                self.tail[..rest.len()].copy_from_slice(rest);
+                self.tail_len = rest.len();
+                Ok(())
+            }
+        }
+    }
+
+    /// The message ended: it must not end inside a character.
+    fn finish(&mut self) -> Result<(), ClientFrameError> {
+        let unfinished = self.tail_len > 0;
+        self.tail_len = 0;
+        if unfinished {
+            Err(ClientFrameError::InvalidUtf8)
+        } else {
+            Ok(())
+        }
     }
 }
 
@@ -305,5 +417,80 @@ mod tests {
     fn continuation_without_start_is_a_protocol_error() {
         let stream = data(Data::Continue, true, 3);
         assert!(feed_all(&mut ClientFrameParser::default(), &stream, 100).is_err());
+    }
+
+    fn text_frames(texts: &[(&[u8], bool, Data)]) -> Vec<u8> {
+        texts
+            .iter()
+            .flat_map(|(t, fin, op)| {
+                client_frame(Frame::message(t.to_vec(), OpCode::Data(*op), *fin))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn text_must_be_utf8_even_split_across_frames_and_reads() {
+        let euro = "€".as_bytes(); // three bytes
+        // Valid: the character split across two fragments.
+        let good = text_frames(&[
+            (&euro[..1], false, Data::Text),
+            (&euro[1..], true, Data::Continue),
+        ]);
+        // Invalid: a lone continuation byte; a message that ends mid-character;
+        // the bad byte only in the second fragment.
+        let stray = text_frames(&[(b"ok \x80", true, Data::Text)]);
+        let cut = text_frames(&[(&euro[..2], true, Data::Text)]);
+        let late = text_frames(&[
+            (&euro[..2], false, Data::Text),
+            (b"x", true, Data::Continue),
+        ]);
+        for chunk in [1, 2, 5, 4096] {
+            assert_eq!(
+                feed_all(&mut ClientFrameParser::default(), &good, chunk),
+                Ok(vec![])
+            );
+            for bad in [&stray, &cut, &late] {
+                let err = feed_all(&mut ClientFrameParser::default(), bad, chunk).unwrap_err();
+                assert_eq!(
+                    (err.clone(), err.close_code()),
+                    (ClientFrameError::InvalidUtf8, 1007)
+                );
+            }
+        }
+        // Binary is not text: any bytes.
+        let binary = text_frames(&[(&[0xff, 0x80], true, Data::Binary)]);
+        assert_eq!(
+            feed_all(&mut ClientFrameParser::default(), &binary, 1),
+            Ok(vec![])
+        );
+    }
+
+    #[test]
+    fn close_frames_that_may_not_be_sent_are_protocol_errors() {
+        let close = |payload: &[u8]| {
+            let mask = [1u8, 2, 3, 4];
+            let mut f = vec![0x88, 0x80 | payload.len() as u8];
+            f.extend(mask);
+            f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+            feed_all(&mut ClientFrameParser::default(), &f, 100)
+        };
+        for code in [999u16, 1004, 1005, 1006, 1015, 1016, 2999, 5000, 65535] {
+            let err = close(&code.to_be_bytes()).unwrap_err();
+            assert_eq!(err.close_code(), 1002, "code {code}");
+        }
+        for code in [1000u16, 1001, 1003, 1007, 1011, 1014, 3000, 4999] {
+            assert_eq!(
+                close(&code.to_be_bytes()),
+                Ok(vec![ClientFrame::Close(Some(code))])
+            );
+        }
+        assert_eq!(close(&[3]).unwrap_err().close_code(), 1002, "one byte");
+        assert_eq!(close(&[]), Ok(vec![ClientFrame::Close(None)]));
+        let mut bad_reason = 1000u16.to_be_bytes().to_vec();
+        bad_reason.extend([0xc3, 0x28]);
+        assert_eq!(
+            close(&bad_reason).unwrap_err(),
+            ClientFrameError::InvalidUtf8
+        );
     }
 }

@@ -63,6 +63,18 @@ pub enum AgentRecord {
     /// or the tap stopped: a client whose copies the server keeps resending
     /// has a bad link, which no send time shows.
     TapConnectionTotals(TapConnectionTotals),
+    /// The subprotocol the hub chose for a connection (`--subprotocol`),
+    /// written right after its `ConnectionOpened`.
+    ConnectionSubprotocol(ConnectionSubprotocol),
+}
+
+/// A connection's WebSocket subprotocol.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ConnectionSubprotocol {
+    /// The connection id from [`AgentConnectionOpened`].
+    pub conn: u64,
+    /// The subprotocol, as answered in `Sec-WebSocket-Protocol`.
+    pub subprotocol: String,
 }
 
 /// What the tap follows.

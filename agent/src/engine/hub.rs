@@ -105,7 +105,13 @@ impl Hub {
     /// Records a new client and hands it to the least-loaded shard whose
     /// thread still runs (a dead one is the watchdog's to report, see
     /// [`Hub::shards_alive`]; its clients are not added to).
-    pub fn attach(&self, client: NewClient, label: Option<String>, peer: String) {
+    pub fn attach(
+        &self,
+        client: NewClient,
+        label: Option<String>,
+        peer: String,
+        subprotocol: Option<String>,
+    ) {
         let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
         let Some((index, shard)) = shards
             .iter()
@@ -123,6 +129,14 @@ impl Hub {
                 shard: index as u16,
                 at: skewscope_os::clock::now(),
             }));
+        if let Some(subprotocol) = subprotocol {
+            self.recorder.record(AgentRecord::ConnectionSubprotocol(
+                skewscope_core::record::ConnectionSubprotocol {
+                    conn: client.id,
+                    subprotocol,
+                },
+            ));
+        }
         shard.add(client);
     }
 

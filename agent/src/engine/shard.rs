@@ -479,6 +479,7 @@ impl Shard {
                 match &e {
                     ClientFrameError::TooLarge(_) => CloseReason::FrameTooLarge,
                     ClientFrameError::Protocol(what) => CloseReason::ProtocolError((*what).into()),
+                    ClientFrameError::InvalidUtf8 => CloseReason::ProtocolError(e.to_string()),
                 },
             )),
             (Ok(()), Some(code)) => Some((code.unwrap_or(1000), CloseReason::ClientClosed)),

@@ -33,6 +33,8 @@ pub struct Context {
     pub publish_budget: Arc<tokio::sync::Semaphore>,
     /// Most WebSocket clients at once (`--max-clients`).
     pub max_clients: Option<usize>,
+    /// Subprotocols the hub answers (`--subprotocol`).
+    pub subprotocols: Vec<String>,
     /// Upgrades refused for `--max-clients`.
     pub refused_clients: std::sync::atomic::AtomicU64,
     /// Time allowed for a request head or body to arrive.
@@ -175,7 +177,7 @@ async fn upgrade(mut stream: TcpStream, peer: SocketAddr, request: Request, cont
         .await;
     }
     let conn = context.hub.next_connection_id();
-    let response = match accept(&request, conn) {
+    let accepted = match accept(&request, conn, &context.subprotocols) {
         Ok(r) => r,
         Err(UpgradeError::Version) => {
             return respond(
@@ -188,7 +190,7 @@ async fn upgrade(mut stream: TcpStream, peer: SocketAddr, request: Request, cont
         }
         Err(e) => return respond(&mut stream, 400, "", &format!("{e}\n")).await,
     };
-    if tokio::io::AsyncWriteExt::write_all(&mut stream, response.as_bytes())
+    if tokio::io::AsyncWriteExt::write_all(&mut stream, accepted.response.as_bytes())
         .await
         .is_err()
     {
@@ -211,14 +213,15 @@ async fn upgrade(mut stream: TcpStream, peer: SocketAddr, request: Request, cont
         },
         label,
         peer.to_string(),
+        accepted.subprotocol,
     );
 }
 
 /// Upgrades an `/ingest` request and hands the connection to the ingest
 /// session (on this task: uploads never touch the fan-out shards).
 async fn ingest(mut stream: TcpStream, request: Request, context: &Context) {
-    let response = match accept(&request, 0) {
-        Ok(r) => r,
+    let response = match accept(&request, 0, &[]) {
+        Ok(r) => r.response,
         Err(e) => {
             context.ingest.counters.reject("handshake");
             return respond(&mut stream, 400, "", &format!("{e}\n")).await;

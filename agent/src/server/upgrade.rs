@@ -23,10 +23,24 @@ pub enum UpgradeError {
     Version,
 }
 
-/// Checks the request and returns the 101 response for connection `conn`.
-pub fn accept(request: &Request, conn: u64) -> Result<String, UpgradeError> {
+/// An accepted upgrade.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Accepted {
+    /// The whole 101 response head.
+    pub response: String,
+    /// The subprotocol chosen, if any.
+    pub subprotocol: Option<String>,
+}
+
+/// Checks the request and returns the 101 response for connection `conn`,
+/// choosing the first subprotocol the client offers that is in `ours`.
+pub fn accept(request: &Request, conn: u64, ours: &[String]) -> Result<Accepted, UpgradeError> {
     if request.method != "GET" {
         return Err(UpgradeError::Invalid("method must be GET"));
+    }
+    // HTTP/1.1 requires it (RFC 9112 §3.2); RFC 6455 §4.1 too.
+    if request.header("host").is_none_or(|h| h.trim().is_empty()) {
+        return Err(UpgradeError::Invalid("missing Host"));
     }
     let has_token = |name: &str, token: &str| {
         request
@@ -45,14 +59,43 @@ pub fn accept(request: &Request, conn: u64) -> Result<String, UpgradeError> {
     let key = request
         .header("sec-websocket-key")
         .map(str::trim)
-        .filter(|k| k.len() == 24)
+        .filter(|k| is_base64_of_16_bytes(k))
         .ok_or(UpgradeError::Invalid(
-            "missing or malformed Sec-WebSocket-Key",
+            "Sec-WebSocket-Key missing, or not base64 of 16 bytes",
         ))?;
-    Ok(format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n{CONN_HEADER}: {conn}\r\n\r\n",
-        derive_accept_key(key.as_bytes())
-    ))
+    let subprotocol = request
+        .header("sec-websocket-protocol")
+        .and_then(|offered| {
+            offered
+                .split(',')
+                .map(str::trim)
+                .find(|p| ours.iter().any(|o| o == p))
+                .map(str::to_owned)
+        });
+    let protocol_line = subprotocol
+        .as_ref()
+        .map(|p| format!("Sec-WebSocket-Protocol: {p}\r\n"))
+        .unwrap_or_default();
+    Ok(Accepted {
+        response: format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n{protocol_line}{CONN_HEADER}: {conn}\r\n\r\n",
+            derive_accept_key(key.as_bytes())
+        ),
+        subprotocol,
+    })
+}
+
+/// RFC 6455 §4.1: the key is 16 random bytes, base64-encoded: 22 base64
+/// characters (the last of them carrying only 2 bits, so one of `AQgw`)
+/// and `==`.
+fn is_base64_of_16_bytes(key: &str) -> bool {
+    let b = key.as_bytes();
+    b.len() == 24
+        && b.ends_with(b"==")
+        && b[..22]
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || *c == b'+' || *c == b'/')
+        && b"AQgw".contains(&b[21])
 }
 
 #[cfg(test)]
@@ -73,6 +116,7 @@ mod tests {
     }
 
     const GOOD: &[(&str, &str)] = &[
+        ("host", "server"),
         ("upgrade", "websocket"),
         ("connection", "keep-alive, Upgrade"),
         ("sec-websocket-version", "13"),
@@ -81,7 +125,7 @@ mod tests {
 
     #[test]
     fn rfc_example_key_is_accepted() {
-        let resp = accept(&request(GOOD), 7).unwrap();
+        let resp = accept(&request(GOOD), 7, &[]).unwrap().response;
         assert!(resp.starts_with("HTTP/1.1 101"));
         // The accept value from RFC 6455 §1.3.
         assert!(resp.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"));
@@ -93,9 +137,39 @@ mod tests {
         for dropped in GOOD {
             let partial: Vec<_> = GOOD.iter().filter(|h| *h != dropped).copied().collect();
             assert!(
-                accept(&request(&partial), 1).is_err(),
+                accept(&request(&partial), 1, &[]).is_err(),
                 "without {dropped:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_key_must_be_base64_of_16_bytes() {
+        // 24 characters that are not 16 bytes of base64.
+        for key in [
+            "dGhlIHNhbXBsZSBub25jZQ=x",
+            "dGhlIHNhbXBsZSBub25jZR==",
+            "dGhlIHNhbXBsZSBub25j*Q==",
+            "dGhlIHNhbXBsZSBub25jZQ",
+        ] {
+            let mut h = GOOD.to_vec();
+            h.retain(|(n, _)| *n != "sec-websocket-key");
+            h.push(("sec-websocket-key", key));
+            assert!(accept(&request(&h), 1, &[]).is_err(), "{key}");
+        }
+    }
+
+    #[test]
+    fn the_first_offered_subprotocol_we_speak_is_chosen() {
+        let ours = ["chat".to_owned(), "v2.sync".to_owned()];
+        let mut h = GOOD.to_vec();
+        h.push(("sec-websocket-protocol", "graphql-ws, v2.sync, chat"));
+        let a = accept(&request(&h), 1, &ours).unwrap();
+        assert_eq!(a.subprotocol.as_deref(), Some("v2.sync"));
+        assert!(a.response.contains("Sec-WebSocket-Protocol: v2.sync\r\n"));
+        // None in common: still accepted, without the header.
+        let a = accept(&request(&h), 1, &["other".to_owned()]).unwrap();
+        assert_eq!(a.subprotocol, None);
+        assert!(!a.response.contains("Sec-WebSocket-Protocol"));
     }
 }

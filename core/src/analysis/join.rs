@@ -634,7 +634,8 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
             | AgentRecord::TapConnectionClosed(_)
             | AgentRecord::TapBroadcast(_)
             | AgentRecord::TapCounters(_)
-            | AgentRecord::TapConnectionTotals(_) => {}
+            | AgentRecord::TapConnectionTotals(_)
+            | AgentRecord::ConnectionSubprotocol(_) => {}
         }
     }
 
