@@ -341,6 +341,18 @@ pub enum ProbeRecord {
     /// `ConnectionOpened`: what joins it to the same connection tapped on
     /// the server's side.
     ConnectionAddresses(ConnectionAddresses),
+    /// The log reached `--max-log-bytes`: the last record, and the run
+    /// stopped. Receipts missing after it were not recorded, not lost.
+    LogFull(LogFull),
+}
+
+/// Where a probe stopped recording because its log was full.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LogFull {
+    /// When.
+    pub at: Stamp,
+    /// The `--max-log-bytes` it reached.
+    pub max_bytes: u64,
 }
 
 /// A probe connection's endpoints, as its socket reports them.

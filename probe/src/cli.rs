@@ -94,6 +94,13 @@ pub struct Args {
     #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = parse_size)]
     pub max_message: usize,
 
+    /// Stop recording and end the run once the log holds this many bytes
+    /// (with a KiB/MiB/GiB suffix): the log's last record then says so, and
+    /// the probe exits non-zero. A chatty or hostile server cannot fill the
+    /// device's disk. Unbounded by default.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_log_bytes: Option<usize>,
+
     /// HOST:PORT of the agent's UDP time exchange, used to measure this device's
     /// clock offset to the server's. Defaults to the URL's host and port, where a
     /// skewscope agent answers; a server that does not answer is left alone.
@@ -165,6 +172,7 @@ impl Args {
             duration: self.duration,
             connect_timeout: self.connect_timeout,
             max_message: self.max_message,
+            max_log_bytes: self.max_log_bytes.map(|b| b as u64),
             time_exchange: !self.no_time_exchange,
             time_server: self.time_server,
             time_interval: self.time_interval,

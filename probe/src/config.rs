@@ -38,6 +38,9 @@ pub struct ProbeConfig {
     pub connect_timeout: Duration,
     /// Largest message or frame accepted; a larger one closes that connection.
     pub max_message: usize,
+    /// Stop the run, with a `LogFull` record, once the log holds this many
+    /// bytes: a chatty server cannot fill the device's disk.
+    pub max_log_bytes: Option<u64>,
     /// Measure the offset to the agent's clock over its UDP time exchange.
     pub time_exchange: bool,
     /// `HOST:PORT` of the time exchange; default the URL's host and port.
@@ -66,6 +69,7 @@ impl ProbeConfig {
             duration: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             max_message: DEFAULT_MAX_MESSAGE,
+            max_log_bytes: None,
             time_exchange: true,
             time_server: None,
             time_interval: DEFAULT_TIME_INTERVAL,

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use skewscope_core::Stamp;
+use skewscope_core::control_rate::{CONTROL_BURST, CONTROL_PER_SECOND, ControlRate};
 use skewscope_core::identity::Identifier;
 use skewscope_core::record::{
     ConnectionAddresses, ProbeConnectionClosed, ProbeConnectionFailed, ProbeConnectionOpened,
@@ -317,6 +318,8 @@ async fn receive(
 ) -> Ended {
     let stopped = shutdown.wait();
     tokio::pin!(stopped);
+    // A server that floods control frames costs the device CPU and pongs.
+    let mut control = ControlRate::new(skewscope_os::clock::mono_ns());
     loop {
         tokio::select! {
             next = ws.next() => {
@@ -326,6 +329,19 @@ async fn receive(
                     Some(Ok(Message::Close(frame))) => {
                         finish_close(ws).await;
                         return Ended::Lost(server_closed(frame.as_ref()));
+                    }
+                    Some(Ok(Message::Ping(_) | Message::Pong(_)))
+                        if !control.allow(skewscope_os::clock::mono_ns()) =>
+                    {
+                        // No drain: reading on is what the flood costs.
+                        let frame = CloseFrame {
+                            code: CloseCode::Policy,
+                            reason: Utf8Bytes::from_static("too many control frames"),
+                        };
+                        let _ = tokio::time::timeout(CLOSE_GRACE, ws.close(Some(frame))).await;
+                        return Ended::Lost(format!(
+                            "the server sent control frames faster than {CONTROL_PER_SECOND} a second (after a burst of {CONTROL_BURST}); closed with 1008"
+                        ));
                     }
                     Some(Ok(message)) => {
                         let Some(data) = payload(&message) else { continue };

@@ -52,6 +52,18 @@ pub enum ProbeError {
         source: io::Error,
     },
 
+    /// The log reached `--max-log-bytes`; recording and the run stopped.
+    #[error(
+        "the record log {path} reached --max-log-bytes ({max_bytes} bytes), so recording and the run \
+         stopped; its last record says so (raise the limit, or rotate the log with SIGHUP)"
+    )]
+    LogFull {
+        /// The `--out` file.
+        path: PathBuf,
+        /// The limit.
+        max_bytes: u64,
+    },
+
     /// The kernel gave no random bytes for the run's id.
     #[error("cannot draw a run id from /dev/urandom")]
     RunId(#[source] io::Error),

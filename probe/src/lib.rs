@@ -69,6 +69,10 @@ use recorder::Recorder;
 /// connections. Broadcast messages are far smaller; larger frames still
 /// arrive whole, over several reads.
 const READ_BUFFER_BYTES: usize = 4 * 1024;
+/// Most bytes one connection may owe its server (pongs, a close) before
+/// tungstenite stops buffering more: a server that pings and never reads
+/// cannot grow the probe. Past it only the latest pong is kept.
+const MAX_OWED_BYTES: usize = 1024 * 1024;
 
 /// A probe run in progress: its connections are tasks on the current tokio
 /// runtime and its log is written by a dedicated thread.
@@ -183,12 +187,12 @@ impl RunningProbe {
         let deadline = config.duration.map(|d| Instant::now() + d);
         let (stop, shutdown) = shutdown::channel(deadline);
         let (recorder, finished) =
-            recorder::spawn(log, config.out.clone(), stop.clone()).map_err(|source| {
-                ProbeError::WriteLog {
+            recorder::spawn(log, config.out.clone(), config.max_log_bytes, stop.clone()).map_err(
+                |source| ProbeError::WriteLog {
                     path: config.out.clone(),
                     source,
-                }
-            })?;
+                },
+            )?;
         recorder.record(ProbeRecord::Started(ProbeStarted {
             name: config.name.clone(),
             host: skewscope_os::host::host_name(),
@@ -232,6 +236,7 @@ impl RunningProbe {
             url,
             ws_config: WebSocketConfig::default()
                 .read_buffer_size(READ_BUFFER_BYTES)
+                .max_write_buffer_size(MAX_OWED_BYTES)
                 .max_message_size(Some(config.max_message))
                 .max_frame_size(Some(config.max_message)),
             connect_timeout: config.connect_timeout,
@@ -376,6 +381,18 @@ impl RunningProbe {
         if let Some(payload) = panicked {
             // A bug in a connection task: surface it, now that the log is safe.
             std::panic::resume_unwind(payload);
+        }
+        let full = written
+            .as_ref()
+            .err()
+            .and_then(|e| e.get_ref())
+            .and_then(|e| e.downcast_ref::<recorder::LogFullError>())
+            .map(|f| f.0);
+        if let Some(max_bytes) = full {
+            return Err(ProbeError::LogFull {
+                path: out,
+                max_bytes,
+            });
         }
         let totals = written.map_err(|source| ProbeError::WriteLog {
             path: out.clone(),

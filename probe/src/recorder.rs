@@ -98,6 +98,11 @@ impl Totals {
     }
 }
 
+/// The log reached its `--max-log-bytes` (the bound, in bytes).
+#[derive(Debug, thiserror::Error)]
+#[error("the record log reached {0} bytes")]
+pub(crate) struct LogFullError(pub(crate) u64);
+
 /// The writer's result, delivered once every [`Recorder`] is gone and the log is
 /// synced to disk.
 pub(crate) type Finished = oneshot::Receiver<io::Result<Totals>>;
@@ -108,6 +113,7 @@ pub(crate) type Finished = oneshot::Receiver<io::Result<Totals>>;
 pub(crate) fn spawn(
     log: LogWriter<BufWriter<File>>,
     path: std::path::PathBuf,
+    max_bytes: Option<u64>,
     stop: StopHandle,
 ) -> io::Result<(Recorder, Finished)> {
     let (tx, rx) = mpsc::channel();
@@ -115,7 +121,7 @@ pub(crate) fn spawn(
     thread::Builder::new()
         .name("skewscope-recorder".to_owned())
         .spawn(move || {
-            let result = write_all(log, &path, &rx);
+            let result = write_all(log, &path, max_bytes, &rx);
             if result.is_err() {
                 stop.raise(StopReason::RecorderFailed);
             }
@@ -130,6 +136,7 @@ pub(crate) fn spawn(
 fn write_all(
     mut log: LogWriter<BufWriter<File>>,
     path: &std::path::Path,
+    max_bytes: Option<u64>,
     rx: &mpsc::Receiver<Entry>,
 ) -> io::Result<Totals> {
     let mut totals = Totals::default();
@@ -145,6 +152,14 @@ fn write_all(
             Ok(Entry::Record(record)) => {
                 log.append(&record)?;
                 totals.count(&record);
+                if let Some(max) = max_bytes.filter(|m| log.bytes_written() >= *m) {
+                    log.append(&ProbeRecord::LogFull(skewscope_core::record::LogFull {
+                        at: skewscope_os::clock::now(),
+                        max_bytes: max,
+                    }))?;
+                    log.sync()?;
+                    return Err(io::Error::other(LogFullError(max)));
+                }
                 if preamble.len() < 2
                     && matches!(record, ProbeRecord::Started(_) | ProbeRecord::Identity(_))
                 {
@@ -222,7 +237,7 @@ mod tests {
         let path = dir.path().join("probe.sklog");
         let log = LogWriter::create(&path, LogKind::Probe).unwrap();
         let (stop, _shutdown) = shutdown::channel(None);
-        let (recorder, finished) = spawn(log, path.clone(), stop).unwrap();
+        let (recorder, finished) = spawn(log, path.clone(), None, stop).unwrap();
         let handle = recorder.reopen_handle();
         recorder.record(started());
         recorder.record(receipt(0));
@@ -260,7 +275,7 @@ mod tests {
         let path = dir.path().join("probe.sklog");
         let log = LogWriter::create(&path, LogKind::Probe).unwrap();
         let (stop, _shutdown) = shutdown::channel(None);
-        let (recorder, finished) = spawn(log, path.clone(), stop).unwrap();
+        let (recorder, finished) = spawn(log, path.clone(), None, stop).unwrap();
         let other = recorder.clone();
         for conn in 0..100 {
             recorder.record(receipt(conn));
@@ -280,7 +295,7 @@ mod tests {
         let path = dir.path().join("probe.sklog");
         let log = LogWriter::create(&path, LogKind::Probe).unwrap();
         let (stop, _shutdown) = shutdown::channel(None);
-        let (recorder, finished) = spawn(log, path.clone(), stop).unwrap();
+        let (recorder, finished) = spawn(log, path.clone(), None, stop).unwrap();
         recorder.record(receipt(0));
         // Poll the file (bounded) until the record shows up without any sync.
         let mut seen = false;

@@ -404,3 +404,112 @@ async fn handshakes_in_flight_are_bounded_and_the_rest_follow() {
     let conns: BTreeSet<u32> = receipts(&records).iter().map(|r| r.conn).collect();
     assert_eq!(conns.len(), n as usize);
 }
+
+/// A hostile server: upgrades, then sends pings as fast as it can and
+/// never reads (bounded: 256 MiB or 20 s). Returns its URL and how many
+/// bytes it got out.
+async fn ping_flooder() -> (String, tokio::task::JoinHandle<u64>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/ws", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            head.push(s.read_u8().await.unwrap());
+        }
+        let head = String::from_utf8(head).unwrap();
+        let key = head
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("Sec-WebSocket-Key: ")
+                    .or(l.strip_prefix("sec-websocket-key: "))
+            })
+            .unwrap()
+            .trim()
+            .to_owned();
+        let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+        s.write_all(
+            format!("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut ping = vec![0x89, 125];
+        ping.extend([b'p'; 125]);
+        let pings: Vec<u8> = ping.repeat(500);
+        let (mut sent, until) = (0u64, tokio::time::Instant::now() + Duration::from_secs(20));
+        while sent < 256 << 20 && tokio::time::Instant::now() < until {
+            match tokio::time::timeout(Duration::from_millis(200), s.write_all(&pings)).await {
+                Ok(Ok(())) => sent += pings.len() as u64,
+                Ok(Err(_)) => break, // the probe closed it
+                Err(_) => {}         // the probe does not read: its window is full
+            }
+        }
+        sent
+    });
+    (url, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_flooding_pings_is_closed_and_recorded() {
+    let (url, flooder) = ping_flooder().await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = log_path(&dir);
+    let probe = RunningProbe::start(config(url, &out, 1)).await.unwrap();
+    let summary = within("the probe finishing", probe.finish()).await.unwrap();
+    assert_eq!(summary.opened, 1);
+    let records = read_probe_log(&out);
+    assert_framed(&records);
+    let closed = closed(&records);
+    assert_eq!(closed.len(), 1);
+    assert!(
+        closed[0].reason.contains("control frames faster than"),
+        "{closed:?}"
+    );
+    // It ended long before the flood's own bound.
+    let sent = flooder.await.unwrap();
+    assert!(
+        sent < 256 << 20,
+        "the probe took {} MiB of pings",
+        sent >> 20
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_log_ends_the_run_with_a_record_and_an_error_that_says_so() {
+    let server = BroadcastServer::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = log_path(&dir);
+    let mut c = config(server.url(), &out, 2);
+    c.max_log_bytes = Some(8 * 1024);
+    let probe = RunningProbe::start(c).await.unwrap();
+    within("connecting", probe.connected()).await;
+    server.wait_for_clients(2).await;
+    // Far more than 8 KiB of receipts, bounded.
+    for i in 0..1_000 {
+        server.broadcast(Message::text(format!("chatty {i}")));
+    }
+    let err = within("the probe finishing", probe.finish())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ProbeError::LogFull {
+                max_bytes: 8192,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("--max-log-bytes"), "{err}");
+    let records = read_probe_log(&out);
+    assert!(
+        matches!(records.last(), Some(ProbeRecord::LogFull(f)) if f.max_bytes == 8192),
+        "{:?}",
+        records.last()
+    );
+    let size = std::fs::metadata(&out).unwrap().len();
+    assert!(size < 8 * 1024 + 256, "the bound holds: {size} bytes");
+}

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::Stamp;
 use crate::record::{
-    AgentRecord, ClockState, MessageKey, ProbeRecord, RunIdentity, SendOrder, SendOutcome,
+    AgentRecord, ClockState, LogFull, MessageKey, ProbeRecord, RunIdentity, SendOrder, SendOutcome,
     TimeSample, TimeServiceCounters, TxKind,
 };
 
@@ -422,7 +422,8 @@ fn connection_time(record: &ProbeRecord) -> Option<u64> {
         | ProbeRecord::ClockState(_)
         | ProbeRecord::TimeSample(_)
         | ProbeRecord::Identity(_)
-        | ProbeRecord::ConnectionAddresses(_) => None,
+        | ProbeRecord::ConnectionAddresses(_)
+        | ProbeRecord::LogFull(_) => None,
     }
 }
 
@@ -501,7 +502,10 @@ fn collect_probes(probes: &[&[ProbeRecord]]) -> (Vec<Connection>, Vec<Probe>, Ve
                     });
                     last_wall = last_wall.max(r.at.wall_ns);
                 }
-                ProbeRecord::Stopped(at) => last_wall = last_wall.max(at.wall_ns),
+                // Recording ended there: later broadcasts are not missing.
+                ProbeRecord::Stopped(at) | ProbeRecord::LogFull(LogFull { at, .. }) => {
+                    last_wall = last_wall.max(at.wall_ns)
+                }
                 ProbeRecord::ClockState(c) => info.clock_states.push(c.clone()),
                 ProbeRecord::TimeSample(t) => info.samples.push(*t),
                 ProbeRecord::Identity(i) => {
@@ -537,6 +541,7 @@ fn stamp_of(record: &ProbeRecord) -> Option<Stamp> {
         ProbeRecord::ClockState(c) => Some(c.at),
         // Its two stamps are checked by the exchange itself.
         ProbeRecord::TimeSample(t) => Some(t.t4),
+        ProbeRecord::LogFull(l) => Some(l.at),
         ProbeRecord::Identity(_) | ProbeRecord::ConnectionAddresses(_) => None,
     }
 }
