@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use skewscope_core::analysis::clock_figures::{BoundedSummary, ClaimCheck};
+use skewscope_core::analysis::join::RunEnd;
 use skewscope_core::analysis::report::{ClockBasis, ClockNaming, ProbeSummary, Report};
 use skewscope_core::analysis::stats::Summary;
 
@@ -184,11 +185,26 @@ fn clocks_paragraph(out: &mut String, r: &Report) {
         );
     }
     if let Some(a) = &r.agent {
+        let unfinished = a.ended == RunEnd::NoStopRecord;
         if let Some(t) = a.time_service {
             let _ = writeln!(
                 out,
-                "  agent time port (as last recorded, every 10 s): {} answered; dropped {} malformed, {} oversized, {} replayed",
-                t.answered, t.malformed, t.oversized, t.replayed
+                "  agent time port (as last recorded, every 10 s{}): {} answered; dropped {} malformed, {} oversized, {} replayed",
+                if unfinished {
+                    "; not the run's totals"
+                } else {
+                    ""
+                },
+                t.answered,
+                t.malformed,
+                t.oversized,
+                t.replayed
+            );
+        }
+        if unfinished {
+            let _ = writeln!(
+                out,
+                "  the agent's log ends without a stop record: it was killed or is still running"
             );
         }
         if !a.clock_steps.is_empty() {
@@ -311,6 +327,23 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(out);
     for p in &r.probes {
         let _ = writeln!(out, "{}", probe_clock_line(p));
+        match p.ended {
+            RunEnd::Stopped => {}
+            RunEnd::LogFull => {
+                let _ = writeln!(
+                    out,
+                    "  {:<16} stopped recording at --max-log-bytes; later broadcasts are not counted missing",
+                    p.name
+                );
+            }
+            RunEnd::NoStopRecord => {
+                let _ = writeln!(
+                    out,
+                    "  {:<16} log ends without a stop record (killed, or still running); later broadcasts are not counted missing",
+                    p.name
+                );
+            }
+        }
     }
     if r.probes.len() > 1 {
         let _ = writeln!(out);

@@ -285,6 +285,18 @@ fn separate_processes_and_a_probe_killed_mid_run() {
     assert_eq!(json["missing"], 0, "{out}");
     assert_eq!(json["duplicates"], 0);
     assert_eq!(json["probes"][1]["receipts"], 10);
+    // The killed one is said to be, the others not.
+    assert_eq!(json["probes"][0]["ended"], "stopped");
+    assert_eq!(json["probes"][1]["ended"], "no-stop-record");
+    assert_eq!(json["agent"]["ended"], "stopped");
+    assert!(
+        out.contains("b                log ends without a stop record (killed, or still running)"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("agent's log ends without a stop record"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -98,6 +98,65 @@ pub enum LogError {
         /// The byte found.
         found: u8,
     },
+    /// The header names one writer, but the records are the other's (a
+    /// damaged kind byte): read as the header says, they would be garbage.
+    #[error(
+        "{path}: the header says this is {header} log, but its records are {records}'s; the header is damaged"
+    )]
+    KindMismatch {
+        /// The file.
+        path: PathBuf,
+        /// "an agent" or "a probe", as the header says.
+        header: &'static str,
+        /// "an agent" or "a probe", as the records decode.
+        records: &'static str,
+    },
+}
+
+/// How many leading frames [`read_file`] decodes both ways to check the
+/// header's kind against the records.
+#[cfg(feature = "fs")]
+const KIND_CHECK_FRAMES: usize = 64;
+
+/// Of the first intact frames of `body`, how many decode as `R`, and how
+/// many were looked at.
+#[cfg(feature = "fs")]
+fn decodable_as<R: DeserializeOwned>(body: &[u8]) -> (usize, usize) {
+    let (mut ok, mut seen, mut pos) = (0, 0, 0);
+    while pos < body.len() && seen < KIND_CHECK_FRAMES {
+        let FrameAt::Intact(payload) = frame_at(body, pos) else {
+            break;
+        };
+        seen += 1;
+        ok += usize::from(postcard::from_bytes::<R>(payload).is_ok());
+        pos += FRAME_HEADER_LEN + payload.len();
+    }
+    (ok, seen)
+}
+
+/// The header's kind, checked against the first records: a flipped kind
+/// byte must not turn a probe's log into an "agent" log of garbage.
+#[cfg(feature = "fs")]
+fn check_kind(path: &Path, kind: LogKind, body: &[u8]) -> Result<(), LogError> {
+    use crate::record::{AgentRecord, ProbeRecord};
+    let (as_agent, seen) = decodable_as::<AgentRecord>(body);
+    let (as_probe, _) = decodable_as::<ProbeRecord>(body);
+    let name = |k| match k {
+        LogKind::Agent => "an agent",
+        LogKind::Probe => "a probe",
+    };
+    let (mine, other, other_kind) = match kind {
+        LogKind::Agent => (as_agent, as_probe, LogKind::Probe),
+        LogKind::Probe => (as_probe, as_agent, LogKind::Agent),
+    };
+    if seen > 0 && other == seen && mine < seen {
+        return Err(LogError::KindMismatch {
+            path: path.to_owned(),
+            header: name(kind),
+            records: name(other_kind),
+        });
+    }
+    Ok(())
 }
 
 /// Encodes the file header.
@@ -410,6 +469,7 @@ pub fn read_file(path: &Path) -> Result<AnyLog, LogError> {
     file.read_to_end(&mut bytes).map_err(io)?;
     let kind = read_header(path, &bytes)?;
     let body = &bytes[HEADER_LEN..];
+    check_kind(path, kind, body)?;
     Ok(match kind {
         LogKind::Agent => AnyLog::Agent(decode_records(body)),
         LogKind::Probe => AnyLog::Probe(decode_records(body)),
@@ -478,6 +538,31 @@ mod tests {
         assert_eq!(d.records.len(), 20);
         assert_eq!(d.records[19], receipt(19));
         assert_eq!(d.skipped_bytes, garbage.len() as u64);
+    }
+
+    #[test]
+    fn a_flipped_kind_byte_is_an_error_not_a_log_of_garbage() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("probe.sklog");
+        let mut bytes = log_of(10);
+        bytes[10] = LogKind::Agent.to_byte();
+        std::fs::write(&path, &bytes).unwrap();
+        let err = read_file(&path).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LogError::KindMismatch {
+                    header: "an agent",
+                    records: "a probe",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // As written, it reads.
+        bytes[10] = LogKind::Probe.to_byte();
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(matches!(read_file(&path), Ok(AnyLog::Probe(d)) if d.records.len() == 10));
     }
 
     #[test]

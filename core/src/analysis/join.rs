@@ -61,6 +61,20 @@ impl ClockIdentity {
     }
 }
 
+/// How a run's log ends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunEnd {
+    /// With its stop record: a clean stop.
+    Stopped,
+    /// With a probe's `LogFull` record: `--max-log-bytes` ended it.
+    LogFull,
+    /// With neither: the writer was killed (or is still running), so its
+    /// last periodic counters may be old.
+    #[default]
+    NoStopRecord,
+}
+
 /// A probe log's identity and its clock's records.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Probe {
@@ -78,6 +92,8 @@ pub struct Probe {
     pub samples: Vec<TimeSample>,
     /// What its clock claimed, over the run.
     pub clock_states: Vec<ClockState>,
+    /// How its log ends.
+    pub ended: RunEnd,
 }
 
 /// The agent run's identity.
@@ -101,6 +117,8 @@ pub struct Agent {
     pub time_service: Option<TimeServiceCounters>,
     /// Broadcast start stamps, for finding steps of the server's clock.
     pub stamps: Vec<Stamp>,
+    /// How its log ends.
+    pub ended: RunEnd,
 }
 
 /// How a broadcast is known.
@@ -503,8 +521,13 @@ fn collect_probes(probes: &[&[ProbeRecord]]) -> (Vec<Connection>, Vec<Probe>, Ve
                     last_wall = last_wall.max(r.at.wall_ns);
                 }
                 // Recording ended there: later broadcasts are not missing.
-                ProbeRecord::Stopped(at) | ProbeRecord::LogFull(LogFull { at, .. }) => {
-                    last_wall = last_wall.max(at.wall_ns)
+                ProbeRecord::Stopped(at) => {
+                    last_wall = last_wall.max(at.wall_ns);
+                    info.ended = RunEnd::Stopped;
+                }
+                ProbeRecord::LogFull(LogFull { at, .. }) => {
+                    last_wall = last_wall.max(at.wall_ns);
+                    info.ended = RunEnd::LogFull;
                 }
                 ProbeRecord::ClockState(c) => info.clock_states.push(c.clone()),
                 ProbeRecord::TimeSample(t) => info.samples.push(*t),
@@ -562,7 +585,13 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
                     clock_states: Vec::new(),
                     time_service: None,
                     stamps: Vec::new(),
+                    ended: RunEnd::NoStopRecord,
                 })
+            }
+            AgentRecord::Stopped(_) => {
+                if let Some(a) = joined.agent.as_mut() {
+                    a.ended = RunEnd::Stopped;
+                }
             }
             AgentRecord::Broadcast(b) => {
                 if let Some(a) = joined.agent.as_mut() {
@@ -633,7 +662,6 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
             | AgentRecord::ConnectionOpened(_)
             | AgentRecord::ConnectionClosed(_)
             | AgentRecord::TxStamp(_)
-            | AgentRecord::Stopped(_)
             | AgentRecord::TapStarted(_)
             | AgentRecord::TapConnectionOpened(_)
             | AgentRecord::TapConnectionClosed(_)

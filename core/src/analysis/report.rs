@@ -69,6 +69,9 @@ pub struct AgentSummary {
     pub time_service: Option<TimeServiceCounters>,
     /// Steps of the server's wall clock during the run.
     pub clock_steps: Vec<StepSummary>,
+    /// How its log ends: without a stop record, its counters (the time
+    /// port's) are the last periodic ones, not the run's totals.
+    pub ended: crate::analysis::join::RunEnd,
 }
 
 /// Per-probe figures.
@@ -93,6 +96,8 @@ pub struct ProbeSummary {
     /// Its clock against the agent's.
     #[serde(flatten)]
     pub clock: DeviceClockSummary,
+    /// How its log ends (a stop, `--max-log-bytes`, or neither).
+    pub ended: crate::analysis::join::RunEnd,
 }
 
 /// One broadcast among the worst by skew.
@@ -222,6 +227,7 @@ impl Report {
                 receipts: 0,
                 missing: 0,
                 clock: clock.clone(),
+                ended: p.ended,
             })
             .collect();
         let mut seen = std::collections::HashSet::new();
@@ -276,6 +282,7 @@ impl Report {
             claim: a.clock_states.last().cloned(),
             time_service: a.time_service,
             clock_steps: timing.agent_steps.clone(),
+            ended: a.ended,
         });
         let clock_basis = if timing.one_clock {
             ClockBasis::SingleHost

@@ -256,6 +256,7 @@ mod tests {
             reconnects: 0,
             receipts: 10,
             missing: 0,
+            ended: crate::analysis::join::RunEnd::Stopped,
             clock: DeviceClockSummary {
                 time_samples: 5,
                 offset_ns: bound.map(|_| 0),

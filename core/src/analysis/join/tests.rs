@@ -336,3 +336,33 @@ fn one_host_name_with_two_boot_ids_is_two_clocks() {
     assert_eq!(r.clock_basis, ClockBasis::SingleHost);
     assert_eq!(r.clocks_named_by, ClockNaming::HostName);
 }
+
+#[test]
+fn how_each_log_ends_is_said() {
+    let mut agent = vec![agent_started("srv")];
+    agent.extend(broadcast(1, Some(10), 9, 1_000, &[100]));
+    let mut stopped = ProbeLog::new("srv", &[(0, Some(100))]);
+    stopped
+        .receive(0, MessageKey::Seq(10), 9, 1_400)
+        .stop(2_000);
+    let mut full = ProbeLog::new("srv", &[(0, Some(100))]);
+    full.0.push(ProbeRecord::LogFull(crate::record::LogFull {
+        at: at(1_200),
+        max_bytes: 4096,
+    }));
+    let killed = ProbeLog::new("srv", &[(0, Some(100))]);
+    let r = Report::build(
+        &join(Some(&agent), &[&stopped.0, &full.0, &killed.0]),
+        vec![],
+    );
+    let ended: Vec<RunEnd> = r.probes.iter().map(|p| p.ended).collect();
+    assert_eq!(
+        ended,
+        [RunEnd::Stopped, RunEnd::LogFull, RunEnd::NoStopRecord]
+    );
+    // An agent killed before its stop record: its counters are not totals.
+    assert_eq!(r.agent.unwrap().ended, RunEnd::NoStopRecord);
+    agent.push(AgentRecord::Stopped(at(3_000)));
+    let r = Report::build(&join(Some(&agent), &[&stopped.0]), vec![]);
+    assert_eq!(r.agent.unwrap().ended, RunEnd::Stopped);
+}
