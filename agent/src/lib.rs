@@ -158,6 +158,7 @@ impl RunningAgent {
             max_publish: config.max_publish,
             max_clients: config.max_clients,
             subprotocols: config.subprotocols.clone(),
+            records_lost: recorder.lost(),
             pending: Arc::new(tokio::sync::Semaphore::new(
                 config
                     .max_pending
@@ -235,10 +236,16 @@ impl RunningAgent {
                     .record(AgentRecord::TimeService(port.counters.snapshot()));
             }
             hub.shutdown();
-            recorder.finish();
+            recorder.finish()
         })
         .await
         .context("agent shutdown panicked")
+        .and_then(|lost| match lost {
+            0 => Ok(()),
+            n => anyhow::bail!(
+                "{n} records were lost because the record log could not be written (a full disk?); the log says when and how many"
+            ),
+        })
     }
 }
 

@@ -10,12 +10,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use skewscope_core::record::{AgentRecord, SendSlot, ShardSends};
+use skewscope_core::Stamp;
+use skewscope_core::record::{AgentRecord, RecordsLost, SendSlot, ShardSends};
 
 use crate::segments::{Limits, SegmentedLog};
 
@@ -38,6 +39,7 @@ pub struct RecorderThread {
     handle: Recorder,
     stop: Arc<AtomicBool>,
     new_segment: Arc<AtomicBool>,
+    lost: Arc<AtomicU64>,
     thread: JoinHandle<()>,
     /// The run's first segment.
     pub path: PathBuf,
@@ -70,7 +72,8 @@ impl RecorderThread {
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let new_segment = Arc::new(AtomicBool::new(false));
-        let flags = (stop.clone(), new_segment.clone());
+        let lost = Arc::new(AtomicU64::new(0));
+        let flags = (stop.clone(), new_segment.clone(), lost.clone());
         let thread = std::thread::Builder::new()
             .name("recorder".into())
             .spawn(move || {
@@ -80,12 +83,13 @@ impl RecorderThread {
                 {
                     eprintln!("skewscope-agent: recorder runs at normal priority: {e}");
                 }
-                run(log, rx, &flags.0, &flags.1)
+                run(log, rx, &flags.0, &flags.1, &flags.2)
             })?;
         Ok(RecorderThread {
             handle: Recorder { tx },
             stop,
             new_segment,
+            lost,
             thread,
             path,
         })
@@ -108,38 +112,102 @@ impl RecorderThread {
         !self.thread.is_finished()
     }
 
-    /// Writes the final record, flushes and syncs, and waits for the thread.
-    pub fn finish(self) {
+    /// Records lost so far because writing failed (`/healthz`).
+    pub fn lost(&self) -> Arc<AtomicU64> {
+        self.lost.clone()
+    }
+
+    /// Writes the final record, flushes and syncs, and waits for the thread;
+    /// returns how many records were lost over the run.
+    pub fn finish(self) -> u64 {
         self.handle
             .record(AgentRecord::Stopped(skewscope_os::clock::now()));
         self.stop.store(true, Ordering::Release);
         self.thread.thread().unpark();
         let _ = self.thread.join();
+        self.lost.load(Ordering::Relaxed)
     }
 }
 
-fn run(mut writer: SegmentedLog, rx: Receiver<Message>, stop: &AtomicBool, reopen: &AtomicBool) {
-    let mut failed = false;
-    let mut report = |result: std::io::Result<()>| {
-        if let Err(e) = result
-            && !failed
-        {
-            // Keep serving clients; say once that the log is incomplete.
+/// What the recorder lost while writing failed, until it works again.
+struct Losses<'a> {
+    /// Run total, shared with `/healthz`.
+    total: &'a AtomicU64,
+    /// Records appended since the last flush that worked: a failed flush
+    /// loses them.
+    unflushed: u64,
+    /// Since writing last worked: how many, and since when.
+    outage: Option<(u64, Stamp)>,
+}
+
+impl Losses<'_> {
+    /// A write failed: the records buffered since the last good flush (and
+    /// the one being written) are lost; the buffer is dropped so they never
+    /// land later, out of order.
+    fn failed(&mut self, writer: &mut SegmentedLog, e: &std::io::Error, with_this: bool) {
+        let count = self.unflushed + u64::from(with_this);
+        self.unflushed = 0;
+        if self.outage.is_none() {
+            // Keep serving clients; say when the log became incomplete.
             eprintln!(
-                "skewscope-agent: writing the record log failed: {e}; records are being lost"
+                "skewscope-agent: writing the record log failed: {e}; records are being lost (counted, and said when writing works again)"
             );
-            failed = true;
         }
+        let outage = self.outage.get_or_insert((0, skewscope_os::clock::now()));
+        outage.0 += count;
+        self.total.fetch_add(count, Ordering::Relaxed);
+        let _ = writer.discard_buffered();
+    }
+
+    /// A flush worked: if writing had failed, say how much was lost, in the
+    /// log and on stderr.
+    fn flushed(&mut self, writer: &mut SegmentedLog) {
+        self.unflushed = 0;
+        if let Some((count, since)) = self.outage.take() {
+            let at = skewscope_os::clock::now();
+            let said = writer
+                .append(&AgentRecord::RecordsLost(RecordsLost { count, since, at }))
+                .and_then(|()| writer.flush());
+            match said {
+                Ok(()) => eprintln!(
+                    "skewscope-agent: writing the record log works again; {count} records were lost"
+                ),
+                Err(e) => {
+                    self.outage = Some((count, since));
+                    self.failed(writer, &e, false);
+                }
+            }
+        }
+    }
+}
+
+fn run(
+    mut writer: SegmentedLog,
+    rx: Receiver<Message>,
+    stop: &AtomicBool,
+    reopen: &AtomicBool,
+    lost: &AtomicU64,
+) {
+    let mut losses = Losses {
+        total: lost,
+        unflushed: 0,
+        outage: None,
+    };
+    let append = |writer: &mut SegmentedLog, losses: &mut Losses<'_>, r: &AgentRecord| match writer
+        .append(r)
+    {
+        Ok(()) => losses.unflushed += 1,
+        Err(e) => losses.failed(writer, &e, true),
     };
     loop {
         // Read the flag before draining, so everything sent before `finish` is written.
         let stopping = stop.load(Ordering::Acquire);
         loop {
             match rx.try_recv() {
-                Ok(Message::Record(r)) => report(writer.append(&r)),
+                Ok(Message::Record(r)) => append(&mut writer, &mut losses, &r),
                 Ok(Message::Sends(sends, recycle)) => {
                     let record = AgentRecord::ShardSends(sends);
-                    report(writer.append(&record));
+                    append(&mut writer, &mut losses, &record);
                     if let AgentRecord::ShardSends(mut s) = record {
                         s.slots.clear();
                         let _ = recycle.send(s.slots);
@@ -148,15 +216,28 @@ fn run(mut writer: SegmentedLog, rx: Receiver<Message>, stop: &AtomicBool, reope
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
-        report(writer.flush());
+        match writer.flush() {
+            Ok(()) => losses.flushed(&mut writer),
+            Err(e) => losses.failed(&mut writer, &e, false),
+        }
         if reopen.swap(false, Ordering::AcqRel) {
-            report(writer.next_segment());
-            eprintln!("skewscope-agent: recording to {}", writer.path().display());
+            match writer.next_segment() {
+                Ok(()) => eprintln!("skewscope-agent: recording to {}", writer.path().display()),
+                Err(e) => losses.failed(&mut writer, &e, false),
+            }
         }
         if stopping {
             break;
         }
         std::thread::park_timeout(FLUSH_EVERY);
     }
-    report(writer.sync());
+    if let Err(e) = writer.sync() {
+        losses.failed(&mut writer, &e, false);
+    }
+    let total = lost.load(Ordering::Relaxed);
+    if total > 0 {
+        eprintln!(
+            "skewscope-agent: {total} records were lost over this run (the record log could not be written)"
+        );
+    }
 }

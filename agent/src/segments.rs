@@ -77,6 +77,12 @@ impl SegmentedLog {
         self.writer.flush()
     }
 
+    /// Drops buffered records without writing them (they are counted
+    /// lost after a failed write).
+    pub fn discard_buffered(&mut self) -> io::Result<()> {
+        self.writer.discard_buffered()
+    }
+
     /// Flushes and makes the segment durable.
     pub fn sync(&mut self) -> io::Result<()> {
         self.writer.sync()

@@ -207,6 +207,13 @@ fn clocks_paragraph(out: &mut String, r: &Report) {
                 "  the agent's log ends without a stop record: it was killed or is still running"
             );
         }
+        if a.records_lost > 0 {
+            let _ = writeln!(
+                out,
+                "  THE AGENT LOST {} RECORDS: its log could not be written for a while (a full disk?); broadcasts then may be missing here",
+                a.records_lost
+            );
+        }
         if !a.clock_steps.is_empty() {
             let _ = writeln!(
                 out,

@@ -227,6 +227,20 @@ impl LogWriter<BufWriter<File>> {
         }
     }
 
+    /// Drops what is buffered but not yet written, without writing it:
+    /// after a failed write (a full disk) those records are counted lost,
+    /// and must not reach the file later behind ones written since. The
+    /// file may end in a torn frame, which readers skip.
+    pub fn discard_buffered(&mut self) -> io::Result<()> {
+        let file = self.out.get_ref().try_clone()?;
+        let len = file.metadata()?.len();
+        let old = std::mem::replace(&mut self.out, BufWriter::with_capacity(256 * 1024, file));
+        // into_parts, unlike a drop, writes nothing.
+        let _ = old.into_parts();
+        self.written = len;
+        Ok(())
+    }
+
     /// Flushes buffered records and asks the OS to make them durable.
     pub fn sync(&mut self) -> io::Result<()> {
         self.out.flush()?;

@@ -66,6 +66,20 @@ pub enum AgentRecord {
     /// The subprotocol the hub chose for a connection (`--subprotocol`),
     /// written right after its `ConnectionOpened`.
     ConnectionSubprotocol(ConnectionSubprotocol),
+    /// Writing the log failed (a full disk) and works again: how many
+    /// records were lost in between. The first record written after.
+    RecordsLost(RecordsLost),
+}
+
+/// Records the agent could not write.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RecordsLost {
+    /// Records lost since writing last worked.
+    pub count: u64,
+    /// When writing first failed.
+    pub since: Stamp,
+    /// When it worked again.
+    pub at: Stamp,
 }
 
 /// A connection's WebSocket subprotocol.

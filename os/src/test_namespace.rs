@@ -1,8 +1,9 @@
-//! For tests that need `CAP_NET_RAW` on a real loopback without any
-//! privilege outside: run the test again in a new user and network
-//! namespace of its own, its loopback brought up (`unshare` from
-//! util-linux, `ip` from iproute2). Nothing outside the namespace is
-//! touched. Behind the `test-support` feature.
+//! For tests that need `CAP_NET_RAW` on a real loopback, or a file system
+//! of their own (a full disk), without any privilege outside: run the test
+//! again in a new user, network and mount namespace of its own, its
+//! loopback brought up (`unshare` from util-linux, `ip` from iproute2).
+//! Nothing outside the namespace is touched. Behind the `test-support`
+//! feature.
 
 use std::process::Command;
 
@@ -18,7 +19,7 @@ pub fn in_own_namespace(name: &str) -> bool {
     }
     let me = std::env::current_exe().expect("the test binary's path");
     let out = Command::new("unshare")
-        .args(["--user", "--map-root-user", "--net", "sh", "-c"])
+        .args(["--user", "--map-root-user", "--net", "--mount", "sh", "-c"])
         .arg("ip link set lo up && exec \"$0\" \"$@\"")
         .arg(&me)
         .args(["--exact", name, "--nocapture", "--test-threads=1"])

@@ -35,6 +35,8 @@ pub struct Context {
     pub max_clients: Option<usize>,
     /// Subprotocols the hub answers (`--subprotocol`).
     pub subprotocols: Vec<String>,
+    /// Records the recorder could not write (a full disk), so far.
+    pub records_lost: Arc<std::sync::atomic::AtomicU64>,
     /// Upgrades refused for `--max-clients`.
     pub refused_clients: std::sync::atomic::AtomicU64,
     /// Time allowed for a request head or body to arrive.
@@ -396,13 +398,16 @@ fn health(context: &Context) -> String {
         None => "null".into(),
     };
     format!(
-        "{{\"status\":\"ok\",\"clients\":{},\"refused_clients\":{},\"refused_pending\":{},\"time\":{time},\"ingest\":{}}}\n",
+        "{{\"status\":\"ok\",\"clients\":{},\"refused_clients\":{},\"refused_pending\":{},\"records_lost\":{},\"time\":{time},\"ingest\":{}}}\n",
         context.hub.clients(),
         context
             .refused_clients
             .load(std::sync::atomic::Ordering::Relaxed),
         context
             .refused_pending
+            .load(std::sync::atomic::Ordering::Relaxed),
+        context
+            .records_lost
             .load(std::sync::atomic::Ordering::Relaxed),
         crate::ingest::health_json(&context.ingest)
     )

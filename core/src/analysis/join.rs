@@ -119,6 +119,8 @@ pub struct Agent {
     pub stamps: Vec<Stamp>,
     /// How its log ends.
     pub ended: RunEnd,
+    /// Records it said it could not write (`RecordsLost`).
+    pub records_lost: u64,
 }
 
 /// How a broadcast is known.
@@ -586,6 +588,7 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
                     time_service: None,
                     stamps: Vec::new(),
                     ended: RunEnd::NoStopRecord,
+                    records_lost: 0,
                 })
             }
             AgentRecord::Stopped(_) => {
@@ -669,6 +672,11 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
             | AgentRecord::TapCounters(_)
             | AgentRecord::TapConnectionTotals(_)
             | AgentRecord::ConnectionSubprotocol(_) => {}
+            AgentRecord::RecordsLost(l) => {
+                if let Some(a) = joined.agent.as_mut() {
+                    a.records_lost += l.count;
+                }
+            }
         }
     }
 

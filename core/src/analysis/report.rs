@@ -72,6 +72,9 @@ pub struct AgentSummary {
     /// How its log ends: without a stop record, its counters (the time
     /// port's) are the last periodic ones, not the run's totals.
     pub ended: crate::analysis::join::RunEnd,
+    /// Records the agent could not write (a full disk), as it recorded once
+    /// writing worked again: broadcasts among them may be missing here.
+    pub records_lost: u64,
 }
 
 /// Per-probe figures.
@@ -283,6 +286,7 @@ impl Report {
             time_service: a.time_service,
             clock_steps: timing.agent_steps.clone(),
             ended: a.ended,
+            records_lost: a.records_lost,
         });
         let clock_basis = if timing.one_clock {
             ClockBasis::SingleHost
