@@ -8,6 +8,7 @@
 //! ingest throughput. `verdict`: an audit's last broadcast to its verdict.
 
 mod drain;
+mod flood;
 mod floor;
 mod floor_server;
 mod report_cost;
@@ -83,6 +84,13 @@ enum Command {
         /// Stage every frame (MSG_MORE), then push each socket (TCP_NODELAY).
         #[arg(long)]
         staged: bool,
+    },
+    /// One hostile client against 50 others: worst broadcast latency and
+    /// the agent's RSS, quiet, under a ping flood, under an empty-frame flood.
+    Flood {
+        /// Seconds per phase.
+        #[arg(long, default_value_t = 4)]
+        secs: u64,
     },
     /// Kernel vs userspace receipt stamps, idle and under CPU stress.
     Stamps {
@@ -231,6 +239,12 @@ fn main() -> anyhow::Result<()> {
             broadcasts,
             runs,
         }),
+        Command::Flood { secs } => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(flood::run(secs))
+        }
         Command::Stamps {
             clients,
             broadcasts,
