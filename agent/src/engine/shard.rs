@@ -26,6 +26,7 @@ use tungstenite::protocol::CloseFrame;
 use tungstenite::protocol::frame::Frame;
 
 use crate::engine::client::{Client, Offer};
+use crate::engine::send_order::Sequencer;
 use crate::recorder::Recorder;
 use skewscope_core::client_frames::{ClientFrame, ClientFrameError};
 
@@ -107,9 +108,7 @@ impl ShardHandle {
             commands: rx,
             clients: Slab::new(),
             order: Vec::new(),
-            shuffled: Vec::new(),
-            rotation: 0,
-            rng: fastrand::Rng::new(),
+            sequencer: Sequencer::new(config.order, fastrand::Rng::new()),
             scratch: vec![0; READ_CHUNK],
             doomed: Vec::new(),
             recorder,
@@ -179,9 +178,7 @@ struct Shard {
     clients: Slab<Client>,
     /// Slab keys in connection order.
     order: Vec<usize>,
-    shuffled: Vec<usize>,
-    rotation: usize,
-    rng: fastrand::Rng,
+    sequencer: Sequencer,
     scratch: Vec<u8>,
     doomed: Vec<(usize, CloseReason)>,
     recorder: Recorder,
@@ -278,26 +275,8 @@ impl Shard {
         } else {
             Vec::new()
         };
-        let first = match self.config.order {
-            SendOrder::Rotate if n > 0 => {
-                self.rotation = self.rotation.wrapping_add(1);
-                self.rotation % n
-            }
-            SendOrder::Shuffle => {
-                self.shuffled.clear();
-                self.shuffled.extend_from_slice(&self.order);
-                self.rng.shuffle(&mut self.shuffled);
-                0
-            }
-            _ => 0,
-        };
-        let sequence = match self.config.order {
-            SendOrder::Shuffle => &self.shuffled,
-            _ => &self.order,
-        };
         let mut targets = 0u32;
-        for i in 0..n {
-            let key = sequence[(first + i) % n];
+        for (i, key) in self.sequencer.next(&self.order).enumerate() {
             let client = &mut self.clients[key];
             let offer = client.offer(&job.frame, job.id, self.config.max_queue_bytes);
             let outcome = match offer {
