@@ -895,3 +895,45 @@ async fn a_client_asking_for_a_subprotocol_gets_the_one_we_speak_and_it_is_recor
         .collect();
     assert_eq!(chosen, vec!["v2.sync".to_owned()]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_shutdown_clients_get_a_clean_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |_| {}).await;
+    let clients = connect(&agent, 3).await;
+    // Each client reads on, as a browser does, and so answers the close;
+    // it also keeps talking, so a socket dropped without waiting for that
+    // answer has unread bytes and is reset.
+    let readers: Vec<_> = clients
+        .into_iter()
+        .map(|mut ws| {
+            tokio::spawn(async move {
+                let mut close = None;
+                let mut tick = tokio::time::interval(Duration::from_millis(1));
+                let deadline = tokio::time::Instant::now() + 4 * WAIT;
+                loop {
+                    tokio::select! {
+                        _ = tick.tick(), if close.is_none() => {
+                            let _ = ws.send(Message::text("chatter")).await;
+                        }
+                        m = ws.next() => match m {
+                            Some(Ok(Message::Close(frame))) => {
+                                close = Some(frame.map(|f| u16::from(f.code)));
+                            }
+                            Some(Ok(_)) => {}
+                            // The end after the close handshake: clean.
+                            None => return Ok(close.flatten()),
+                            Some(Err(e)) => return Err(e.to_string()),
+                        },
+                        _ = tokio::time::sleep_until(deadline) => return Err("no end".into()),
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    agent.shutdown().await.unwrap();
+    for r in readers {
+        assert_eq!(r.await.unwrap(), Ok(Some(1001)), "a clean close, code 1001");
+    }
+}

@@ -37,6 +37,9 @@ const READ_CHUNK: usize = 64 * 1024;
 /// looked at its commands and its other clients: a broadcast never waits
 /// behind one client's chatter.
 pub const READ_BUDGET: usize = 4 * READ_CHUNK;
+/// At shutdown, how long the shard waits for its clients' replies to its
+/// close frames before dropping what is left.
+pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// How every shard behaves; fixed for the agent's life.
 #[derive(Clone, Copy, Debug)]
@@ -524,9 +527,55 @@ impl Shard {
         for id in ids {
             self.record_close(id, CloseReason::Shutdown);
         }
+        self.await_closes();
         self.clients.clear();
         self.order.clear();
         self.count.store(0, Ordering::Relaxed);
+    }
+
+    /// After sending every client a close: waits up to [`CLOSE_WAIT`] for
+    /// each one's own close (or its end) before dropping its socket, so a
+    /// browser sees a clean close rather than a reset.
+    fn await_closes(&mut self) {
+        let deadline = std::time::Instant::now() + CLOSE_WAIT;
+        let mut events = Events::with_capacity(1024);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        while !self.clients.is_empty() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() || self.poll.poll(&mut events, Some(left)).is_err() {
+                break;
+            }
+            for event in events.iter() {
+                let key = event.token().0;
+                let Some(client) = self.clients.get_mut(key) else {
+                    continue;
+                };
+                if event.is_writable() {
+                    let _ = client.flush(|_| {});
+                }
+                let mut done = false;
+                while !done {
+                    match client.stream.read(&mut scratch) {
+                        Ok(0) => done = true,
+                        Ok(n) => {
+                            let mut closed = false;
+                            let fed = client.inbound.feed(&scratch[..n], usize::MAX, |f| {
+                                closed |= matches!(f, ClientFrame::Close(_));
+                            });
+                            done = closed || fed.is_err();
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(_) => done = true,
+                    }
+                }
+                if done {
+                    let mut gone = self.clients.remove(key);
+                    let _ = self.poll.registry().deregister(&mut gone.stream);
+                }
+            }
+        }
+        self.scratch = scratch;
     }
 
     fn record_close(&self, conn: u64, reason: CloseReason) {
