@@ -34,14 +34,14 @@ fn frames(run_id: u128, first: u64, n: u64, pad: usize) -> Vec<u8> {
     let mut log = LogWriter::new(Vec::new(), LogKind::Probe).unwrap();
     for seq in first..first + n {
         let record = match seq {
-            0 => ProbeRecord::Started(ProbeStarted {
+            0 => ProbeRecord::Started(Box::new(ProbeStarted {
                 name: format!("probe-{run_id}"),
                 host: "device".into(),
                 url: "ws://x/ws".into(),
                 connections: 1,
                 version: "t".into(),
                 at: stamp(0),
-            }),
+            })),
             1 => ProbeRecord::Identity(RunIdentity {
                 run_id,
                 boot_id: Some("x".repeat(pad)),

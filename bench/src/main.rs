@@ -162,6 +162,10 @@ enum Command {
         /// Runs; the median is printed.
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// Instead, write the synthetic log to FILE (for timing `skewscope
+        /// report` on it as a process: its peak memory).
+        #[arg(long, value_name = "FILE")]
+        write: Option<std::path::PathBuf>,
     },
 }
 
@@ -205,7 +209,11 @@ fn main() -> anyhow::Result<()> {
             broadcasts,
             exchanges,
             runs,
-        } => report_cost::run(connections, broadcasts, exchanges, runs),
+            write,
+        } => match write {
+            Some(path) => report_cost::write(&path, connections, broadcasts, exchanges),
+            None => report_cost::run(connections, broadcasts, exchanges, runs),
+        },
         Command::Upload {
             connections,
             probes,

@@ -26,14 +26,14 @@ fn synthetic_log(connections: u32, broadcasts: u64, exchanges: u64) -> Vec<u8> {
     };
     let mut log = LogWriter::new(Vec::new(), LogKind::Probe).expect("Vec never fails");
     let mut put = |r: ProbeRecord| log.append(&r).expect("Vec never fails");
-    put(ProbeRecord::Started(ProbeStarted {
+    put(ProbeRecord::Started(Box::new(ProbeStarted {
         name: "long-run".into(),
         host: "bench".into(),
         url: "ws://bench/ws".into(),
         connections,
         version: "bench".into(),
         at: at(0),
-    }));
+    })));
     for conn in 0..connections {
         put(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
             conn,
@@ -76,6 +76,19 @@ fn synthetic_log(connections: u32, broadcasts: u64, exchanges: u64) -> Vec<u8> {
 
 /// Builds the log once, then times decoding, joining and the report `runs`
 /// times; prints the median of each phase.
+/// Writes the synthetic log to `path`.
+pub fn write(
+    path: &std::path::Path,
+    connections: u32,
+    broadcasts: u64,
+    exchanges: u64,
+) -> anyhow::Result<()> {
+    let bytes = synthetic_log(connections, broadcasts, exchanges);
+    std::fs::write(path, &bytes)?;
+    println!("{}: {} bytes", path.display(), bytes.len());
+    Ok(())
+}
+
 pub fn run(connections: u32, broadcasts: u64, exchanges: u64, runs: usize) -> anyhow::Result<()> {
     let bytes = synthetic_log(connections, broadcasts, exchanges);
     println!(

@@ -144,14 +144,14 @@ impl Session {
         })
         .await?;
         let start = vec![
-            ProbeRecord::Started(ProbeStarted {
+            ProbeRecord::Started(Box::new(ProbeStarted {
                 name: format!("bench-{run_id}"),
                 host: "bench".into(),
                 url: "ws://bench/ws".into(),
                 connections: 1,
                 version: "bench".into(),
                 at: skewscope_os::clock::now(),
-            }),
+            })),
             ProbeRecord::Identity(RunIdentity {
                 run_id,
                 boot_id: None,

@@ -200,14 +200,14 @@ mod tests {
 
     fn run(n: usize) -> Vec<ProbeRecord> {
         let mut records = vec![
-            ProbeRecord::Started(ProbeStarted {
+            ProbeRecord::Started(Box::new(ProbeStarted {
                 name: "p".into(),
                 host: "h".into(),
                 url: "ws://x/ws".into(),
                 connections: 1,
                 version: "t".into(),
                 at: Stamp::default(),
-            }),
+            })),
             ProbeRecord::Identity(RunIdentity {
                 run_id: RUN,
                 boot_id: None,

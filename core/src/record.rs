@@ -334,7 +334,7 @@ pub enum MessageKey {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum ProbeRecord {
     /// First record: who and what is being probed.
-    Started(ProbeStarted),
+    Started(Box<ProbeStarted>),
     /// A connection's upgrade completed.
     ConnectionOpened(ProbeConnectionOpened),
     /// A connection attempt failed.
@@ -346,7 +346,7 @@ pub enum ProbeRecord {
     /// Last record of a clean stop.
     Stopped(Stamp),
     /// The device clock's own claim about its error, at start and every few seconds.
-    ClockState(ClockState),
+    ClockState(Box<ClockState>),
     /// One completed time exchange with the agent.
     TimeSample(TimeSample),
     /// What names this run and its clock exactly; written after `Started`.

@@ -19,7 +19,7 @@ pub(crate) async fn run(recorder: Recorder, mut shutdown: Shutdown) {
     loop {
         // chronyc may take a moment: keep it off the runtime threads.
         if let Ok(state) = tokio::task::spawn_blocking(skewscope_os::clock_claims::read).await {
-            recorder.record(ProbeRecord::ClockState(state));
+            recorder.record(ProbeRecord::ClockState(Box::new(state)));
         }
         tokio::select! {
             _ = tokio::time::sleep(EVERY) => {}

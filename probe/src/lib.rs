@@ -193,14 +193,14 @@ impl RunningProbe {
                     source,
                 },
             )?;
-        recorder.record(ProbeRecord::Started(ProbeStarted {
+        recorder.record(ProbeRecord::Started(Box::new(ProbeStarted {
             name: config.name.clone(),
             host: skewscope_os::host::host_name(),
             url: config.url.clone(),
             connections: config.connections,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             at: skewscope_os::clock::now(),
-        }));
+        })));
         let identity = skewscope_os::host::new_run_identity().map_err(ProbeError::RunId)?;
         let run_id = identity.run_id;
         recorder.record(ProbeRecord::Identity(identity));

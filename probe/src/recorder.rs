@@ -221,14 +221,14 @@ mod tests {
     }
 
     fn started() -> ProbeRecord {
-        ProbeRecord::Started(skewscope_core::record::ProbeStarted {
+        ProbeRecord::Started(Box::new(skewscope_core::record::ProbeStarted {
             name: "p".into(),
             host: "h".into(),
             url: "ws://x/ws".into(),
             connections: 1,
             version: "t".into(),
             at: skewscope_os::clock::now(),
-        })
+        }))
     }
 
     #[tokio::test]

@@ -531,7 +531,7 @@ fn collect_probes(probes: &[&[ProbeRecord]]) -> (Vec<Connection>, Vec<Probe>, Ve
                     last_wall = last_wall.max(at.wall_ns);
                     info.ended = RunEnd::LogFull;
                 }
-                ProbeRecord::ClockState(c) => info.clock_states.push(c.clone()),
+                ProbeRecord::ClockState(c) => info.clock_states.push((**c).clone()),
                 ProbeRecord::TimeSample(t) => info.samples.push(*t),
                 ProbeRecord::Identity(i) => {
                     info.identity.get_or_insert_with(|| i.clone());

@@ -115,14 +115,14 @@ mod tests {
     /// One device, two connections, receiving a foreign payload at the given
     /// (connection, offset, kernel delay) times, occurrence by occurrence.
     fn probe_log(receipts: &[(u32, u32, u64, Option<u64>)]) -> Vec<ProbeRecord> {
-        let mut r = vec![ProbeRecord::Started(ProbeStarted {
+        let mut r = vec![ProbeRecord::Started(Box::new(ProbeStarted {
             name: "dev".into(),
             host: "dev".into(),
             url: "ws://x/ws".into(),
             connections: 2,
             version: "t".into(),
             at: at(0),
-        })];
+        }))];
         for conn in 0..2 {
             r.push(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
                 conn,

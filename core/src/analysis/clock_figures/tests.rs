@@ -39,17 +39,17 @@ struct Device {
 
 impl Device {
     fn new(name: &'static str, offset: i64, conns: &[u64], claim_ns: u64) -> Device {
-        let mut records = vec![ProbeRecord::Started(ProbeStarted {
+        let mut records = vec![ProbeRecord::Started(Box::new(ProbeStarted {
             name: name.into(),
             host: name.into(),
             url: "ws://srv/ws".into(),
             connections: conns.len() as u32,
             version: "t".into(),
             at: on(offset, 0),
-        })];
+        }))];
         let mut state = kernel(true, claim_ns);
         state.at = on(offset, 0);
-        records.push(ProbeRecord::ClockState(state));
+        records.push(ProbeRecord::ClockState(Box::new(state)));
         for (i, &agent_conn) in conns.iter().enumerate() {
             records.push(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
                 conn: i as u32,

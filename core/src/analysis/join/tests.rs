@@ -17,14 +17,14 @@ struct ProbeLog(Vec<ProbeRecord>);
 
 impl ProbeLog {
     fn new(host: &str, conns: &[(u32, Option<u64>)]) -> Self {
-        let mut r = vec![ProbeRecord::Started(ProbeStarted {
+        let mut r = vec![ProbeRecord::Started(Box::new(ProbeStarted {
             name: host.into(),
             host: host.into(),
             url: "ws://x/ws".into(),
             connections: conns.len() as u32,
             version: "t".into(),
             at: at(0),
-        })];
+        }))];
         for &(conn, agent_conn) in conns {
             r.push(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
                 conn,
