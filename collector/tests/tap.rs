@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use agent::{AgentConfig, RunningAgent};
 use collector::inputs::{Scope, read_inputs, report_within};
+use common::runtime;
 use futures_util::StreamExt;
 use probe::{ProbeConfig, RunningProbe};
 use skewscope_os::test_namespace::in_own_namespace;
@@ -39,14 +40,6 @@ async fn finish_and_report(
         agent_as_reference: true,
     };
     report_within(inputs, None, scope)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 #[test]

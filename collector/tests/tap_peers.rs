@@ -13,6 +13,8 @@
 //! needs CAP_NET_RAW there). `./test` installs Go, gorilla/websocket and the
 //! Python packages.
 
+mod common;
+
 use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -21,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use agent::{AgentConfig, RunningAgent};
 use collector::inputs::{Scope, read_inputs, report_within};
+use common::runtime;
 use probe::{ProbeConfig, RunningProbe};
 use skewscope_os::test_namespace::{
     PEER_ADDR, PeerNamespace, SERVER_ADDR, SERVER_LINK, in_own_namespace,
@@ -157,14 +160,6 @@ async fn until_clients(server: SocketAddr, clients: u64) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// What the clients' side did: the probes' logs, and what the plain

@@ -12,6 +12,16 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+/// A two-worker tokio runtime, as the 2-core server has: for tests that
+/// drive async code from a plain `#[test]` (those re-run in a namespace).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// The `skewscope` binary under test.
 pub const SKEWSCOPE: &str = env!("CARGO_BIN_EXE_skewscope");
 
