@@ -64,6 +64,12 @@ pub struct AgentConfig {
     #[arg(long)]
     pub token_file: Option<PathBuf>,
 
+    /// File holding a bearer token that GET /metrics then requires
+    /// (Prometheus: `authorization: {credentials_file: ...}`). Without it
+    /// /metrics is open, like /healthz.
+    #[arg(long, value_name = "FILE")]
+    pub metrics_token_file: Option<PathBuf>,
+
     /// Order in which each shard writes to its clients; recorded so lateness can
     /// be attributed to position.
     #[arg(long, value_enum, default_value_t = OrderArg::Rotate)]

@@ -19,6 +19,7 @@ pub mod config;
 mod engine;
 pub mod http_client;
 mod ingest;
+mod metrics;
 mod recorder;
 mod segments;
 mod server;
@@ -77,6 +78,10 @@ impl RunningAgent {
             Some(path) => Some(read_token(path)?),
             None => None,
         };
+        let metrics_token = match &config.metrics_token_file {
+            Some(path) => Some(read_token(path)?),
+            None => None,
+        };
         // Every client is a socket: make the whole hard limit available.
         skewscope_os::files::raise_open_file_limit().context("cannot raise the open-file limit")?;
         let (listener, time_socket) = bind_both(&config)?;
@@ -91,12 +96,14 @@ impl RunningAgent {
             segment_bytes: config.segment_bytes,
             max_data_bytes: config.max_data_bytes,
         };
-        let recorder = RecorderThread::start(&config.data_dir, limits).with_context(|| {
-            format!(
-                "cannot create a record log in {}",
-                config.data_dir.display()
-            )
-        })?;
+        let metrics = Arc::new(metrics::Metrics::new(config.shard_count()));
+        let recorder = RecorderThread::start(&config.data_dir, limits, metrics.clone())
+            .with_context(|| {
+                format!(
+                    "cannot create a record log in {}",
+                    config.data_dir.display()
+                )
+            })?;
         let shards = config.shard_count();
         let order = config.order.into();
         recorder.handle().record(AgentRecord::Started(AgentStarted {
@@ -151,6 +158,12 @@ impl RunningAgent {
         );
         let ingest_worker =
             ingest::Worker::start(ingest.clone()).context("cannot start the ingest thread")?;
+        metrics.attach(metrics::Sources {
+            hub: hub.clone(),
+            time: counters.clone(),
+            ingest: ingest.clone(),
+            records_lost: recorder.lost(),
+        });
         let context = Arc::new(Context {
             hub: hub.clone(),
             time: counters.clone(),
@@ -159,6 +172,8 @@ impl RunningAgent {
             max_clients: config.max_clients,
             subprotocols: config.subprotocols.clone(),
             records_lost: recorder.lost(),
+            metrics: metrics.clone(),
+            metrics_token: metrics_token.clone(),
             pending: Arc::new(tokio::sync::Semaphore::new(
                 config
                     .max_pending

@@ -18,6 +18,7 @@ use std::time::Duration;
 use skewscope_core::Stamp;
 use skewscope_core::record::{AgentRecord, RecordsLost, SendSlot, ShardSends};
 
+use crate::metrics::Metrics;
 use crate::segments::{Limits, SegmentedLog};
 
 /// Longest time a record waits in memory before it is written out.
@@ -61,7 +62,12 @@ impl Recorder {
 impl RecorderThread {
     /// Creates `dir` if needed, opens the run's first segment in it and starts
     /// the thread.
-    pub fn start(dir: &Path, limits: Limits) -> std::io::Result<RecorderThread> {
+    /// Every record is also counted into `metrics` (off the shards).
+    pub fn start(
+        dir: &Path,
+        limits: Limits,
+        metrics: Arc<Metrics>,
+    ) -> std::io::Result<RecorderThread> {
         let stem = format!(
             "agent-{}-{}",
             skewscope_os::clock::now().wall_ns / 1_000_000_000,
@@ -83,7 +89,7 @@ impl RecorderThread {
                 {
                     eprintln!("skewscope-agent: recorder runs at normal priority: {e}");
                 }
-                run(log, rx, &flags.0, &flags.1, &flags.2)
+                run(log, rx, &flags.0, &flags.1, &flags.2, &metrics)
             })?;
         Ok(RecorderThread {
             handle: Recorder { tx },
@@ -187,17 +193,19 @@ fn run(
     stop: &AtomicBool,
     reopen: &AtomicBool,
     lost: &AtomicU64,
+    metrics: &Metrics,
 ) {
     let mut losses = Losses {
         total: lost,
         unflushed: 0,
         outage: None,
     };
-    let append = |writer: &mut SegmentedLog, losses: &mut Losses<'_>, r: &AgentRecord| match writer
-        .append(r)
-    {
-        Ok(()) => losses.unflushed += 1,
-        Err(e) => losses.failed(writer, &e, true),
+    let append = |writer: &mut SegmentedLog, losses: &mut Losses<'_>, r: &AgentRecord| {
+        metrics.observe(r);
+        match writer.append(r) {
+            Ok(()) => losses.unflushed += 1,
+            Err(e) => losses.failed(writer, &e, true),
+        }
     };
     loop {
         // Read the flag before draining, so everything sent before `finish` is written.

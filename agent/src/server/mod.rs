@@ -17,7 +17,8 @@ use tokio::sync::watch;
 
 use crate::engine::hub::{Broadcasted, Hub};
 use crate::engine::shard::NewClient;
-use crate::server::http::{HeadError, Request, read_head, respond};
+use crate::metrics;
+use crate::server::http::{HeadError, Request, read_head, respond, respond_bytes};
 use crate::server::upgrade::{UpgradeError, accept};
 
 /// What every request handler needs.
@@ -37,6 +38,10 @@ pub struct Context {
     pub subprotocols: Vec<String>,
     /// Records the recorder could not write (a full disk), so far.
     pub records_lost: Arc<std::sync::atomic::AtomicU64>,
+    /// What `/metrics` renders.
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Bearer token `/metrics` requires (`--metrics-token-file`), if any.
+    pub metrics_token: Option<String>,
     /// Upgrades refused for `--max-clients`.
     pub refused_clients: std::sync::atomic::AtomicU64,
     /// Time allowed for a request head or body to arrive.
@@ -126,6 +131,12 @@ async fn handle(
             }
         }
         ("GET", "/healthz") => respond(&mut stream, 200, "", &health(context)).await,
+        ("GET", "/metrics") => {
+            if authorized_by(&mut stream, &request, context.metrics_token.as_deref()).await {
+                let text = context.metrics.render();
+                respond_bytes(&mut stream, 200, metrics::CONTENT_TYPE, "", text.as_bytes()).await;
+            }
+        }
         ("POST", "/publish") => {
             if authorized(&mut stream, &request, context).await {
                 publish(stream, request, context).await
@@ -147,9 +158,10 @@ async fn handle(
                 audit::log(&mut stream, &request, context).await
             }
         }
-        (_, "/healthz" | "/publish" | "/start_test" | "/audit/status" | "/audit/log") => {
-            respond(&mut stream, 405, "", "method not allowed\n").await
-        }
+        (
+            _,
+            "/healthz" | "/metrics" | "/publish" | "/start_test" | "/audit/status" | "/audit/log",
+        ) => respond(&mut stream, 405, "", "method not allowed\n").await,
         _ => {
             respond(
                 &mut stream,
@@ -277,7 +289,13 @@ fn sanitize_label(raw: &str) -> String {
 }
 
 async fn authorized(stream: &mut TcpStream, request: &Request, context: &Context) -> bool {
-    let Some(token) = &context.token else {
+    authorized_by(stream, request, context.token.as_deref()).await
+}
+
+/// Whether the request carries `token` (any request does when it is
+/// `None`); answers 401 when it does not.
+async fn authorized_by(stream: &mut TcpStream, request: &Request, token: Option<&str>) -> bool {
+    let Some(token) = token else {
         return true;
     };
     let given = request
