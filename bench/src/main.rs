@@ -12,6 +12,7 @@ mod flood;
 mod floor;
 mod floor_server;
 mod report_cost;
+mod scrape;
 mod stamps;
 mod tap;
 mod upload;
@@ -84,6 +85,19 @@ enum Command {
         /// Stage every frame (MSG_MORE), then push each socket (TCP_NODELAY).
         #[arg(long)]
         staged: bool,
+    },
+    /// Whether Prometheus scraping /metrics disturbs the fan-out: spans with
+    /// no scrape, a scrape every 100 ms, and a scrape at each broadcast.
+    Scrape {
+        /// Drained clients of the hub.
+        #[arg(long, default_value_t = 1000)]
+        connections: usize,
+        /// Cycles of the three blocks.
+        #[arg(long, default_value_t = 10)]
+        cycles: usize,
+        /// Broadcasts per block.
+        #[arg(long, default_value_t = 20)]
+        per_block: usize,
     },
     /// One hostile client against 50 others: worst broadcast latency and
     /// the agent's RSS, quiet, under a ping flood, under an empty-frame flood.
@@ -247,6 +261,16 @@ fn main() -> anyhow::Result<()> {
             broadcasts,
             runs,
         }),
+        Command::Scrape {
+            connections,
+            cycles,
+            per_block,
+        } => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(scrape::run(connections, cycles, per_block))
+        }
         Command::Flood { secs } => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
