@@ -17,7 +17,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
-use skewscope_core::record::{AgentRecord, CloseReason};
+use skewscope_core::record::{AgentRecord, CloseReason, SendOutcome};
 
 use crate::engine::hub::Hub;
 use crate::ingest::IngestStore;
@@ -26,6 +26,28 @@ use crate::time_port::TimeCounters;
 /// Broadcasts whose fan-out is still being gathered, at most: one whose
 /// shards never all report (recording off) is forgotten past this.
 const PENDING_BROADCASTS: usize = 1024;
+
+/// One broadcast's fan-out span being gathered: as the report defines it,
+/// from the start to the last completed write, a queued copy counting when
+/// its `SendCompleted` comes (and not at all if its client is dropped).
+#[derive(Debug)]
+struct PendingSpan {
+    start_mono_ns: u64,
+    last_done_mono_ns: Option<u64>,
+    shards_left: usize,
+    /// Connections whose copy is still queued.
+    queued: Vec<u64>,
+}
+
+impl PendingSpan {
+    fn done(&self) -> bool {
+        self.shards_left == 0 && self.queued.is_empty()
+    }
+
+    fn completed(&mut self, mono_ns: u64) {
+        self.last_done_mono_ns = self.last_done_mono_ns.max(Some(mono_ns));
+    }
+}
 
 /// Histogram buckets for durations: 10 µs doubling to about 10 s.
 fn duration_buckets() -> impl Iterator<Item = f64> {
@@ -39,8 +61,8 @@ pub struct Metrics {
     fanout: Histogram,
     opened: Counter,
     closed: Family<Vec<(&'static str, &'static str)>, Counter>,
-    /// Broadcast id -> (start mono ns, latest write mono ns, shards left).
-    pending: Mutex<BTreeMap<u64, (u64, u64, usize)>>,
+    /// Broadcasts whose span is not known yet, by id.
+    pending: Mutex<BTreeMap<u64, PendingSpan>>,
     shards: usize,
     /// Set once the server's parts exist ([`Metrics::attach`]).
     sources: Arc<OnceLock<Sources>>,
@@ -77,7 +99,7 @@ impl Metrics {
         let fanout = Histogram::new(duration_buckets());
         registry.register(
             "skewscope_fanout_span_seconds",
-            "From a broadcast's start to its last write returning, over every shard",
+            "From a broadcast's start to its last completed write, over every shard (the report's fan-out span)",
             fanout.clone(),
         );
         let opened = Counter::default();
@@ -123,24 +145,40 @@ impl Metrics {
             AgentRecord::Broadcast(b) => {
                 self.broadcasts.inc();
                 let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-                pending.insert(b.id, (b.at.mono_ns, b.at.mono_ns, self.shards));
+                pending.insert(
+                    b.id,
+                    PendingSpan {
+                        start_mono_ns: b.at.mono_ns,
+                        last_done_mono_ns: None,
+                        shards_left: self.shards,
+                        queued: Vec::new(),
+                    },
+                );
                 while pending.len() > PENDING_BROADCASTS {
                     pending.pop_first();
                 }
             }
             AgentRecord::ShardSends(s) => {
                 let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-                let Some(entry) = pending.get_mut(&s.broadcast) else {
-                    return;
-                };
-                let latest = s.slots.iter().map(|slot| slot.mono_ns).max();
-                entry.1 = entry.1.max(latest.unwrap_or(0));
-                entry.2 = entry.2.saturating_sub(1);
-                if entry.2 == 0 {
-                    let (start, end, _) = *entry;
-                    pending.remove(&s.broadcast);
-                    self.fanout.observe(end.saturating_sub(start) as f64 / 1e9);
+                if let Some(span) = pending.get_mut(&s.broadcast) {
+                    for slot in &s.slots {
+                        match slot.outcome {
+                            SendOutcome::Written => span.completed(slot.mono_ns),
+                            SendOutcome::Queued => span.queued.push(slot.conn),
+                            SendOutcome::Dropped | SendOutcome::Failed => {}
+                        }
+                    }
+                    span.shards_left = span.shards_left.saturating_sub(1);
                 }
+                self.settle(&mut pending, s.broadcast);
+            }
+            AgentRecord::SendCompleted(c) => {
+                let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(span) = pending.get_mut(&c.broadcast) {
+                    span.queued.retain(|&conn| conn != c.conn);
+                    span.completed(c.mono_ns);
+                }
+                self.settle(&mut pending, c.broadcast);
             }
             AgentRecord::ConnectionOpened(_) => {
                 self.opened.inc();
@@ -149,8 +187,33 @@ impl Metrics {
                 self.closed
                     .get_or_create(&vec![("reason", reason_label(&c.reason))])
                     .inc();
+                // Its queued copies will never complete.
+                let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+                let waiting: Vec<u64> = pending
+                    .iter_mut()
+                    .filter(|(_, span)| span.queued.contains(&c.conn))
+                    .map(|(id, span)| {
+                        span.queued.retain(|&conn| conn != c.conn);
+                        *id
+                    })
+                    .collect();
+                for id in waiting {
+                    self.settle(&mut pending, id);
+                }
             }
             _ => {}
+        }
+    }
+
+    /// Observes broadcast `id`'s span once nothing more can complete it.
+    fn settle(&self, pending: &mut BTreeMap<u64, PendingSpan>, id: u64) {
+        if !pending.get(&id).is_some_and(PendingSpan::done) {
+            return;
+        }
+        let span = pending.remove(&id).expect("checked above");
+        if let Some(end) = span.last_done_mono_ns {
+            self.fanout
+                .observe(end.saturating_sub(span.start_mono_ns) as f64 / 1e9);
         }
     }
 
@@ -257,7 +320,7 @@ mod tests {
     use super::*;
     use skewscope_core::Stamp;
     use skewscope_core::record::{
-        AgentConnectionClosed, BroadcastStarted, SendOutcome, SendSlot, ShardSends,
+        AgentConnectionClosed, BroadcastStarted, SendCompleted, SendSlot, ShardSends,
     };
 
     fn at(mono_ns: u64) -> Stamp {
@@ -283,26 +346,51 @@ mod tests {
                 broadcast: 1,
                 shard,
                 loop_start_mono_ns: 1_000_000,
-                slots: vec![SendSlot {
-                    conn: 1,
-                    position: 0,
-                    outcome: SendOutcome::Written,
-                    mono_ns: t,
-                }],
+                slots: vec![
+                    SendSlot {
+                        conn: 1,
+                        position: 0,
+                        outcome: SendOutcome::Written,
+                        mono_ns: t,
+                    },
+                    // A full send buffer: its copy completes later, or never.
+                    SendSlot {
+                        conn: 10 + u64::from(shard),
+                        position: 1,
+                        outcome: SendOutcome::Queued,
+                        mono_ns: t,
+                    },
+                ],
             })
         };
         m.observe(&sends(0, 1_500_000));
         assert!(m.render().contains("skewscope_fanout_span_seconds_count 0"));
         m.observe(&sends(1, 3_000_000));
+        assert!(
+            m.render().contains("skewscope_fanout_span_seconds_count 0"),
+            "not before the queued copies are done"
+        );
+        // Shard 0's queued copy completes at 5 ms; shard 1's client is dropped.
+        m.observe(&AgentRecord::SendCompleted(SendCompleted {
+            broadcast: 1,
+            conn: 10,
+            mono_ns: 5_000_000,
+        }));
+        m.observe(&AgentRecord::ConnectionClosed(AgentConnectionClosed {
+            conn: 11,
+            at: at(6_000_000),
+            reason: CloseReason::QueueOverflow,
+        }));
         let text = m.render();
         assert!(text.contains("skewscope_broadcasts_total 1"), "{text}");
         assert!(
             text.contains("skewscope_fanout_span_seconds_count 1"),
             "{text}"
         );
-        // 2 ms from the start to the later shard's last write.
+        // 4 ms from the start to the last completed write, as the report
+        // counts it (the dropped client's copy never completed).
         assert!(
-            text.contains("skewscope_fanout_span_seconds_sum 0.002"),
+            text.contains("skewscope_fanout_span_seconds_sum 0.004"),
             "{text}"
         );
         m.observe(&AgentRecord::ConnectionClosed(AgentConnectionClosed {
