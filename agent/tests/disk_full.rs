@@ -14,20 +14,16 @@ use agent::{AgentConfig, RunningAgent};
 use futures_util::StreamExt;
 use skewscope_core::log::{AnyLog, read_file};
 use skewscope_core::record::AgentRecord;
-use skewscope_os::test_namespace::in_own_namespace;
+use skewscope_os::test_namespace::run_in_own_namespace;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
 #[test]
 fn a_full_disk_loses_records_counted_and_said_and_serving_goes_on() {
-    if in_own_namespace("a_full_disk_loses_records_counted_and_said_and_serving_goes_on") {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(inside());
-    }
+    run_in_own_namespace(
+        "a_full_disk_loses_records_counted_and_said_and_serving_goes_on",
+        inside,
+    );
 }
 
 /// Fills the file system at `dir` with one file until it is full.

@@ -11,26 +11,18 @@ use futures_util::{SinkExt, StreamExt};
 use skewscope_core::identity::{TestMessage, encode_test_message};
 use skewscope_core::log::{AnyLog, read_file};
 use skewscope_core::record::AgentRecord;
-use skewscope_os::test_namespace::in_own_namespace;
+use skewscope_os::test_namespace::run_in_own_namespace;
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 
 const LIMIT: Duration = Duration::from_secs(10);
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn the_agent_records_a_foreign_servers_broadcasts_from_its_packets() {
-    if !in_own_namespace("the_agent_records_a_foreign_servers_broadcasts_from_its_packets") {
-        return;
-    }
-    runtime().block_on(inside());
+    run_in_own_namespace(
+        "the_agent_records_a_foreign_servers_broadcasts_from_its_packets",
+        inside,
+    );
 }
 
 async fn inside() {
@@ -160,10 +152,10 @@ async fn inside() {
 /// write return, so the tap's span is never longer than the recorded one.
 #[test]
 fn tapping_its_own_hub_the_wire_span_fits_inside_the_recorded_one() {
-    if !in_own_namespace("tapping_its_own_hub_the_wire_span_fits_inside_the_recorded_one") {
-        return;
-    }
-    runtime().block_on(own_hub());
+    run_in_own_namespace(
+        "tapping_its_own_hub_the_wire_span_fits_inside_the_recorded_one",
+        own_hub,
+    );
 }
 
 async fn own_hub() {

@@ -20,6 +20,18 @@ pub struct Drain {
 }
 
 impl Drain {
+    /// Upgrades `n` WebSocket clients of the hub at `addr` (off the async
+    /// runtime: the upgrades block) and starts draining them.
+    pub async fn upgraded(addr: std::net::SocketAddr, n: usize) -> anyhow::Result<Drain> {
+        let streams = tokio::task::spawn_blocking(move || {
+            (0..n)
+                .map(|_| crate::upgrade(addr))
+                .collect::<anyhow::Result<Vec<_>>>()
+        })
+        .await??;
+        Ok(Drain::start(streams)?)
+    }
+
     /// Starts draining `streams`.
     pub fn start(streams: Vec<TcpStream>) -> io::Result<Drain> {
         let poll = Poll::new()?;

@@ -38,13 +38,7 @@ pub async fn run(connections: usize, cycles: usize, per_block: usize) -> anyhow:
     let dir = tempfile::tempdir()?;
     let agent = AgentProcess::start(dir.path(), &[])?;
     let addr = agent.addr;
-    let receivers = tokio::task::spawn_blocking(move || {
-        (0..connections)
-            .map(|_| crate::upgrade(addr))
-            .collect::<anyhow::Result<Vec<_>>>()
-    })
-    .await??;
-    let _drain = Drain::start(receivers)?;
+    let _drain = Drain::upgraded(addr, connections).await?;
     let scrape = move || async move {
         let r = agent::http_client::request(addr, "GET", "/metrics", b"", None).await?;
         ensure!(r.status == 200, "/metrics: {}", r.status);

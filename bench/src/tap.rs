@@ -111,13 +111,7 @@ async fn measure(n: usize, rounds: usize) -> anyhow::Result<Row> {
         } else {
             None
         };
-        let receivers = tokio::task::spawn_blocking(move || {
-            (0..n)
-                .map(|_| crate::upgrade(addr))
-                .collect::<anyhow::Result<Vec<_>>>()
-        })
-        .await??;
-        let drain = Drain::start(receivers)?;
+        let drain = Drain::upgraded(addr, n).await?;
         let server_before = process_cpu(server.0.id())?;
         let tap_before = agent.as_ref().map(|a| a.cpu()).transpose()?;
         for _ in 0..per_block {

@@ -259,13 +259,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let agent = AgentProcess::start(dir.path(), &[])?;
     let addr = agent.addr;
     let n = options.connections;
-    let receivers = tokio::task::spawn_blocking(move || {
-        (0..n)
-            .map(|_| crate::upgrade(addr))
-            .collect::<anyhow::Result<Vec<_>>>()
-    })
-    .await??;
-    let _drain = Drain::start(receivers)?;
+    let _drain = Drain::upgraded(addr, n).await?;
     let mut sessions = Vec::new();
     for p in 0..options.probes {
         sessions.push(Session::open(addr, p as u128 + 1).await?);

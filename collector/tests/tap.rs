@@ -11,10 +11,9 @@ use std::time::Duration;
 
 use agent::{AgentConfig, RunningAgent};
 use collector::inputs::{Scope, read_inputs, report_within};
-use common::runtime;
 use futures_util::StreamExt;
 use probe::{ProbeConfig, RunningProbe};
-use skewscope_os::test_namespace::in_own_namespace;
+use skewscope_os::test_namespace::run_in_own_namespace;
 use tokio::net::TcpListener;
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -44,9 +43,7 @@ async fn finish_and_report(
 
 #[test]
 fn a_tapped_servers_fan_out_joins_the_probes_receipts() {
-    if in_own_namespace("a_tapped_servers_fan_out_joins_the_probes_receipts") {
-        runtime().block_on(inside());
-    }
+    run_in_own_namespace("a_tapped_servers_fan_out_joins_the_probes_receipts", inside);
 }
 
 async fn start_probe(

@@ -36,6 +36,22 @@ pub fn in_own_namespace(name: &str) -> bool {
     false
 }
 
+/// [`in_own_namespace`] for an async test: inside, runs `test` to its end
+/// on a two-worker tokio runtime (as the 2-core server has).
+pub fn run_in_own_namespace<F: std::future::Future<Output = ()>>(
+    name: &str,
+    test: impl FnOnce() -> F,
+) {
+    if in_own_namespace(name) {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+            .block_on(test());
+    }
+}
+
 /// This side's address on the link to a [`PeerNamespace`].
 pub const SERVER_ADDR: [u8; 4] = [192, 0, 2, 1];
 /// The peer namespace's address on that link.
