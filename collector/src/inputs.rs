@@ -188,11 +188,26 @@ pub fn report_within(
     triggers: Option<&[u64]>,
     scope: Scope,
 ) -> skewscope_core::analysis::report::Report {
+    analyse(inputs, triggers, scope, false).0
+}
+
+/// [`report_within`], and the series the HTML page plots when `figures`
+/// (computed from the same join, so the page and the table agree).
+pub fn analyse(
+    inputs: Inputs,
+    triggers: Option<&[u64]>,
+    scope: Scope,
+    figures: bool,
+) -> (
+    skewscope_core::analysis::report::Report,
+    Option<skewscope_core::analysis::figures::Figures>,
+) {
     let joined = join(&inputs, scope);
     let mut report = skewscope_core::analysis::report::Report::build(&joined, inputs.summaries);
     report.latency_from_trigger =
         triggers.map(|t| skewscope_core::analysis::triggers::latency(&joined, t));
-    report
+    let figures = figures.then(|| skewscope_core::analysis::figures::figures(&joined));
+    (report, figures)
 }
 
 /// Reads a triggers file (see [`skewscope_core::analysis::triggers::parse`]); errors name the file

@@ -10,6 +10,7 @@
 pub mod audit;
 #[cfg(feature = "demo")]
 pub mod demo;
+pub mod html;
 pub mod inputs;
 pub mod table;
 pub mod verdict_lines;

@@ -50,6 +50,10 @@ enum Command {
         /// agent's log as the clock reference only.
         #[arg(long)]
         agent_as_reference: bool,
+        /// Also write the report as one self-contained HTML page with plots
+        /// (no script, nothing fetched; light and dark).
+        #[arg(long, value_name = "OUT")]
+        html: Option<PathBuf>,
     },
     /// Audit a running installation: trigger broadcasts, wait for the
     /// probes' uploaded receipts, print the report and a PASS/FAIL line per
@@ -86,6 +90,9 @@ enum Command {
         /// Keep the agent and probe logs in this directory (default: a temporary one, removed).
         #[arg(long)]
         keep: Option<PathBuf>,
+        /// Also write the report as one self-contained HTML page with plots.
+        #[arg(long, value_name = "OUT")]
+        html: Option<PathBuf>,
     },
 }
 
@@ -145,6 +152,10 @@ struct AuditArgs {
     /// next audit, which then fetches only what is new).
     #[arg(long, value_name = "DIR")]
     keep: Option<PathBuf>,
+    /// Also write the verdict and the report as one self-contained HTML
+    /// page with plots, to hand over (no script, nothing fetched).
+    #[arg(long, value_name = "OUT")]
+    html: Option<PathBuf>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -168,6 +179,7 @@ fn run(command: Command) -> anyhow::Result<u8> {
             broadcasts,
             between,
             agent_as_reference,
+            html,
         } => {
             let triggers = triggers.as_deref().map(inputs::read_triggers).transpose()?;
             let files = inputs::expand(&files)?;
@@ -183,10 +195,18 @@ fn run(command: Command) -> anyhow::Result<u8> {
                 window,
                 agent_as_reference,
             };
-            let report =
-                inputs::report_within(inputs::read_inputs(&files)?, triggers.as_deref(), scope);
+            let (report, figures) = inputs::analyse(
+                inputs::read_inputs(&files)?,
+                triggers.as_deref(),
+                scope,
+                html.is_some(),
+            );
             print!("{}", table::render(&report));
             write_json(&report, json.as_deref())?;
+            if let (Some(out), Some(figures)) = (&html, &figures) {
+                let title = format!("skewscope report of {} log(s)", report.inputs.len());
+                write_html(out, &title, &report, figures, None)?;
+            }
             Ok(0)
         }
         Command::Audit(args) => audit(args),
@@ -201,6 +221,7 @@ fn run(command: Command) -> anyhow::Result<u8> {
             interval,
             json,
             keep,
+            html,
         } => {
             let options = DemoOptions {
                 clients,
@@ -213,11 +234,17 @@ fn run(command: Command) -> anyhow::Result<u8> {
                 .enable_all()
                 .build()?;
             let (agent_log, probe_log, _temp) = runtime.block_on(demo::run(&options))?;
-            let report = inputs::report(
+            let (report, figures) = inputs::analyse(
                 inputs::read_inputs(&[agent_log.clone(), probe_log.clone()])?,
                 None,
+                inputs::Scope::default(),
+                html.is_some(),
             );
             print!("{}", table::render(&report));
+            if let (Some(out), Some(figures)) = (&html, &figures) {
+                let title = format!("skewscope demo: {clients} connections on loopback");
+                write_html(out, &title, &report, figures, None)?;
+            }
             if options.keep.is_some() {
                 println!(
                     "\nlogs kept; report again with:\n  skewscope report {} {}",
@@ -259,6 +286,7 @@ fn audit(args: AuditArgs) -> anyhow::Result<u8> {
             require_synced_clocks: args.require_synced_clocks,
         },
         keep: args.keep,
+        figures: args.html.is_some(),
     };
     let mut progress = Progress::new(options.broadcasts);
     let outcome = audit::run(&options, &mut progress);
@@ -292,6 +320,16 @@ fn audit(args: AuditArgs) -> anyhow::Result<u8> {
     );
     if let Some(out) = &args.json {
         write_text(&serde_json::to_string_pretty(&outcome)?, out)?;
+    }
+    if let (Some(out), Some(figures)) = (&args.html, &outcome.figures) {
+        let title = format!("skewscope audit of {}", options.agent);
+        write_html(
+            out,
+            &title,
+            &outcome.report,
+            figures,
+            Some(&outcome.verdict),
+        )?;
     }
     if outcome.report.skew_ns.is_none() {
         eprintln!("skewscope audit: cannot audit: no broadcast reached two connections");
@@ -330,6 +368,24 @@ fn write_json(
 ) -> anyhow::Result<()> {
     let Some(out) = out else { return Ok(()) };
     write_text(&serde_json::to_string_pretty(report)?, out)
+}
+
+fn write_html(
+    out: &Path,
+    title: &str,
+    report: &skewscope_core::analysis::report::Report,
+    figures: &skewscope_core::analysis::figures::Figures,
+    verdict: Option<&skewscope_core::analysis::verdict::Verdict>,
+) -> anyhow::Result<()> {
+    let made = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let page = collector::html::render(&collector::html::Page {
+        title,
+        made: &made,
+        report,
+        figures,
+        verdict,
+    });
+    std::fs::write(out, page).with_context(|| format!("cannot write {}", out.display()))
 }
 
 fn write_text(text: &str, out: &Path) -> anyhow::Result<()> {

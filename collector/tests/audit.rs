@@ -116,6 +116,7 @@ fn an_audit_of_the_hub_passes_fails_or_cannot_run_and_says_which() {
     // Exit 0: every threshold holds.
     let out = dir.path().join("pass.json");
     let keep = dir.path().join("copy");
+    let page = dir.path().join("pass.html");
     let o = Command::new(SKEWSCOPE)
         .arg("audit")
         .args(common)
@@ -124,6 +125,8 @@ fn an_audit_of_the_hub_passes_fails_or_cannot_run_and_says_which() {
         .arg(&out)
         .arg("--keep")
         .arg(&keep)
+        .arg("--html")
+        .arg(&page)
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
@@ -150,6 +153,14 @@ fn an_audit_of_the_hub_passes_fails_or_cannot_run_and_says_which() {
     let skew = &pass["verdict"]["checks"][0];
     assert_eq!(skew["check"], "skew-p99");
     assert_eq!(skew["measured"], report["skew_ns"]["p99"]);
+    // The page to hand over: the verdict first, a mark per broadcast.
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains(r#"<section id="verdict" class="pass"><h2>PASS: all 3 checks passed"#),
+        "{html}"
+    );
+    assert_eq!(html.matches(r#"<circle class="mark skew"#).count(), 5);
+    assert_eq!(html.matches(r#"<g class="mark offset">"#).count(), 2);
 
     // `skewscope report` on the agent's own data directory, for the same
     // broadcasts, says the same.
@@ -170,7 +181,16 @@ fn an_audit_of_the_hub_passes_fails_or_cannot_run_and_says_which() {
     }
 
     // Exit 1: a threshold no real fan-out meets.
-    let o = audit(&[&common[..], &["--settle", "20s", "--max-skew-max", "1ns"]].concat());
+    let page = dir.path().join("fail.html");
+    let html_args = ["--html", page.to_str().unwrap()];
+    let o = audit(
+        &[
+            &common[..],
+            &["--settle", "20s", "--max-skew-max", "1ns"],
+            &html_args,
+        ]
+        .concat(),
+    );
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("verdict"),
         "{}",
@@ -183,6 +203,15 @@ fn an_audit_of_the_hub_passes_fails_or_cannot_run_and_says_which() {
         stdout.contains("FAIL: 1 of 4 checks failed"),
         "{}",
         text(&o)
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains(r#"<section id="verdict" class="fail"><h2>FAIL: 1 of 4 checks failed"#),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"<tr class="fail"><td>FAIL</td><td>skew-max</td><td>≤ 1 ns</td>"#),
+        "{html}"
     );
 
     // Exit 2: a wrong token, too few probes, no agent at all.

@@ -31,8 +31,11 @@ fn stderr(o: &Output) -> String {
 fn kept_demo(dir: &Path) -> (PathBuf, PathBuf) {
     let keep = dir.join("demo");
     let json = dir.join("demo.json");
+    let html = dir.join("demo.html");
     let o = run(&[
         "demo",
+        "--html",
+        html.to_str().unwrap(),
         "--clients",
         "12",
         "--broadcasts",
@@ -50,6 +53,10 @@ fn kept_demo(dir: &Path) -> (PathBuf, PathBuf) {
         out.contains("broadcasts 6   connections 12   receipts 72   missing 0   duplicates 0"),
         "{out}"
     );
+    // The page: one mark per broadcast, a heatmap cell per receipt.
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert_eq!(page.matches(r#"<circle class="mark skew"#).count(), 6);
+    assert_eq!(page.matches(r#"<rect class="cell""#).count(), 72);
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     for key in [

@@ -59,6 +59,8 @@ pub struct AuditOptions {
     /// Where to keep the copy of the agent's logs (a temporary directory
     /// otherwise).
     pub keep: Option<PathBuf>,
+    /// Also compute the series the HTML page plots.
+    pub figures: bool,
 }
 
 /// Why the audit could not run (exit status 2).
@@ -87,6 +89,9 @@ pub struct AuditOutcome {
     pub verdict: Verdict,
     /// The full report of the audited broadcasts.
     pub report: Report,
+    /// Its plot series, when [`AuditOptions::figures`] asked for them.
+    #[serde(skip)]
+    pub figures: Option<skewscope_core::analysis::figures::Figures>,
 }
 
 /// What the audit did.
@@ -270,7 +275,7 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
         std::thread::sleep(POLL);
     };
     let triggers = (!trigger_times.is_empty()).then_some(trigger_times.as_slice());
-    let mut report = inputs::report_within(inputs, triggers, scope(window));
+    let (mut report, figures) = inputs::analyse(inputs, triggers, scope(window), options.figures);
     // Name the logs as the agent does, not by the copy's (maybe temporary) path.
     for input in &mut report.inputs {
         if let Ok(name) = std::path::Path::new(&input.file).strip_prefix(&dir) {
@@ -320,6 +325,7 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
         },
         verdict,
         report,
+        figures,
     })
 }
 

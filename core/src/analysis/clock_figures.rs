@@ -107,11 +107,7 @@ pub struct Timing {
 
 /// Computes every clock-aware figure.
 pub fn timing(joined: &Joined) -> Timing {
-    let clocks: Vec<DeviceClock> = joined
-        .probes
-        .iter()
-        .map(|p| DeviceClock::build(&p.stamps, &p.samples))
-        .collect();
+    let clocks = device_clocks(joined);
     let agent_claim = joined
         .agent
         .as_ref()
@@ -178,15 +174,7 @@ pub fn timing(joined: &Joined) -> Timing {
                     .map(|t| t as i64 - a.start.wall_ns as i64),
             );
         }
-        if corrected.len() >= 2 {
-            let max_at = corrected.iter().map(|c| c.0).max().unwrap_or(0);
-            let min_at = corrected.iter().map(|c| c.0).min().unwrap_or(0);
-            let max_lo = corrected.iter().map(|c| c.0 - c.1).max().unwrap_or(0);
-            let min_hi = corrected.iter().map(|c| c.0 + c.1).min().unwrap_or(0);
-            let max_hi = corrected.iter().map(|c| c.0 + c.1).max().unwrap_or(0);
-            let min_lo = corrected.iter().map(|c| c.0 - c.1).min().unwrap_or(0);
-            skew_corrected.push((max_at - min_at, (max_lo - min_hi).max(0), max_hi - min_lo));
-        }
+        skew_corrected.extend(corrected_spread(&corrected));
         for probe in 0..joined.probes.len() {
             let arrivals: Vec<u64> = b
                 .receipts
@@ -229,6 +217,30 @@ pub fn timing(joined: &Joined) -> Timing {
         uncorrected_receipts: uncorrected,
         receipts_without_kernel_stamp: no_kernel,
     }
+}
+
+/// Every probe's clock model, in input order.
+pub(crate) fn device_clocks(joined: &Joined) -> Vec<DeviceClock> {
+    joined
+        .probes
+        .iter()
+        .map(|p| DeviceClock::build(&p.stamps, &p.samples))
+        .collect()
+}
+
+/// The skew of one broadcast from its (corrected arrival, bound) pairs:
+/// (estimate, lower bound, upper bound); `None` with fewer than two.
+pub(crate) fn corrected_spread(corrected: &[(i64, i64)]) -> Option<(i64, i64, i64)> {
+    if corrected.len() < 2 {
+        return None;
+    }
+    let max_at = corrected.iter().map(|c| c.0).max()?;
+    let min_at = corrected.iter().map(|c| c.0).min()?;
+    let max_lo = corrected.iter().map(|c| c.0 - c.1).max()?;
+    let min_hi = corrected.iter().map(|c| c.0 + c.1).min()?;
+    let max_hi = corrected.iter().map(|c| c.0 + c.1).max()?;
+    let min_lo = corrected.iter().map(|c| c.0 - c.1).min()?;
+    Some((max_at - min_at, (max_lo - min_hi).max(0), max_hi - min_lo))
 }
 
 fn summarise_steps(steps: &[crate::analysis::clock_model::ClockStep]) -> Vec<StepSummary> {
@@ -274,4 +286,4 @@ fn device_summary(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

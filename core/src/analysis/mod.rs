@@ -9,11 +9,13 @@
 //! - [`tapped`]: a server the agent taps, joined like the hub's own records;
 //! - [`triggers`]: latency from trigger times, for servers that record nothing;
 //! - [`stats`]: HDR-histogram summaries (percentiles, never a mean alone);
+//! - [`figures`]: the series the HTML report plots;
 //! - [`report`]: the whole report, as rendered and as JSON;
 //! - [`verdict`]: the report held against an audit's thresholds.
 
 pub mod clock_figures;
 pub mod clock_model;
+pub mod figures;
 pub mod join;
 pub mod report;
 pub mod stats;

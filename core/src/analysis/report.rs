@@ -4,9 +4,9 @@
 use serde::Serialize;
 
 use crate::analysis::clock_figures::{BoundedSummary, DeviceClockSummary, StepSummary, timing};
-use crate::analysis::join::{BroadcastKey, ClockIdentity, Joined, JoinedBroadcast};
+use crate::analysis::join::{ClockIdentity, Joined, JoinedBroadcast};
 use crate::analysis::stats::Summary;
-use crate::record::{ClockState, MessageKey, SendOrder, TimeServiceCounters};
+use crate::record::{ClockState, SendOrder, TimeServiceCounters};
 
 /// How much a log file contributed, and what was lost reading it.
 #[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
@@ -256,7 +256,7 @@ impl Report {
             .into_iter()
             .take(5)
             .map(|b| BroadcastSummary {
-                broadcast: describe(b.key),
+                broadcast: crate::analysis::figures::describe(b.key),
                 receipts: b.receipts.len() as u64,
                 missing: b.missing.len() as u64,
                 skew_ns: b.skew_ns(),
@@ -351,15 +351,4 @@ fn spread(times: impl Iterator<Item = u64> + Clone) -> Option<u64> {
         return None;
     }
     Some(times.clone().max()? - times.min()?)
-}
-
-fn describe(key: BroadcastKey) -> String {
-    match key {
-        BroadcastKey::Agent { run: 0, id } => format!("id {id}"),
-        BroadcastKey::Agent { run, id } => format!("run {} id {id}", run + 1),
-        BroadcastKey::Message(MessageKey::Seq(seq)) => format!("seq {seq}"),
-        BroadcastKey::Message(MessageKey::Hash { hash, occurrence }) => {
-            format!("hash {hash:016x} #{occurrence}")
-        }
-    }
 }

@@ -32,9 +32,9 @@ fn kernel(synchronized: bool, max_error_ns: u64) -> ClockState {
     }
 }
 
-struct Device {
+pub(crate) struct Device {
     offset: i64,
-    records: Vec<ProbeRecord>,
+    pub(crate) records: Vec<ProbeRecord>,
 }
 
 impl Device {
@@ -120,7 +120,7 @@ fn agent(broadcasts: &[(u64, u64)], conns: &[u64]) -> Vec<AgentRecord> {
 }
 
 /// Probe a is 5 ms ahead, probe b 3 ms behind; true arrivals are known.
-fn shifted_run() -> (Vec<AgentRecord>, Device, Device, Vec<u64>) {
+pub(crate) fn shifted_run() -> (Vec<AgentRecord>, Device, Device, Vec<u64>) {
     let agent = agent(&[(1, 200_000_000), (2, 600_000_000)], &[10, 11, 20, 21]);
     let mut a = Device::new("dev-a", 5_000_000, &[10, 11], 1_000_000);
     let mut b = Device::new("dev-b", -3_000_000, &[20, 21], 1_000_000);

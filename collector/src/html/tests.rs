@@ -1,0 +1,101 @@
+//! The page on small hand-made runs: every section present, names from
+//! devices escaped, and one mark per broadcast, receipt and probe.
+
+use super::*;
+use skewscope_core::Stamp;
+use skewscope_core::analysis::figures::figures;
+use skewscope_core::analysis::join::join;
+use skewscope_core::record::*;
+
+fn at(ns: u64) -> Stamp {
+    Stamp {
+        wall_ns: 1_764_000_000_000_000_000 + ns,
+        mono_ns: ns,
+    }
+}
+
+/// One probe named `name` with `conns` connections receiving `broadcasts`
+/// test messages, connection c `c` µs after the first.
+fn probe_log(name: &str, conns: u32, broadcasts: u64) -> Vec<ProbeRecord> {
+    let mut records = vec![ProbeRecord::Started(Box::new(ProbeStarted {
+        name: name.into(),
+        host: "device".into(),
+        url: "ws://x/ws".into(),
+        connections: conns,
+        version: "t".into(),
+        at: at(1),
+    }))];
+    for c in 0..conns {
+        records.push(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
+            conn: c,
+            agent_conn: None,
+            at: at(2),
+        }));
+    }
+    for seq in 0..broadcasts {
+        for c in 0..conns {
+            records.push(ProbeRecord::Receipt(Receipt {
+                conn: c,
+                key: MessageKey::Seq(seq),
+                hash: seq,
+                len: 10,
+                at: at(1_000_000_000 + seq * 100_000_000 + u64::from(c) * 1_000),
+                kernel_delay_ns: Some(500),
+            }));
+        }
+    }
+    records
+}
+
+fn page_of(records: &[&[ProbeRecord]]) -> String {
+    let joined = join(None, records);
+    let report = Report::build(&joined, vec![]);
+    let figures = figures(&joined);
+    render(&Page {
+        title: "test",
+        made: "now",
+        report: &report,
+        figures: &figures,
+        verdict: None,
+    })
+}
+
+#[test]
+fn every_broadcast_and_connection_has_its_mark() {
+    let html = page_of(&[&probe_log("lobby", 3, 7)]);
+    assert_eq!(html.matches(r#"class="mark skew""#).count(), 7);
+    // Three connections × seven broadcasts, one column per broadcast.
+    assert_eq!(html.matches(r#"<rect class="cell""#).count(), 21);
+    for id in [
+        "summary",
+        "skew-time",
+        "skew-cdf",
+        "lateness",
+        "offsets",
+        "inputs",
+    ] {
+        assert!(html.contains(&format!(r#"id="{id}""#)), "{id} missing");
+    }
+    // No agent log: nothing to draw against a send time, and it says so.
+    assert!(html.contains(r#"<section id="latency-position"><h2>Latency against fan-out position</h2><p class="absent">"#));
+    assert!(!html.contains("<script"));
+    assert!(
+        !html.contains("http://")
+            || html.matches("http://").count()
+                == html.matches("http://www.w3.org/2000/svg").count()
+    );
+}
+
+#[test]
+fn names_from_a_device_are_text_not_markup() {
+    let html = page_of(&[&probe_log("<img src=x onerror=alert(1)>", 2, 2)]);
+    assert!(!html.contains("<img"), "a probe name became markup");
+    assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;"));
+}
+
+#[test]
+fn an_empty_run_still_renders_every_section() {
+    let html = page_of(&[]);
+    assert!(html.ends_with("</body></html>\n"));
+    assert_eq!(html.matches(r#"class="absent""#).count(), 5);
+}

@@ -1,0 +1,311 @@
+//! The series a report's plots draw, computed from a [`Joined`] run: skew per
+//! broadcast over time with its interval, latency against fan-out position
+//! per receipt, lateness per connection × broadcast, and each probe's clock
+//! offset beside its claim.
+//!
+//! Sizes are bounded so that a page stays readable and small however long
+//! the run: receipts are sampled evenly past [`MAX_RECEIPT_POINTS`], the
+//! heatmap keeps the [`MAX_HEATMAP_ROWS`] latest connections and folds
+//! broadcasts into at most [`MAX_HEATMAP_COLUMNS`] columns. Every cut is
+//! counted in the figures, so the page can say what it left out.
+
+use crate::Stamp;
+use crate::analysis::clock_figures::{corrected_spread, device_clocks};
+use crate::analysis::join::{BroadcastKey, Joined, JoinedReceipt};
+use crate::record::MessageKey;
+
+/// Most receipts the latency scatter draws (one mark each).
+pub const MAX_RECEIPT_POINTS: usize = 4_000;
+/// Most broadcasts the time series draws (one mark each); past it, every
+/// n-th broadcast and every broadcast among the worst.
+pub const MAX_BROADCAST_POINTS: usize = 5_000;
+/// Most connections the lateness heatmap shows (the latest on average).
+pub const MAX_HEATMAP_ROWS: usize = 64;
+/// Most columns of the lateness heatmap: broadcasts are folded into this many.
+pub const MAX_HEATMAP_COLUMNS: usize = 120;
+
+/// One broadcast, as the time series draws it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BroadcastPoint {
+    /// Its name, as the report's tables write it.
+    pub label: String,
+    /// When: the agent's start, else its first receipt; wall ns.
+    pub at_wall_ns: u64,
+    /// Raw skew (each device's clock as it is); `None` below two receipts.
+    pub skew_ns: Option<u64>,
+    /// Skew in the agent's timebase: (estimate, lower, upper bound).
+    pub corrected_ns: Option<(i64, i64, i64)>,
+    /// Connections that missed it.
+    pub missing: u32,
+}
+
+/// One receipt in the latency scatter.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ReceiptPoint {
+    /// Which probe (index into [`Figures::probes`]): the mark's colour.
+    pub probe: usize,
+    /// When the agent's write of this copy completed, after the start.
+    pub position_ns: i64,
+    /// Receipt after the start: corrected to the agent's clock where the
+    /// probe's clock is bounded, else raw.
+    pub latency_ns: i64,
+    /// Whether `latency_ns` is corrected.
+    pub corrected: bool,
+}
+
+/// One heatmap row: a connection and its lateness per column.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeatmapRow {
+    /// `probe-name #conn`.
+    pub label: String,
+    /// Mean lateness over the broadcasts it received, ns.
+    pub mean_ns: i64,
+    /// Mean lateness per column; `None` where it received nothing.
+    pub cells: Vec<Option<i64>>,
+    /// Broadcasts it missed.
+    pub missed: u32,
+}
+
+/// Lateness per connection × broadcast: receipt minus that broadcast's
+/// earliest receipt, in the agent's timebase where bounded.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Heatmap {
+    /// The rows, in connection order.
+    pub rows: Vec<HeatmapRow>,
+    /// Broadcasts folded into each column (the last may hold fewer).
+    pub broadcasts_per_column: usize,
+    /// Columns.
+    pub columns: usize,
+    /// Connections in the run (rows beyond [`MAX_HEATMAP_ROWS`] left out).
+    pub connections_total: usize,
+}
+
+/// One probe's clock, as the offset plot draws it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbeClockPoint {
+    /// Its name.
+    pub name: String,
+    /// Device minus agent clock, ns, and its error bound.
+    pub offset_ns: Option<(i64, u64)>,
+    /// What the device clock claims its own error is, ns (`None`: it claims
+    /// no synchronisation, or nothing was read).
+    pub claim_ns: Option<u64>,
+}
+
+/// Everything a report's plots draw.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Figures {
+    /// The broadcasts drawn, in time order.
+    pub broadcasts: Vec<BroadcastPoint>,
+    /// Broadcasts in the run.
+    pub broadcasts_total: usize,
+    /// The receipts drawn (needs the agent's per-client send times).
+    pub receipts: Vec<ReceiptPoint>,
+    /// Receipts that had a send time to draw against.
+    pub receipts_total: usize,
+    /// Lateness per connection × broadcast.
+    pub heatmap: Heatmap,
+    /// Per probe.
+    pub probes: Vec<ProbeClockPoint>,
+    /// What the server clock claims its own error is, ns.
+    pub agent_claim_ns: Option<u64>,
+}
+
+/// One receipt's arrival: raw (device clock) and, where bounded, in the
+/// agent's timebase with its bound.
+struct Arrival {
+    connection: usize,
+    corrected: Option<(i64, i64)>,
+    raw: i64,
+}
+
+/// Computes the plot series of a joined run.
+pub fn figures(joined: &Joined) -> Figures {
+    let clocks = device_clocks(joined);
+    let corrected_arrival = |r: &JoinedReceipt| {
+        let stamp = Stamp {
+            wall_ns: r.wall_ns,
+            mono_ns: r.mono_ns,
+        };
+        clocks[joined.connections[r.connection].probe]
+            .at(stamp)
+            .map(|c| (r.arrival_wall_ns() as i64 + c.theta_ns, c.bound_ns as i64))
+    };
+
+    let mut broadcasts = Vec::with_capacity(joined.broadcasts.len());
+    let mut receipts = Vec::new();
+    // Lateness of each receipt, per broadcast: (connection, ns).
+    let mut lateness: Vec<Vec<(usize, i64)>> = Vec::with_capacity(joined.broadcasts.len());
+    for b in &joined.broadcasts {
+        let arrivals: Vec<Arrival> = b
+            .receipts
+            .iter()
+            .map(|r| Arrival {
+                connection: r.connection,
+                corrected: corrected_arrival(r),
+                raw: r.arrival_wall_ns() as i64,
+            })
+            .collect();
+        let corrected: Vec<(i64, i64)> = arrivals.iter().filter_map(|a| a.corrected).collect();
+        let first_wall = b.receipts.iter().map(|r| r.wall_ns).min();
+        let at_wall_ns = b.agent.map(|a| a.start.wall_ns).or(first_wall).unwrap_or(0);
+        broadcasts.push(BroadcastPoint {
+            label: describe(b.key),
+            at_wall_ns,
+            skew_ns: b.skew_ns(),
+            corrected_ns: corrected_spread(&corrected),
+            missing: b.missing.len() as u32,
+        });
+
+        // Lateness in one timebase per broadcast: corrected when every
+        // receipt is, else raw (mixing the two would invent lateness).
+        let all_corrected = corrected.len() == arrivals.len();
+        let at = |a: &Arrival| match a.corrected {
+            Some((t, _)) if all_corrected => t,
+            _ => a.raw,
+        };
+        let earliest = arrivals.iter().map(at).min().unwrap_or(0);
+        lateness.push(
+            arrivals
+                .iter()
+                .map(|a| (a.connection, at(a) - earliest))
+                .collect(),
+        );
+
+        if let Some(agent) = b.agent {
+            let start = agent.start.wall_ns as i64;
+            for (r, a) in b.receipts.iter().zip(&arrivals) {
+                let Some(sent) = r.sent_wall_ns else { continue };
+                let (latency_ns, corrected) = match a.corrected {
+                    Some((t, _)) => (t - start, true),
+                    None => (a.raw - start, false),
+                };
+                receipts.push(ReceiptPoint {
+                    probe: joined.connections[r.connection].probe,
+                    position_ns: sent as i64 - start,
+                    latency_ns,
+                    corrected,
+                });
+            }
+        }
+    }
+    let broadcasts_total = broadcasts.len();
+    let receipts_total = receipts.len();
+    let heatmap = heatmap(joined, &lateness);
+
+    let timing = crate::analysis::clock_figures::timing(joined);
+    let probes = joined
+        .probes
+        .iter()
+        .zip(&timing.devices)
+        .map(|(p, d)| ProbeClockPoint {
+            name: p.name.clone(),
+            offset_ns: d.offset_ns.zip(d.offset_bound_ns),
+            claim_ns: p
+                .clock_states
+                .last()
+                .and_then(crate::record::ClockState::claimed_bound_ns),
+        })
+        .collect();
+    Figures {
+        broadcasts: thin(broadcasts, MAX_BROADCAST_POINTS),
+        broadcasts_total,
+        receipts: thin(receipts, MAX_RECEIPT_POINTS),
+        receipts_total,
+        heatmap,
+        probes,
+        agent_claim_ns: joined
+            .agent
+            .as_ref()
+            .and_then(|a| a.clock_states.last())
+            .and_then(crate::record::ClockState::claimed_bound_ns),
+    }
+}
+
+/// Every n-th item so that at most `max` remain, first and last kept.
+fn thin<T>(items: Vec<T>, max: usize) -> Vec<T> {
+    if items.len() <= max {
+        return items;
+    }
+    let stride = items.len().div_ceil(max);
+    let last = items.len() - 1;
+    items
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| i % stride == 0 || *i == last)
+        .map(|(_, t)| t)
+        .collect()
+}
+
+fn heatmap(joined: &Joined, lateness: &[Vec<(usize, i64)>]) -> Heatmap {
+    let connections = joined.connections.len();
+    if connections == 0 || lateness.is_empty() {
+        return Heatmap {
+            connections_total: connections,
+            ..Heatmap::default()
+        };
+    }
+    let per_column = lateness.len().div_ceil(MAX_HEATMAP_COLUMNS);
+    let columns = lateness.len().div_ceil(per_column);
+    // (sum, count) per connection × column, and per connection overall.
+    let mut sums = vec![(0i64, 0u32); connections * columns];
+    let mut totals = vec![(0i64, 0u32); connections];
+    for (i, receipts) in lateness.iter().enumerate() {
+        for &(c, late) in receipts {
+            let cell = &mut sums[c * columns + i / per_column];
+            cell.0 += late;
+            cell.1 += 1;
+            totals[c].0 += late;
+            totals[c].1 += 1;
+        }
+    }
+    let mut missed = vec![0u32; connections];
+    for b in &joined.broadcasts {
+        for &m in &b.missing {
+            missed[m] += 1;
+        }
+    }
+    let mean = |(sum, n): (i64, u32)| (n > 0).then(|| sum / i64::from(n));
+    let mut chosen: Vec<usize> = (0..connections).collect();
+    if connections > MAX_HEATMAP_ROWS {
+        chosen.sort_by_key(|&c| std::cmp::Reverse(mean(totals[c]).unwrap_or(i64::MIN)));
+        chosen.truncate(MAX_HEATMAP_ROWS);
+        chosen.sort_unstable();
+    }
+    let rows = chosen
+        .into_iter()
+        .map(|c| {
+            let conn = &joined.connections[c];
+            HeatmapRow {
+                label: format!("{} #{}", joined.probes[conn.probe].name, conn.conn),
+                mean_ns: mean(totals[c]).unwrap_or(0),
+                cells: sums[c * columns..(c + 1) * columns]
+                    .iter()
+                    .map(|&s| mean(s))
+                    .collect(),
+                missed: missed[c],
+            }
+        })
+        .collect();
+    Heatmap {
+        rows,
+        broadcasts_per_column: per_column,
+        columns,
+        connections_total: connections,
+    }
+}
+
+/// A broadcast's name, as the report's tables write it.
+pub fn describe(key: BroadcastKey) -> String {
+    match key {
+        BroadcastKey::Agent { run: 0, id } => format!("id {id}"),
+        BroadcastKey::Agent { run, id } => format!("run {} id {id}", run + 1),
+        BroadcastKey::Message(MessageKey::Seq(seq)) => format!("seq {seq}"),
+        BroadcastKey::Message(MessageKey::Hash { hash, occurrence }) => {
+            format!("hash {hash:016x} #{occurrence}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
