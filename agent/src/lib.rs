@@ -156,8 +156,8 @@ impl RunningAgent {
             ingest::IngestStore::new(&config.data_dir, config.max_data_bytes)
                 .with_context(|| format!("cannot create {}/probes", config.data_dir.display()))?,
         );
-        let ingest_worker =
-            ingest::Worker::start(ingest.clone()).context("cannot start the ingest thread")?;
+        let ingest_worker = ingest::Worker::start(ingest.clone(), metrics.clone())
+            .context("cannot start the ingest thread")?;
         metrics.attach(metrics::Sources {
             hub: hub.clone(),
             time: counters.clone(),

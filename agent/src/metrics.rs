@@ -1,9 +1,13 @@
 //! `/metrics`: the agent's health in Prometheus's exposition format, built
 //! with `prometheus-client`. Counters and the fan-out histogram are fed from
 //! the record stream by the recorder thread ([`Metrics::observe`]), never by
-//! a shard; values that live elsewhere (clients connected, the time port's
-//! and ingest's counters, records lost) are read at scrape time. Rendering
-//! runs on the HTTP task that answers the scrape.
+//! a shard. Receive skew comes from the live join
+//! ([`skewscope_core::analysis::live`]) of those records with what probes
+//! upload, fed and judged on the ingest thread ([`Metrics::ingested`],
+//! [`Metrics::tick`]). Values that live elsewhere (clients connected, the
+//! time port's and ingest's counters, records lost, each probe's clock) are
+//! read at scrape time. Rendering runs on the HTTP task that answers the
+//! scrape.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,7 +21,8 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
-use skewscope_core::record::{AgentRecord, CloseReason, SendOutcome};
+use skewscope_core::analysis::live::{Judged, LiveJoin};
+use skewscope_core::record::{AgentRecord, CloseReason, ProbeRecord, SendOutcome};
 
 use crate::engine::hub::Hub;
 use crate::ingest::IngestStore;
@@ -61,6 +66,12 @@ pub struct Metrics {
     fanout: Histogram,
     opened: Counter,
     closed: Family<Vec<(&'static str, &'static str)>, Counter>,
+    skew: Histogram,
+    skew_upper: Histogram,
+    judged: Counter,
+    receipts: Family<Vec<(&'static str, &'static str)>, Counter>,
+    /// The agent's records joined with the probes' uploads.
+    live: Arc<Mutex<LiveJoin>>,
     /// Broadcasts whose span is not known yet, by id.
     pending: Mutex<BTreeMap<u64, PendingSpan>>,
     shards: usize,
@@ -119,8 +130,39 @@ impl Metrics {
             "The agent's version",
             Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
         );
+        let skew = Histogram::new(duration_buckets());
+        registry.register(
+            "skewscope_receive_skew_seconds",
+            "Per broadcast, once final: last minus first kernel receive time over the probe connections that got it, device clocks as they are",
+            skew.clone(),
+        );
+        let skew_upper = Histogram::new(duration_buckets());
+        registry.register(
+            "skewscope_receive_skew_upper_bound_seconds",
+            "Per broadcast, once final: the upper bound of its skew in the agent's clock (every receipt's device clock bounded by time exchanges); what an audit judges",
+            skew_upper.clone(),
+        );
+        let judged = Counter::default();
+        registry.register(
+            "skewscope_broadcasts_judged",
+            "Broadcasts final and joined with the probes' uploaded receipts",
+            judged.clone(),
+        );
+        let receipts = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
+        registry.register(
+            "skewscope_receipts",
+            "Probe connections targeted by judged broadcasts: received, missing (its probe had uploaded past the broadcast without it) or unjudged (its probe had not)",
+            receipts.clone(),
+        );
+        let live = Arc::new(Mutex::new(LiveJoin::since(
+            skewscope_os::clock::now().wall_ns,
+            shards.max(1),
+        )));
         let sources = Arc::new(OnceLock::new());
-        registry.register_collector(Box::new(Live(sources.clone())));
+        registry.register_collector(Box::new(Live {
+            sources: sources.clone(),
+            live: live.clone(),
+        }));
         Metrics {
             sources,
             registry,
@@ -128,6 +170,11 @@ impl Metrics {
             fanout,
             opened,
             closed,
+            skew,
+            skew_upper,
+            judged,
+            receipts,
+            live,
             pending: Mutex::new(BTreeMap::new()),
             shards: shards.max(1),
         }
@@ -141,6 +188,18 @@ impl Metrics {
 
     /// Counts what `record` says (called by the recorder, for every record).
     pub fn observe(&self, record: &AgentRecord) {
+        if matches!(
+            record,
+            AgentRecord::Broadcast(_)
+                | AgentRecord::ShardSends(_)
+                | AgentRecord::ConnectionOpened(_)
+                | AgentRecord::ConnectionClosed(_)
+        ) {
+            self.live
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .agent(record);
+        }
         match record {
             AgentRecord::Broadcast(b) => {
                 self.broadcasts.inc();
@@ -217,6 +276,51 @@ impl Metrics {
         }
     }
 
+    /// Takes in records probe run `run_id` uploaded (called by the ingest
+    /// thread once they are stored), then judges what became final.
+    pub fn ingested(&self, run_id: u128, records: &[ProbeRecord], now_wall_ns: u64) {
+        let judged = {
+            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            for r in records {
+                live.probe(run_id, r, now_wall_ns);
+            }
+            live.judge(now_wall_ns)
+        };
+        self.count_judged(&judged);
+    }
+
+    /// Judges what became final by time alone (called by the ingest thread
+    /// about once a second).
+    pub fn tick(&self, now_wall_ns: u64) {
+        let judged = self
+            .live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .judge(now_wall_ns);
+        self.count_judged(&judged);
+    }
+
+    fn count_judged(&self, judged: &[Judged]) {
+        for j in judged {
+            self.judged.inc();
+            if let Some(s) = j.skew_ns {
+                self.skew.observe(s as f64 / 1e9);
+            }
+            if let Some(s) = j.skew_upper_ns {
+                self.skew_upper.observe(s as f64 / 1e9);
+            }
+            for (result, n) in [
+                ("received", j.receipts),
+                ("missing", j.missing),
+                ("unjudged", j.unjudged),
+            ] {
+                self.receipts
+                    .get_or_create(&vec![("result", result)])
+                    .inc_by(u64::from(n));
+            }
+        }
+    }
+
     /// The exposition text (OpenMetrics, which Prometheus reads).
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -243,7 +347,10 @@ fn reason_label(reason: &CloseReason) -> &'static str {
 }
 
 /// The values read at scrape time.
-struct Live(Arc<OnceLock<Sources>>);
+struct Live {
+    sources: Arc<OnceLock<Sources>>,
+    live: Arc<Mutex<LiveJoin>>,
+}
 
 impl std::fmt::Debug for Live {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -253,7 +360,8 @@ impl std::fmt::Debug for Live {
 
 impl Collector for Live {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Some(s) = self.0.get() else {
+        self.encode_probes(&mut encoder)?;
+        let Some(s) = self.sources.get() else {
             return Ok(());
         };
         let clients = ConstGauge::new(s.hub.clients() as i64);
@@ -312,6 +420,86 @@ impl Collector for Live {
             ConstCounter::new(n).encode(family.encode_family(&[("reason", reason)])?)?;
         }
         Ok(())
+    }
+}
+
+impl Live {
+    /// Each probe's clock, and what the live join could not match.
+    fn encode_probes(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let (probes, counts, pending) = {
+            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            (live.probes(), live.counts(), live.pending())
+        };
+        let unmatched = ConstCounter::new(counts.unmatched);
+        unmatched.encode(encoder.encode_descriptor(
+            "skewscope_receipts_unmatched",
+            "Uploaded receipts that matched no broadcast waiting to be judged (late, duplicate, or not the agent's)",
+            None,
+            unmatched.metric_type(),
+        )?)?;
+        let pending = ConstGauge::new(pending as i64);
+        pending.encode(encoder.encode_descriptor(
+            "skewscope_broadcasts_pending_judgement",
+            "Broadcasts waiting for the probes' uploads to pass them",
+            None,
+            pending.metric_type(),
+        )?)?;
+        let gauge = |encoder: &mut DescriptorEncoder,
+                     name: &str,
+                     help: &str,
+                     values: &[(&str, f64)]|
+         -> Result<(), std::fmt::Error> {
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for &(probe, v) in values {
+                ConstGauge::new(v).encode(family.encode_family(&[("probe", probe)])?)?;
+            }
+            Ok(())
+        };
+        let offsets: Vec<(&str, f64)> = probes
+            .iter()
+            .filter_map(|p| p.offset_ns.map(|(o, _)| (p.name.as_str(), o as f64 / 1e9)))
+            .collect();
+        gauge(
+            encoder,
+            "skewscope_probe_clock_offset_seconds",
+            "Device clock minus the agent's, from the probe's latest time exchanges",
+            &offsets,
+        )?;
+        let bounds: Vec<(&str, f64)> = probes
+            .iter()
+            .filter_map(|p| p.offset_ns.map(|(_, b)| (p.name.as_str(), b as f64 / 1e9)))
+            .collect();
+        gauge(
+            encoder,
+            "skewscope_probe_clock_offset_bound_seconds",
+            "Error bound of that offset (half the best exchange's round trip, grown by drift)",
+            &bounds,
+        )?;
+        let synced: Vec<(&str, f64)> = probes
+            .iter()
+            .filter_map(|p| p.synced.map(|s| (p.name.as_str(), f64::from(u8::from(s)))))
+            .collect();
+        gauge(
+            encoder,
+            "skewscope_probe_clock_synced",
+            "1 when the device clock claims to be synchronised (adjtimex or chronyd), else 0",
+            &synced,
+        )?;
+        let uploads: Vec<(&str, f64)> = probes
+            .iter()
+            .map(|p| (p.name.as_str(), p.last_upload_wall_ns as f64 / 1e9))
+            .collect();
+        gauge(
+            encoder,
+            "skewscope_probe_last_upload_timestamp_seconds",
+            "When the probe last uploaded records (agent clock, Unix time)",
+            &uploads,
+        )
     }
 }
 

@@ -1,7 +1,9 @@
 //! `/metrics` scraped by a real Prometheus (Debian's `prometheus`, which
 //! `./test` installs): on loopback, every second, with the bearer token
-//! `--metrics-token-file` asks for. The values Prometheus stored, read back
-//! through its HTTP API, must be what the agent did.
+//! `--metrics-token-file` asks for. Three plain clients and two probes
+//! uploading their receipts listen. The values Prometheus stored, read back
+//! through its HTTP API, must be what the agent did and what the probes
+//! received: a skew per broadcast, nothing missing, both probes' clocks.
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -10,10 +12,12 @@ use std::time::{Duration, Instant};
 use agent::http_client::request;
 use agent::{AgentConfig, RunningAgent};
 use futures_util::StreamExt;
+use probe::{ProbeConfig, RunningProbe};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const BROADCASTS: u64 = 5;
 const CLIENTS: usize = 3;
+const PROBE_CONNECTIONS: usize = 3;
 
 /// Stops Prometheus when the test ends, however it ends.
 struct Prometheus(Child);
@@ -83,7 +87,25 @@ async fn prometheus_stores_what_the_agent_did() {
             .unwrap();
         clients.push(ws);
     }
-    while agent.clients() != CLIENTS {
+    // Two probes, 2 and 1 connections, uploading as they receive.
+    let mut probes = Vec::new();
+    for (name, connections) in [("kiosk-a", 2), ("kiosk-b", 1)] {
+        let mut config = ProbeConfig::new(
+            format!("ws://{}/ws", agent.addr),
+            dir.path().join(format!("{name}.sklog")),
+        );
+        config.name = name.into();
+        config.connections = connections;
+        config.count = Some(BROADCASTS);
+        config.upload = Some(format!("http://{}", agent.addr));
+        let probe = RunningProbe::start(config).await.unwrap();
+        assert_eq!(probe.connected().await.opened, connections);
+        probes.push(probe);
+    }
+    let listeners = CLIENTS + PROBE_CONNECTIONS;
+    let deadline = Instant::now() + LIMIT;
+    while agent.clients() != listeners {
+        assert!(Instant::now() < deadline, "{} clients", agent.clients());
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     for i in 0..BROADCASTS {
@@ -100,6 +122,14 @@ async fn prometheus_stores_what_the_agent_did() {
         for ws in &mut clients {
             tokio::time::timeout(LIMIT, ws.next()).await.unwrap();
         }
+    }
+    // The probes stop after --count and have uploaded everything.
+    for probe in probes {
+        let summary = tokio::time::timeout(LIMIT, probe.finish())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(summary.receipts, BROADCASTS * u64::from(summary.opened));
     }
 
     let web = SocketAddr::from(([127, 0, 0, 1], free_port()));
@@ -140,7 +170,47 @@ async fn prometheus_stores_what_the_agent_did() {
     )
     .await;
     until_stored(web, "skewscope_clients_connected", CLIENTS as f64).await;
-    until_stored(web, "skewscope_clients_opened_total", CLIENTS as f64).await;
+    until_stored(web, "skewscope_clients_opened_total", listeners as f64).await;
+    // Every broadcast judged with the probes' receipts: one skew each,
+    // every probe connection's receipt joined, none missing.
+    let b = BROADCASTS as f64;
+    until_stored(web, "skewscope_broadcasts_judged_total", b).await;
+    until_stored(web, "skewscope_receive_skew_seconds_count", b).await;
+    until_stored(web, "skewscope_receive_skew_upper_bound_seconds_count", b).await;
+    until_stored(
+        web,
+        "skewscope_receipts_total%7Bresult%3D%22received%22%7D",
+        b * PROBE_CONNECTIONS as f64,
+    )
+    .await;
+    until_stored(
+        web,
+        "skewscope_receipts_total%7Bresult%3D%22missing%22%7D",
+        0.0,
+    )
+    .await;
+    until_stored(web, "skewscope_receipts_unmatched_total", 0.0).await;
+    // Both probes' clocks, one series each, on one host: the offset is
+    // within its bound of zero, and the bound is small.
+    until_stored(
+        web,
+        "count(skewscope_probe_clock_offset_bound_seconds)",
+        2.0,
+    )
+    .await;
+    until_stored(web, "count(skewscope_probe_clock_synced)", 2.0).await;
+    until_stored(
+        web,
+        "count(abs(skewscope_probe_clock_offset_seconds)%3C%3Dskewscope_probe_clock_offset_bound_seconds)",
+        2.0,
+    )
+    .await;
+    until_stored(
+        web,
+        "count(time()-skewscope_probe_last_upload_timestamp_seconds%3C60)",
+        2.0,
+    )
+    .await;
     until_stored(web, "skewscope_records_lost_total", 0.0).await;
     // Every span is under the histogram's top bucket of about 10 s.
     until_stored(

@@ -120,12 +120,15 @@ pub fn decode_to_probe(bytes: &[u8]) -> Option<ToProbe> {
 }
 
 /// What to append of a checked batch.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 pub struct Accepted<'a> {
     /// The frames the agent does not have yet, in order (may be empty).
     pub new_frames: &'a [u8],
     /// How many records `new_frames` holds.
     pub new_records: u64,
+    /// Those records, decoded (checking them decoded them anyway): what the
+    /// agent's live join takes in once they are stored.
+    pub records: Vec<ProbeRecord>,
     /// Records of the batch the agent already had (a resend).
     pub duplicates: u64,
 }
@@ -153,6 +156,7 @@ pub fn accept_batch<'a>(
     let mut pos = 0;
     let mut seq = first_seq;
     let mut new_start = None;
+    let mut records = Vec::new();
     while pos < frames.len() {
         let FrameAt::Intact(payload) = frame_at(frames, pos) else {
             return Err(IngestError::CorruptFrame(pos));
@@ -170,6 +174,9 @@ pub fn accept_batch<'a>(
         if seq == next_seq {
             new_start = Some(pos);
         }
+        if seq >= next_seq {
+            records.push(record);
+        }
         pos += FRAME_HEADER_LEN + payload.len();
         seq += 1;
     }
@@ -177,6 +184,7 @@ pub fn accept_batch<'a>(
     Ok(Accepted {
         new_frames: new_start.map_or(&frames[frames.len()..], |at| &frames[at..]),
         new_records,
+        records,
         duplicates: (seq - first_seq) - new_records,
     })
 }

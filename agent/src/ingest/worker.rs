@@ -13,6 +13,7 @@ use skewscope_core::ingest::{IngestError, accept_batch};
 use tokio::sync::oneshot;
 
 use super::store::{IngestStore, OpenError, OpenRun};
+use crate::metrics::Metrics;
 
 /// What storing a batch came to.
 #[derive(Debug)]
@@ -43,8 +44,9 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Starts the worker thread for `store`.
-    pub fn start(store: Arc<IngestStore>) -> std::io::Result<Worker> {
+    /// Starts the worker thread for `store`; what it stores also feeds the
+    /// live join of `metrics`, which it ticks about once a second.
+    pub fn start(store: Arc<IngestStore>, metrics: Arc<Metrics>) -> std::io::Result<Worker> {
         let (jobs, queue) = mpsc::channel();
         std::thread::Builder::new()
             .name("ingest".into())
@@ -52,8 +54,14 @@ impl Worker {
                 if let Err(e) = skewscope_os::priority::lower_this_thread() {
                     eprintln!("skewscope-agent: ingest runs at normal priority: {e}");
                 }
-                for job in queue {
-                    work(&store, job);
+                loop {
+                    match queue.recv_timeout(TICK) {
+                        Ok(job) => work(&store, &metrics, job),
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            metrics.tick(skewscope_os::clock::now().wall_ns);
+                        }
+                        Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                    }
                 }
             })?;
         Ok(Worker { jobs })
@@ -92,7 +100,10 @@ fn gone() -> OpenError {
     OpenError::Io(std::io::Error::other("the agent is shutting down"))
 }
 
-fn work(store: &IngestStore, job: Job) {
+/// How often broadcasts are judged when no upload comes (finality by time).
+const TICK: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn work(store: &IngestStore, metrics: &Metrics, job: Job) {
     match job {
         Job::Open { run_id, reply } => {
             let _ = reply.send(store.open(run_id));
@@ -110,7 +121,14 @@ fn work(store: &IngestStore, job: Job) {
                         .duplicates
                         .fetch_add(accepted.duplicates, Ordering::Relaxed);
                     match store.append(&mut run, accepted.new_frames, accepted.new_records) {
-                        Ok(()) => Ok(Stored::Ack),
+                        Ok(()) => {
+                            metrics.ingested(
+                                run.run_id,
+                                &accepted.records,
+                                skewscope_os::clock::now().wall_ns,
+                            );
+                            Ok(Stored::Ack)
+                        }
                         Err(e) => {
                             store.counters.busy.fetch_add(1, Ordering::Relaxed);
                             Ok(Stored::Busy(e.to_string()))

@@ -10,6 +10,7 @@
 //! - [`triggers`]: latency from trigger times, for servers that record nothing;
 //! - [`stats`]: HDR-histogram summaries (percentiles, never a mean alone);
 //! - [`figures`]: the series the HTML report plots;
+//! - [`live`]: the join as records arrive, for the agent's `/metrics`;
 //! - [`report`]: the whole report, as rendered and as JSON;
 //! - [`verdict`]: the report held against an audit's thresholds.
 
@@ -17,6 +18,7 @@ pub mod clock_figures;
 pub mod clock_model;
 pub mod figures;
 pub mod join;
+pub mod live;
 pub mod report;
 pub mod stats;
 pub mod tapped;

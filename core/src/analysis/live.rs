@@ -1,0 +1,597 @@
+//! The join as records arrive, for monitoring: the agent's broadcasts and the
+//! probes' uploaded receipts, each broadcast judged once it is final, in
+//! bounded memory.
+//!
+//! The report joins whole logs; an agent that must say its receive skew on
+//! `/metrics` cannot keep them. This holds only the broadcasts not yet final
+//! and, per probe run, its recent time exchanges and the map of its
+//! connections. A broadcast is **final** when nothing more can come for any
+//! probe connection it targeted: each has its receipt, or its probe closed
+//! it, stopped, or uploaded records stamped [`FINAL_MARGIN_NS`] past the
+//! broadcast's start; or when [`FINAL_TIMEOUT_NS`] have passed. Then it
+//! yields its raw skew, the upper bound of its skew in the agent's
+//! timebase, and the receipts missing from connections whose probe had
+//! caught up; a target whose probe had not is *unjudged*, never counted
+//! missing on no evidence.
+//!
+//! A receipt is matched as the report matches it: a test message by its
+//! sequence number and hash; any other payload by the agent's connection id
+//! and hash, in order of occurrence on that connection. Only pending
+//! broadcasts are candidates, so a receipt uploaded after its broadcast was
+//! final (or before the agent's record of it) is counted unmatched.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use crate::Stamp;
+use crate::analysis::clock_figures::corrected_spread;
+use crate::analysis::clock_model::DeviceClock;
+use crate::record::{AgentRecord, ClockState, MessageKey, ProbeRecord, TimeSample};
+
+/// How far past a broadcast's start a run's uploads must reach before its
+/// receipts of it are all in: latency plus any clock offset, generously.
+pub const FINAL_MARGIN_NS: u64 = 1_000_000_000;
+/// A broadcast is final this long after its start whatever has arrived.
+pub const FINAL_TIMEOUT_NS: u64 = 30_000_000_000;
+/// Broadcasts held at most; past it the oldest is judged early.
+pub const MAX_PENDING: usize = 1_024;
+/// Time exchanges kept per run: the clock model of recent minutes.
+pub const SAMPLES_PER_RUN: usize = 64;
+/// Receipts held at most while their broadcast's record is not here yet.
+pub const MAX_EARLY: usize = 100_000;
+/// Probe runs followed at most (their names label metrics).
+pub const MAX_RUNS: usize = 256;
+/// How far a device clock may be off the agent's for its records to count
+/// as this agent run's (earlier runs' come from probes uploading old logs).
+pub const CLOCK_TOLERANCE_NS: u64 = 60_000_000_000;
+/// A run silent this long is forgotten.
+pub const RUN_FORGOTTEN_AFTER_NS: u64 = 600_000_000_000;
+
+/// A broadcast the agent sent, waiting to be final.
+#[derive(Debug)]
+struct Pending {
+    seq: Option<u64>,
+    hash: u64,
+    start: Stamp,
+    /// Shards whose record of the sends has not come: until then the
+    /// targets are not all known.
+    shards_left: usize,
+    /// Agent connection → the receipt's (run, arrival stamp, kernel delay).
+    targets: HashMap<u64, Option<Arrival>>,
+}
+
+/// A receipt waiting for its broadcast's record.
+#[derive(Clone, Copy, Debug)]
+struct Early {
+    key: MessageKey,
+    hash: u64,
+    agent_conn: Option<u64>,
+    arrival: Arrival,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Arrival {
+    run: u128,
+    at: Stamp,
+    kernel_delay_ns: u64,
+}
+
+/// An agent connection that named its probe.
+#[derive(Clone, Debug)]
+struct Labelled {
+    name: String,
+    /// The agent has seen it close.
+    closed: bool,
+}
+
+/// The probe connection an agent connection is.
+#[derive(Clone, Copy, Debug)]
+struct Holder {
+    run: u128,
+    /// When the probe closed it (its clock): not missing anything after.
+    closed_wall_ns: Option<u64>,
+}
+
+/// A probe run being followed.
+#[derive(Debug, Default)]
+struct Run {
+    name: String,
+    /// Probe connection index → agent connection of its latest opening.
+    conns: HashMap<u32, u64>,
+    samples: VecDeque<TimeSample>,
+    claim: Option<ClockState>,
+    /// Latest wall stamp among its uploaded records (its own clock).
+    through_wall_ns: u64,
+    /// Its stop (or log-full) record came: nothing more will.
+    stopped: bool,
+    /// Agent wall time it last uploaded.
+    last_upload_wall_ns: u64,
+    clock: Option<DeviceClock>,
+    /// Set when a new sample arrives: the model is refitted when needed.
+    clock_stale: bool,
+}
+
+impl Run {
+    fn clock(&mut self) -> &DeviceClock {
+        if self.clock_stale || self.clock.is_none() {
+            let samples: Vec<TimeSample> = self.samples.iter().copied().collect();
+            let stamps: Vec<Stamp> = samples.iter().flat_map(|s| [s.t1, s.t4]).collect();
+            self.clock = Some(DeviceClock::build(&stamps, &samples));
+            self.clock_stale = false;
+        }
+        self.clock.as_ref().expect("built above")
+    }
+}
+
+/// One broadcast, judged.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Judged {
+    /// The agent's broadcast id.
+    pub id: u64,
+    /// max − min kernel arrival over its receipts, device clocks as they
+    /// are; `None` below two receipts.
+    pub skew_ns: Option<u64>,
+    /// Upper bound of its skew in the agent's timebase; `None` unless every
+    /// receipt's clock was bounded (and there were two).
+    pub skew_upper_ns: Option<u64>,
+    /// Receipts joined.
+    pub receipts: u32,
+    /// Target connections of caught-up runs that did not receive it.
+    pub missing: u32,
+    /// Target connections of runs that had not uploaded past it.
+    pub unjudged: u32,
+}
+
+/// One probe run's clock, as monitoring shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbeHealth {
+    /// Its `--name`.
+    pub name: String,
+    /// Device minus agent clock now, and its error bound.
+    pub offset_ns: Option<(i64, u64)>,
+    /// Whether its clock claims to be synchronised (`None`: not read yet).
+    pub synced: Option<bool>,
+    /// Agent wall time of its last upload.
+    pub last_upload_wall_ns: u64,
+}
+
+/// Counts of what could not be joined.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveCounts {
+    /// Receipts that matched no pending broadcast.
+    pub unmatched: u64,
+    /// Broadcasts judged before they were final (more than [`MAX_PENDING`]).
+    pub judged_early: u64,
+    /// Probe runs not followed (more than [`MAX_RUNS`]).
+    pub runs_refused: u64,
+}
+
+/// The live join.
+#[derive(Debug, Default)]
+pub struct LiveJoin {
+    pending: BTreeMap<u64, Pending>,
+    by_seq: HashMap<u64, u64>,
+    /// Payload hash → pending broadcasts with it, in id order.
+    by_hash: HashMap<u64, Vec<u64>>,
+    /// (agent conn, hash) → (occurrence, broadcast) of its last matched receipt.
+    last_match: HashMap<(u64, u64), (u32, u64)>,
+    /// Agent connection → the probe connection holding it.
+    holder: HashMap<u64, Holder>,
+    /// Agent connections that said they are a probe's (`?probe=NAME`): a
+    /// target whose open the probe has not uploaded yet is waited for.
+    labelled: HashMap<u64, Labelled>,
+    runs: HashMap<u128, Run>,
+    /// Receipts uploaded before the agent's record of their broadcast
+    /// reached the join (its recorder lags), retried at each judgement.
+    early: VecDeque<Early>,
+    counts: LiveCounts,
+    agent_started_wall_ns: u64,
+    /// Fan-out shards: each writes one record of a broadcast's sends.
+    shards: usize,
+}
+
+impl LiveJoin {
+    /// An empty join.
+    pub fn new() -> LiveJoin {
+        LiveJoin::default()
+    }
+
+    /// An empty join for an agent run of `shards` shards that started at
+    /// `wall_ns`: receipts stamped before it are earlier runs' traffic.
+    pub fn since(wall_ns: u64, shards: usize) -> LiveJoin {
+        LiveJoin {
+            agent_started_wall_ns: wall_ns,
+            shards,
+            ..LiveJoin::default()
+        }
+    }
+
+    /// Takes in one of the agent's own records.
+    pub fn agent(&mut self, record: &AgentRecord) {
+        match record {
+            AgentRecord::Started(s) => {
+                self.agent_started_wall_ns = s.at.wall_ns;
+                self.shards = usize::from(s.shards);
+            }
+            AgentRecord::Broadcast(b) => {
+                self.pending.insert(
+                    b.id,
+                    Pending {
+                        seq: b.seq,
+                        hash: b.hash,
+                        start: b.at,
+                        shards_left: self.shards.max(1),
+                        targets: HashMap::new(),
+                    },
+                );
+                if let Some(seq) = b.seq {
+                    self.by_seq.insert(seq, b.id);
+                }
+                self.by_hash.entry(b.hash).or_default().push(b.id);
+            }
+            AgentRecord::ShardSends(s) => {
+                if let Some(p) = self.pending.get_mut(&s.broadcast) {
+                    p.shards_left = p.shards_left.saturating_sub(1);
+                    // Only probes' connections: memory follows the probes,
+                    // not the audience.
+                    let labelled = &self.labelled;
+                    p.targets.extend(
+                        s.slots
+                            .iter()
+                            .filter(|slot| labelled.contains_key(&slot.conn))
+                            .map(|slot| (slot.conn, None)),
+                    );
+                }
+            }
+            AgentRecord::ConnectionOpened(o) => {
+                if let Some(name) = &o.label {
+                    let name = name.clone();
+                    self.labelled.insert(
+                        o.conn,
+                        Labelled {
+                            name,
+                            closed: false,
+                        },
+                    );
+                }
+            }
+            AgentRecord::ConnectionClosed(c) => {
+                if let Some(l) = self.labelled.get_mut(&c.conn) {
+                    l.closed = true;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Takes in one record uploaded by probe run `run_id`, at agent wall
+    /// time `now_wall_ns`.
+    pub fn probe(&mut self, run_id: u128, record: &ProbeRecord, now_wall_ns: u64) {
+        if !self.runs.contains_key(&run_id) {
+            if self.runs.len() >= MAX_RUNS {
+                self.counts.runs_refused += 1;
+                return;
+            }
+            self.runs.insert(run_id, Run::default());
+        }
+        let started = self.agent_started_wall_ns;
+        let run = self.runs.get_mut(&run_id).expect("inserted above");
+        run.last_upload_wall_ns = now_wall_ns;
+        if let Some(wall) = wall_of(record) {
+            run.through_wall_ns = run.through_wall_ns.max(wall);
+        }
+        match record {
+            ProbeRecord::Started(s) => run.name = s.name.clone(),
+            // Connection ids restart with the agent: an earlier run's are not ours.
+            ProbeRecord::ConnectionOpened(o) if !before_run(started, o.at.wall_ns) => {
+                if let Some(agent_conn) = o.agent_conn {
+                    run.conns.insert(o.conn, agent_conn);
+                    self.holder.insert(
+                        agent_conn,
+                        Holder {
+                            run: run_id,
+                            closed_wall_ns: None,
+                        },
+                    );
+                }
+            }
+            ProbeRecord::ConnectionClosed(c) => {
+                // Its receipts may be logged after its close record: the
+                // map holds until the index opens again. The holder stays
+                // until its broadcasts are judged (it may have missed one).
+                if let Some(agent_conn) = run.conns.get(&c.conn)
+                    && let Some(h) = self.holder.get_mut(agent_conn)
+                {
+                    h.closed_wall_ns = Some(c.at.wall_ns);
+                }
+            }
+            ProbeRecord::TimeSample(t) => {
+                run.samples.push_back(*t);
+                while run.samples.len() > SAMPLES_PER_RUN {
+                    run.samples.pop_front();
+                }
+                run.clock_stale = true;
+            }
+            ProbeRecord::ClockState(c) => run.claim = Some((**c).clone()),
+            ProbeRecord::Stopped(_) | ProbeRecord::LogFull(_) => run.stopped = true,
+            ProbeRecord::Receipt(r) => {
+                // A previous agent run's traffic (a probe uploading an old log).
+                if before_run(started, r.at.wall_ns) {
+                    self.counts.unmatched += 1;
+                    return;
+                }
+                let early = Early {
+                    key: r.key,
+                    hash: r.hash,
+                    agent_conn: run.conns.get(&r.conn).copied(),
+                    arrival: Arrival {
+                        run: run_id,
+                        at: r.at,
+                        kernel_delay_ns: r.kernel_delay_ns.unwrap_or(0),
+                    },
+                };
+                if !self.place(early) {
+                    // The agent's record of its broadcast may not be here yet.
+                    if self.early.len() >= MAX_EARLY {
+                        self.early.pop_front();
+                        self.counts.unmatched += 1;
+                    }
+                    self.early.push_back(early);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Puts a receipt in its broadcast; `false` when no pending broadcast
+    /// is its yet. A duplicate, or a copy of a broadcast its connection was
+    /// not sent, is counted unmatched (and placed: it will not match later).
+    fn place(&mut self, e: Early) -> bool {
+        let Some(id) = self.match_receipt(e.key, e.hash, e.agent_conn) else {
+            return false;
+        };
+        let slot = e.agent_conn.and_then(|conn| {
+            self.pending
+                .get_mut(&id)
+                .and_then(|p| p.targets.get_mut(&conn))
+        });
+        match slot {
+            Some(slot @ None) => *slot = Some(e.arrival),
+            Some(Some(_)) => self.counts.unmatched += 1,
+            // Its shard's record of the sends may not be here yet.
+            None => return false,
+        }
+        true
+    }
+
+    fn match_receipt(&mut self, key: MessageKey, hash: u64, conn: Option<u64>) -> Option<u64> {
+        let conn = conn?;
+        match key {
+            MessageKey::Seq(seq) => self
+                .by_seq
+                .get(&seq)
+                .copied()
+                .filter(|id| self.pending.get(id).is_some_and(|p| p.hash == hash)),
+            MessageKey::Hash { hash, occurrence } => {
+                let last = self.last_match.get(&(conn, hash)).copied();
+                let candidates = self.by_hash.get(&hash)?.iter().copied().filter(|id| {
+                    self.pending
+                        .get(id)
+                        .is_some_and(|p| matches!(p.targets.get(&conn), Some(None)))
+                });
+                // After the last match on this connection, as many further
+                // occurrences on as the probe counted.
+                let id = match last {
+                    Some((k, after)) if occurrence > k => candidates
+                        .filter(|&id| id > after)
+                        .nth((occurrence - k - 1) as usize),
+                    Some(_) => None,
+                    None => candidates.into_iter().next(),
+                }?;
+                self.last_match.insert((conn, hash), (occurrence, id));
+                Some(id)
+            }
+        }
+    }
+
+    /// Judges every broadcast that is final at agent wall time `now_wall_ns`.
+    pub fn judge(&mut self, now_wall_ns: u64) -> Vec<Judged> {
+        // Receipts that came before their broadcast's record, first.
+        let waiting = std::mem::take(&mut self.early);
+        for e in waiting {
+            if !self.place(e) {
+                let stale = e.arrival.at.wall_ns.saturating_add(FINAL_TIMEOUT_NS) < now_wall_ns;
+                if stale {
+                    self.counts.unmatched += 1;
+                } else {
+                    self.early.push_back(e);
+                }
+            }
+        }
+        let mut judged = Vec::new();
+        while let Some((&id, p)) = self.pending.first_key_value() {
+            let early = self.pending.len() > MAX_PENDING;
+            if !early && !self.is_final(p, now_wall_ns) {
+                break;
+            }
+            self.counts.judged_early += u64::from(early);
+            let p = self.pending.remove(&id).expect("first key");
+            judged.push(self.judge_one(id, &p));
+            if let Some(seq) = p.seq {
+                self.by_seq.remove(&seq);
+            }
+            if let Some(ids) = self.by_hash.get_mut(&p.hash) {
+                ids.retain(|&other| other != id);
+                if ids.is_empty() {
+                    self.by_hash.remove(&p.hash);
+                }
+            }
+            self.last_match
+                .retain(|&(_, hash), &mut (_, last)| hash != p.hash || last != id);
+        }
+        self.forget(now_wall_ns);
+        judged
+    }
+
+    /// Whether nothing more can come for any target: each has its receipt,
+    /// or is not a probe's, or its probe closed it, stopped, or uploaded
+    /// past the broadcast; or the broadcast timed out.
+    fn is_final(&self, p: &Pending, now_wall_ns: u64) -> bool {
+        if now_wall_ns >= p.start.wall_ns.saturating_add(FINAL_TIMEOUT_NS) {
+            return true;
+        }
+        p.shards_left == 0
+            && p.targets.iter().all(|(conn, arrival)| {
+                arrival.is_some()
+                    || match self.holder.get(conn) {
+                        Some(h) => h.closed_wall_ns.is_some() || self.run_done(h.run, p),
+                        // A probe's connection whose open has not been uploaded
+                        // (its probe may upload late, even after it closed):
+                        // wait, unless a run of that name has uploaded past
+                        // the broadcast without it.
+                        None => self.labelled.get(conn).is_none_or(|l| {
+                            self.runs
+                                .iter()
+                                .any(|(&id, r)| r.name == l.name && self.run_done(id, p))
+                        }),
+                    }
+            })
+    }
+
+    /// Whether run `run` can send nothing more about broadcast `p`.
+    fn run_done(&self, run: u128, p: &Pending) -> bool {
+        self.runs.get(&run).is_none_or(|r| {
+            r.stopped || r.through_wall_ns >= p.start.wall_ns.saturating_add(FINAL_MARGIN_NS)
+        })
+    }
+
+    fn judge_one(&mut self, id: u64, p: &Pending) -> Judged {
+        let mut raw = Vec::new();
+        let mut corrected = Vec::new();
+        let mut all_corrected = true;
+        let (mut missing, mut unjudged) = (0u32, 0u32);
+        for (conn, arrival) in &p.targets {
+            if let Some(a) = arrival {
+                let wall = a.at.wall_ns.saturating_sub(a.kernel_delay_ns) as i64;
+                raw.push(wall);
+                let correction = self.runs.get_mut(&a.run).and_then(|r| r.clock().at(a.at));
+                match correction {
+                    Some(c) => corrected.push((wall + c.theta_ns, c.bound_ns as i64)),
+                    None => all_corrected = false,
+                }
+                continue;
+            }
+            match self.holder.get(conn) {
+                // Not a probe's connection, unless it said it was.
+                None if self.labelled.contains_key(conn) => unjudged += 1,
+                None => {}
+                // Closed by the probe before the broadcast: not listening.
+                Some(h) if h.closed_wall_ns.is_some_and(|t| t < p.start.wall_ns) => {}
+                Some(h) if h.closed_wall_ns.is_some() || self.run_done(h.run, p) => missing += 1,
+                Some(_) => unjudged += 1,
+            }
+        }
+        let skew_ns = (raw.len() >= 2)
+            .then(|| (raw.iter().max().unwrap_or(&0) - raw.iter().min().unwrap_or(&0)) as u64);
+        let skew_upper_ns = all_corrected
+            .then(|| corrected_spread(&corrected))
+            .flatten()
+            .map(|(_, _, hi)| hi.max(0) as u64);
+        Judged {
+            id,
+            skew_ns,
+            skew_upper_ns,
+            receipts: raw.len() as u32,
+            missing,
+            unjudged,
+        }
+    }
+
+    /// Drops connections no pending broadcast can need and runs long silent.
+    fn forget(&mut self, now_wall_ns: u64) {
+        let runs = &self.runs;
+        let pending = &self.pending;
+        // A closed connection stays while broadcasts that may have targeted
+        // it can still arrive (the agent's records lag the uploads at
+        // times); open ones stay, and few are closed at a time.
+        let recent = |closed: u64| {
+            closed.saturating_add(FINAL_TIMEOUT_NS + CLOCK_TOLERANCE_NS) > now_wall_ns
+        };
+        self.holder.retain(|conn, h| {
+            runs.contains_key(&h.run)
+                && h.closed_wall_ns.is_none_or(|t| {
+                    recent(t) || pending.values().any(|p| p.targets.contains_key(conn))
+                })
+        });
+        self.labelled
+            .retain(|conn, l| !l.closed || pending.values().any(|p| p.targets.contains_key(conn)));
+        self.runs.retain(|_, r| {
+            now_wall_ns.saturating_sub(r.last_upload_wall_ns) < RUN_FORGOTTEN_AFTER_NS
+        });
+    }
+
+    /// Every probe followed, by name (of runs with one name, the latest to
+    /// upload): its clock against the agent's now.
+    pub fn probes(&mut self) -> Vec<ProbeHealth> {
+        let mut out: Vec<ProbeHealth> = self
+            .runs
+            .values_mut()
+            .map(|r| {
+                let latest = r.samples.back().map(|s| s.t4);
+                let offset_ns = latest
+                    .and_then(|t| r.clock().at(t))
+                    .map(|c| (-c.theta_ns, c.bound_ns));
+                ProbeHealth {
+                    name: r.name.clone(),
+                    offset_ns,
+                    synced: r.claim.as_ref().map(|c| c.claimed_bound_ns().is_some()),
+                    last_upload_wall_ns: r.last_upload_wall_ns,
+                }
+            })
+            .collect();
+        // A restarted probe is a new run under the same name: one series.
+        out.sort_by(|a, b| {
+            a.name
+                .cmp(&b.name)
+                .then(b.last_upload_wall_ns.cmp(&a.last_upload_wall_ns))
+        });
+        out.dedup_by(|later, kept| later.name == kept.name);
+        out
+    }
+
+    /// What could not be joined, so far.
+    pub fn counts(&self) -> LiveCounts {
+        self.counts
+    }
+
+    /// Broadcasts waiting to be final.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+/// Whether a probe stamp is from before the agent run that started at
+/// `agent_started_wall_ns`, device clocks being off by up to
+/// [`CLOCK_TOLERANCE_NS`].
+fn before_run(agent_started_wall_ns: u64, probe_wall_ns: u64) -> bool {
+    probe_wall_ns.saturating_add(CLOCK_TOLERANCE_NS) < agent_started_wall_ns
+}
+
+/// The probe-clock wall time a record was made at, for how far a run's
+/// uploads have reached.
+fn wall_of(record: &ProbeRecord) -> Option<u64> {
+    match record {
+        ProbeRecord::Started(s) => Some(s.at.wall_ns),
+        ProbeRecord::ConnectionOpened(o) => Some(o.at.wall_ns),
+        ProbeRecord::ConnectionFailed(f) => Some(f.at.wall_ns),
+        ProbeRecord::ConnectionClosed(c) => Some(c.at.wall_ns),
+        ProbeRecord::Receipt(r) => Some(r.at.wall_ns),
+        ProbeRecord::Stopped(at) => Some(at.wall_ns),
+        ProbeRecord::ClockState(c) => Some(c.at.wall_ns),
+        ProbeRecord::TimeSample(t) => Some(t.t4.wall_ns),
+        ProbeRecord::LogFull(l) => Some(l.at.wall_ns),
+        ProbeRecord::Identity(_) | ProbeRecord::ConnectionAddresses(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

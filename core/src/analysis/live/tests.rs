@@ -1,0 +1,390 @@
+//! The live join against the report's own join on the clock tests' shifted
+//! run (probe a 5 ms ahead, probe b 3 ms behind), then finality, missing
+//! against unjudged, payload occurrences and the bounds.
+
+use super::*;
+use crate::analysis::clock_figures::tests::shifted_run;
+use crate::analysis::figures::figures;
+use crate::analysis::join::join;
+use crate::record::*;
+
+const T0: u64 = 1_764_000_000_000_000_000;
+
+/// The agent saw these connections open with `?probe=`: probes' (the live
+/// join follows only those).
+fn announce(live: &mut LiveJoin, conns: &[u64]) {
+    for &conn in conns {
+        live.agent(&AgentRecord::ConnectionOpened(AgentConnectionOpened {
+            conn,
+            label: Some("probe".into()),
+            peer: "127.0.0.1:1".into(),
+            shard: 0,
+            at: Stamp {
+                wall_ns: T0,
+                mono_ns: 0,
+            },
+        }));
+    }
+}
+
+fn feed(live: &mut LiveJoin, agent: &[AgentRecord], probes: &[&[ProbeRecord]], now: u64) {
+    announce(live, &[10, 11, 20, 21]);
+    for r in agent {
+        live.agent(r);
+    }
+    for (i, records) in probes.iter().enumerate() {
+        for r in records.iter() {
+            live.probe(i as u128 + 1, r, now);
+        }
+    }
+}
+
+#[test]
+fn live_skews_equal_the_reports_own() {
+    let (agent, a, b, truth) = shifted_run();
+    let mut live = LiveJoin::new();
+    feed(
+        &mut live,
+        &agent,
+        &[&a.records, &b.records],
+        T0 + 2_000_000_000,
+    );
+    let judged = live.judge(T0 + 2_000_000_000);
+    let batch = figures(&join(Some(&agent), &[&a.records, &b.records]));
+    assert_eq!(judged.len(), 2);
+    for ((j, f), &true_skew) in judged.iter().zip(&batch.broadcasts).zip(&truth) {
+        assert_eq!(j.skew_ns, f.skew_ns, "{j:?} {f:?}");
+        let hi = f.corrected_ns.unwrap().2 as u64;
+        assert_eq!(j.skew_upper_ns, Some(hi), "{j:?} {f:?}");
+        assert!(hi >= true_skew, "the bound holds the truth");
+        assert_eq!((j.receipts, j.missing, j.unjudged), (4, 0, 0));
+    }
+    assert_eq!(live.counts(), LiveCounts::default());
+    assert_eq!(live.pending(), 0);
+    let probes = live.probes();
+    let offsets: Vec<(&str, i64)> = probes
+        .iter()
+        .map(|p| (p.name.as_str(), p.offset_ns.unwrap().0))
+        .collect();
+    assert_eq!(offsets, vec![("dev-a", 5_000_000), ("dev-b", -3_000_000)]);
+    assert!(probes.iter().all(|p| p.synced == Some(true)));
+}
+
+#[test]
+fn a_broadcast_waits_until_nothing_more_can_come_for_it() {
+    let (agent, a, b, _) = shifted_run();
+    let mut live = LiveJoin::new();
+    // dev-b has uploaded everything, dev-a only up to its receipts of
+    // broadcast 1: that one has every receipt, broadcast 2 waits for dev-a.
+    let a_upto = 1 + a
+        .records
+        .iter()
+        .rposition(|r| matches!(r, ProbeRecord::Receipt(rc) if rc.key == MessageKey::Seq(1)))
+        .unwrap();
+    feed(&mut live, &agent, &[&a.records[..a_upto], &b.records], T0);
+    let first = live.judge(T0 + 1_000_000_000);
+    assert_eq!(first.iter().map(|j| j.id).collect::<Vec<_>>(), vec![1]);
+    assert!(live.judge(T0 + 1_000_000_000).is_empty());
+    for r in &a.records[a_upto..] {
+        live.probe(1, r, T0 + 2_000_000_000);
+    }
+    let second = live.judge(T0 + 2_000_000_000);
+    assert_eq!(second.iter().map(|j| j.id).collect::<Vec<_>>(), vec![2]);
+    assert!(
+        first
+            .iter()
+            .chain(&second)
+            .all(|j| j.receipts == 4 && j.missing == 0)
+    );
+}
+
+#[test]
+fn a_stopped_probe_misses_and_a_silent_one_is_unjudged() {
+    let (agent, a, b, _) = shifted_run();
+    // dev-a's connection 1 never got broadcast 2 (dev-a then stopped);
+    // dev-b stops uploading before broadcast 2.
+    let a_records: Vec<ProbeRecord> = a
+        .records
+        .iter()
+        .filter(|r| {
+            !matches!(r, ProbeRecord::Receipt(rc) if rc.conn == 1 && rc.key == MessageKey::Seq(2))
+        })
+        .cloned()
+        .collect();
+    let b_upto = 1 + b
+        .records
+        .iter()
+        .rposition(|r| matches!(r, ProbeRecord::Receipt(rc) if rc.key == MessageKey::Seq(1)))
+        .unwrap();
+    let b_records: Vec<ProbeRecord> = b.records[..b_upto]
+        .iter()
+        .filter(|r| !matches!(r, ProbeRecord::Receipt(rc) if rc.key == MessageKey::Seq(2)))
+        .cloned()
+        .collect();
+    let mut live = LiveJoin::new();
+    feed(&mut live, &agent, &[&a_records, &b_records], T0);
+    let first = live.judge(T0 + 2_000_000_000);
+    assert_eq!(first.len(), 1, "broadcast 1 has every receipt");
+    // Broadcast 2 waits for dev-b until it times out.
+    assert!(live.judge(T0 + 599_000_000 + FINAL_TIMEOUT_NS).is_empty());
+    let judged = live.judge(T0 + 600_000_000 + FINAL_TIMEOUT_NS);
+    let second = judged[0];
+    assert_eq!(second.id, 2);
+    assert_eq!(
+        (second.receipts, second.missing, second.unjudged),
+        (1, 1, 2)
+    );
+    assert_eq!(second.skew_ns, None, "one receipt has no skew");
+}
+
+fn started(name: &str, at: Stamp) -> ProbeRecord {
+    ProbeRecord::Started(Box::new(ProbeStarted {
+        name: name.into(),
+        host: name.into(),
+        url: "ws://x/ws".into(),
+        connections: 1,
+        version: "t".into(),
+        at,
+    }))
+}
+
+fn stamp(ns: u64) -> Stamp {
+    Stamp {
+        wall_ns: T0 + ns,
+        mono_ns: ns,
+    }
+}
+
+fn published(live: &mut LiveJoin, id: u64, hash: u64, at_ns: u64, conns: &[u64]) {
+    announce(live, conns);
+    live.agent(&AgentRecord::Broadcast(BroadcastStarted {
+        id,
+        seq: None,
+        hash,
+        len: 3,
+        text: true,
+        at: stamp(at_ns),
+    }));
+    live.agent(&crate::analysis::join::tests::shard_sends(
+        id,
+        stamp(at_ns),
+        1_000,
+        conns,
+    ));
+}
+
+fn receipt(conn: u32, hash: u64, occurrence: u32, at_ns: u64) -> ProbeRecord {
+    ProbeRecord::Receipt(Receipt {
+        conn,
+        key: MessageKey::Hash { hash, occurrence },
+        hash,
+        len: 3,
+        at: stamp(at_ns),
+        kernel_delay_ns: None,
+    })
+}
+
+fn opened(conn: u32, agent_conn: u64) -> ProbeRecord {
+    opened_at(conn, agent_conn, 0)
+}
+
+fn opened_at(conn: u32, agent_conn: u64, at_ns: u64) -> ProbeRecord {
+    ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
+        conn,
+        agent_conn: Some(agent_conn),
+        at: stamp(at_ns),
+    })
+}
+
+#[test]
+fn a_repeated_payload_is_matched_by_its_occurrence_on_each_connection() {
+    let mut live = LiveJoin::new();
+    let now = T0 + 10_000_000_000;
+    // The same payload three times; connection 8 joins after the first.
+    published(&mut live, 1, 77, 1_000_000, &[7]);
+    published(&mut live, 2, 77, 2_000_000, &[7, 8]);
+    published(&mut live, 3, 77, 3_000_000, &[7, 8]);
+    live.probe(1, &started("p", stamp(0)), now);
+    live.probe(1, &opened(0, 7), now);
+    live.probe(1, &opened(1, 8), now);
+    // Connection 7 got all three; connection 8 got its occurrences 0 and 1,
+    // i.e. broadcasts 2 and 3, 40 µs after connection 7.
+    for (occurrence, t) in [(0, 1_100_000), (1, 2_100_000), (2, 3_100_000)] {
+        live.probe(1, &receipt(0, 77, occurrence, t), now);
+    }
+    for (occurrence, t) in [(0, 2_140_000), (1, 3_140_000)] {
+        live.probe(1, &receipt(1, 77, occurrence, t), now);
+    }
+    live.probe(1, &ProbeRecord::Stopped(stamp(5_000_000_000)), now);
+    let judged = live.judge(now);
+    let got: Vec<(u64, u32, Option<u64>)> = judged
+        .iter()
+        .map(|j| (j.id, j.receipts, j.skew_ns))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(1, 1, None), (2, 2, Some(40_000)), (3, 2, Some(40_000))]
+    );
+    assert!(judged.iter().all(|j| j.missing == 0));
+    assert_eq!(live.counts().unmatched, 0);
+    // No clock exchange: nothing to bound the skew with.
+    assert!(judged.iter().all(|j| j.skew_upper_ns.is_none()));
+}
+
+#[test]
+fn late_duplicate_and_previous_run_receipts_are_counted_unmatched() {
+    const S: u64 = 1_000_000_000;
+    let mut live = LiveJoin::since(T0 + 100 * S, 1);
+    published(&mut live, 1, 5, 101 * S, &[3]);
+    let now = T0 + 101 * S;
+    live.probe(1, &started("p", stamp(100 * S)), now);
+    live.probe(1, &opened_at(0, 3, 100 * S), now);
+    // An earlier agent run's connection 3, from an old log being uploaded.
+    live.probe(2, &started("p", stamp(S)), now);
+    live.probe(2, &opened_at(0, 3, S), now);
+    live.probe(2, &receipt(0, 5, 0, 2 * S), now);
+    live.probe(1, &receipt(0, 5, 0, 101 * S + 100_000), now);
+    live.probe(1, &receipt(0, 5, 0, 101 * S + 200_000), now); // a duplicate
+    live.probe(1, &receipt(0, 6, 0, 101 * S + 300_000), now); // never sent
+    // The old run's at once; the duplicate and the one never sent wait
+    // (the agent's records could be late) until they are stale.
+    assert_eq!(live.counts().unmatched, 1);
+    let judged = live.judge(T0 + 102 * S + FINAL_TIMEOUT_NS);
+    assert_eq!(judged[0].receipts, 1);
+    assert_eq!(live.counts().unmatched, 3);
+    // After it is judged, its receipts have nothing to match.
+    live.probe(1, &receipt(0, 5, 0, 101 * S + 100_000), now);
+    live.judge(T0 + 103 * S + FINAL_TIMEOUT_NS);
+    assert_eq!(live.counts().unmatched, 4);
+}
+
+#[test]
+fn receipts_uploaded_before_the_agents_records_are_joined_when_they_come() {
+    let (agent, a, b, _) = shifted_run();
+    let mut live = LiveJoin::new();
+    let now = T0 + 2_000_000_000;
+    for (run, records) in [(1, &a.records), (2, &b.records)] {
+        for r in records.iter() {
+            live.probe(run, r, now);
+        }
+    }
+    assert!(live.judge(now).is_empty());
+    announce(&mut live, &[10, 11, 20, 21]);
+    for r in &agent {
+        live.agent(r);
+    }
+    let judged = live.judge(now);
+    assert_eq!(judged.len(), 2);
+    assert!(
+        judged
+            .iter()
+            .all(|j| j.receipts == 4 && j.skew_upper_ns.is_some())
+    );
+    assert_eq!(live.counts().unmatched, 0);
+}
+
+#[test]
+fn a_broadcast_waits_for_every_shards_record() {
+    let mut live = LiveJoin::since(T0, 2);
+    // Its one probe has stopped: only the shards' records are awaited.
+    live.probe(1, &started("probe", stamp(0)), T0);
+    live.probe(1, &ProbeRecord::Stopped(stamp(1_000)), T0);
+    published(&mut live, 1, 5, 1_000_000, &[1]);
+    assert!(live.judge(T0 + 2_000_000).is_empty(), "one of two shards");
+    live.agent(&crate::analysis::join::tests::shard_sends(
+        1,
+        stamp(1_000_000),
+        1_000,
+        &[2],
+    ));
+    assert_eq!(live.judge(T0 + 2_000_000).len(), 1);
+}
+
+#[test]
+fn a_connection_closed_before_a_broadcast_does_not_miss_it() {
+    let mut live = LiveJoin::new();
+    let now = T0 + 10_000_000_000;
+    live.probe(1, &started("p", stamp(0)), now);
+    live.probe(1, &opened(0, 3), now);
+    live.probe(
+        1,
+        &ProbeRecord::ConnectionClosed(ProbeConnectionClosed {
+            conn: 0,
+            at: stamp(1_000_000),
+            reason: "count reached".into(),
+        }),
+        now,
+    );
+    // The agent had not yet seen it go.
+    published(&mut live, 1, 5, 2_000_000, &[3]);
+    live.probe(1, &ProbeRecord::Stopped(stamp(5_000_000_000)), now);
+    let judged = live.judge(now);
+    assert_eq!((judged[0].missing, judged[0].unjudged), (0, 0));
+}
+
+#[test]
+fn memory_is_bounded_by_pending_broadcasts_and_runs() {
+    let mut live = LiveJoin::new();
+    // A probe holds connection 1 and never uploads past the broadcasts.
+    live.probe(0, &started("p", stamp(0)), T0);
+    live.probe(0, &opened(0, 1), T0);
+    for id in 0..(MAX_PENDING as u64 + 10) {
+        published(&mut live, id, id, id * 1_000, &[1]);
+    }
+    let judged = live.judge(T0);
+    assert_eq!(judged.len(), 10);
+    assert_eq!(live.counts().judged_early, 10);
+    assert_eq!(live.pending(), MAX_PENDING);
+    for run in 1..(MAX_RUNS as u128 + 3) {
+        live.probe(run, &started("p", stamp(0)), T0);
+    }
+    assert_eq!(live.counts().runs_refused, 3);
+    // Runs silent for ten minutes are forgotten.
+    live.judge(T0 + RUN_FORGOTTEN_AFTER_NS + 1);
+    assert!(live.probes().is_empty());
+}
+
+#[test]
+fn a_probe_connection_not_yet_uploaded_is_waited_for() {
+    let mut live = LiveJoin::new();
+    // The agent saw connection 4 arrive with ?probe=p and sent it a
+    // broadcast before the probe uploaded anything.
+    live.agent(&AgentRecord::ConnectionOpened(AgentConnectionOpened {
+        conn: 4,
+        label: Some("p".into()),
+        peer: "127.0.0.1:5000".into(),
+        shard: 0,
+        at: stamp(0),
+    }));
+    published(&mut live, 1, 5, 1_000_000, &[4]);
+    assert!(
+        live.judge(T0 + 2_000_000).is_empty(),
+        "connection 4 is a probe's"
+    );
+    // The probe stops and the agent sees its connection go; its upload
+    // comes after.
+    live.agent(&AgentRecord::ConnectionClosed(AgentConnectionClosed {
+        conn: 4,
+        at: stamp(1_500_000),
+        reason: CloseReason::ClientClosed,
+    }));
+    assert!(live.judge(T0 + 2_000_000).is_empty(), "its upload may lag");
+    let now = T0 + 3_000_000;
+    live.probe(1, &started("p", stamp(0)), now);
+    live.probe(1, &opened(0, 4), now);
+    live.probe(1, &receipt(0, 5, 0, 1_100_000), now);
+    let judged = live.judge(now);
+    assert_eq!((judged[0].receipts, judged[0].unjudged), (1, 0));
+    // A probe connection that never uploads is unjudged at the timeout.
+    live.agent(&AgentRecord::ConnectionOpened(AgentConnectionOpened {
+        conn: 5,
+        label: Some("q".into()),
+        peer: "127.0.0.1:5001".into(),
+        shard: 0,
+        at: stamp(0),
+    }));
+    published(&mut live, 2, 6, 2_000_000, &[5]);
+    assert!(live.judge(T0 + 3_000_000).is_empty());
+    let judged = live.judge(T0 + 2_000_000 + FINAL_TIMEOUT_NS);
+    assert_eq!((judged[0].receipts, judged[0].unjudged), (0, 1));
+}
