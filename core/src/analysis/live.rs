@@ -37,7 +37,7 @@ pub const MAX_PENDING: usize = 1_024;
 /// Time exchanges kept per run: the clock model of recent minutes.
 pub const SAMPLES_PER_RUN: usize = 64;
 /// Receipts held at most while their broadcast's record is not here yet.
-pub const MAX_EARLY: usize = 100_000;
+pub const MAX_EARLY: usize = 50_000;
 /// Probe runs followed at most (their names label metrics).
 pub const MAX_RUNS: usize = 256;
 /// How far a device clock may be off the agent's for its records to count
@@ -183,6 +183,12 @@ pub struct LiveJoin {
     /// Receipts uploaded before the agent's record of their broadcast
     /// reached the join (its recorder lags), retried at each judgement.
     early: VecDeque<Early>,
+    /// Broadcast and send records taken in, and that count when `early`
+    /// was last tried.
+    agent_progress: u64,
+    early_tried_at: u64,
+    /// The highest connection id the agent has opened (ids only grow).
+    highest_conn: u64,
     counts: LiveCounts,
     agent_started_wall_ns: u64,
     /// Fan-out shards: each writes one record of a broadcast's sends.
@@ -213,6 +219,7 @@ impl LiveJoin {
                 self.shards = usize::from(s.shards);
             }
             AgentRecord::Broadcast(b) => {
+                self.agent_progress += 1;
                 self.pending.insert(
                     b.id,
                     Pending {
@@ -229,6 +236,7 @@ impl LiveJoin {
                 self.by_hash.entry(b.hash).or_default().push(b.id);
             }
             AgentRecord::ShardSends(s) => {
+                self.agent_progress += 1;
                 if let Some(p) = self.pending.get_mut(&s.broadcast) {
                     p.shards_left = p.shards_left.saturating_sub(1);
                     // Only probes' connections: memory follows the probes,
@@ -243,6 +251,7 @@ impl LiveJoin {
                 }
             }
             AgentRecord::ConnectionOpened(o) => {
+                self.highest_conn = self.highest_conn.max(o.conn);
                 if let Some(name) = &o.label {
                     let name = name.clone();
                     self.labelled.insert(
@@ -319,10 +328,23 @@ impl LiveJoin {
                     self.counts.unmatched += 1;
                     return;
                 }
+                // A connection the agent did not name (another server's):
+                // nothing here will ever match it.
+                let Some(agent_conn) = run.conns.get(&r.conn).copied() else {
+                    self.counts.unmatched += 1;
+                    return;
+                };
+                // One the agent saw open without `?probe=` is never a target
+                // here (ids only grow, so an id at most the highest seen
+                // was seen).
+                if agent_conn <= self.highest_conn && !self.labelled.contains_key(&agent_conn) {
+                    self.counts.unmatched += 1;
+                    return;
+                }
                 let early = Early {
                     key: r.key,
                     hash: r.hash,
-                    agent_conn: run.conns.get(&r.conn).copied(),
+                    agent_conn: Some(agent_conn),
                     arrival: Arrival {
                         run: run_id,
                         at: r.at,
@@ -395,8 +417,19 @@ impl LiveJoin {
 
     /// Judges every broadcast that is final at agent wall time `now_wall_ns`.
     pub fn judge(&mut self, now_wall_ns: u64) -> Vec<Judged> {
-        // Receipts that came before their broadcast's record, first.
-        let waiting = std::mem::take(&mut self.early);
+        // Receipts that came before their broadcast's record, first; tried
+        // again only when the agent's records have moved on.
+        let waiting = if self.agent_progress != self.early_tried_at {
+            self.early_tried_at = self.agent_progress;
+            std::mem::take(&mut self.early)
+        } else {
+            let now_stale =
+                |e: &Early| e.arrival.at.wall_ns.saturating_add(FINAL_TIMEOUT_NS) < now_wall_ns;
+            let before = self.early.len();
+            self.early.retain(|e| !now_stale(e));
+            self.counts.unmatched += (before - self.early.len()) as u64;
+            VecDeque::new()
+        };
         for e in waiting {
             if !self.place(e) {
                 let stale = e.arrival.at.wall_ns.saturating_add(FINAL_TIMEOUT_NS) < now_wall_ns;

@@ -388,3 +388,36 @@ fn a_probe_connection_not_yet_uploaded_is_waited_for() {
     let judged = live.judge(T0 + 2_000_000 + FINAL_TIMEOUT_NS);
     assert_eq!((judged[0].receipts, judged[0].unjudged), (0, 1));
 }
+
+#[test]
+fn receipts_that_can_never_match_are_counted_at_once_not_held() {
+    let mut live = LiveJoin::new();
+    // The agent opened connection 2 without ?probe= (an ordinary client).
+    live.agent(&AgentRecord::ConnectionOpened(AgentConnectionOpened {
+        conn: 2,
+        label: None,
+        peer: "127.0.0.1:1".into(),
+        shard: 0,
+        at: stamp(0),
+    }));
+    let now = T0 + 1_000;
+    live.probe(1, &started("p", stamp(0)), now);
+    // A connection to another server (no agent id) and one the agent
+    // knows is not a probe's.
+    live.probe(
+        1,
+        &ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
+            conn: 0,
+            agent_conn: None,
+            at: stamp(0),
+        }),
+        now,
+    );
+    live.probe(1, &opened(1, 2), now);
+    for _ in 0..3 {
+        live.probe(1, &receipt(0, 5, 0, 1_000), now);
+        live.probe(1, &receipt(1, 5, 0, 1_000), now);
+    }
+    assert_eq!(live.counts().unmatched, 6);
+    assert!(live.early.is_empty());
+}
