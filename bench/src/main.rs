@@ -11,6 +11,7 @@ mod drain;
 mod flood;
 mod floor;
 mod floor_server;
+mod live_cost;
 mod report_cost;
 mod scrape;
 mod stamps;
@@ -161,6 +162,22 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         runs: usize,
     },
+    /// What the agent's live join (receive skew on /metrics) costs per
+    /// receipt, beside the report's join of the same records.
+    LiveCost {
+        /// Uploading probes.
+        #[arg(long, default_value_t = 10)]
+        probes: usize,
+        /// Connections per probe.
+        #[arg(long, default_value_t = 100)]
+        connections: usize,
+        /// Broadcasts.
+        #[arg(long, default_value_t = 1_000)]
+        broadcasts: u64,
+        /// Runs; the median is printed.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
     /// What `skewscope report` costs on a long run: decode, join and report a
     /// probe log of 10^6 receipts and 10^5 time exchanges, in memory.
     ReportCost {
@@ -218,6 +235,12 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::FloorServer { listen, staged } => floor_server::serve(listen, staged),
+        Command::LiveCost {
+            probes,
+            connections,
+            broadcasts,
+            runs,
+        } => live_cost::run(probes, connections, broadcasts, runs),
         Command::ReportCost {
             connections,
             broadcasts,
