@@ -126,6 +126,21 @@ pub struct Args {
     /// process lists and settings).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+
+    /// Extra header for the WebSocket upgrade, 'Name: value' (repeatable), as
+    /// the server's real clients send it: a token, a cookie. A value of
+    /// '@FILE' is read from FILE, so a secret stays out of process lists and
+    /// settings ('@@' for a value that starts with @). The handshake's own
+    /// headers (Host, Upgrade, Connection, Sec-WebSocket-*) cannot be set.
+    /// User-info in the URL (ws://user:password@host/) is sent as Basic auth.
+    #[arg(long = "header", value_name = "'NAME: VALUE'")]
+    pub header: Vec<String>,
+
+    /// Subprotocol to offer (repeatable, in order of preference), for a server
+    /// that requires one (Sec-WebSocket-Protocol). As in browsers, a server
+    /// that then chooses none, or one not offered, fails the connection.
+    #[arg(long = "subprotocol", value_name = "NAME")]
+    pub subprotocol: Vec<String>,
 }
 
 impl skewscope_os::settings::FileSettings for Args {
@@ -182,8 +197,93 @@ impl Args {
                 Some(path) => Some(read_token(path)?),
                 None => None,
             },
+            headers: self
+                .header
+                .iter()
+                .map(|h| parse_header(h))
+                .collect::<Result<_, _>>()?,
+            subprotocols: checked_subprotocols(self.subprotocol)?,
         })
     }
+}
+
+/// Headers the WebSocket handshake sets itself: a probe that overrode them
+/// would not be the client it claims to be.
+const HANDSHAKE_HEADERS: [&str; 7] = [
+    "host",
+    "upgrade",
+    "connection",
+    "sec-websocket-key",
+    "sec-websocket-version",
+    "sec-websocket-extensions",
+    "sec-websocket-protocol",
+];
+
+/// `Name: value` (or `Name: @FILE`) as a checked header.
+fn parse_header(text: &str) -> Result<(String, String), ProbeError> {
+    let bad = |why: &str| ProbeError::Config(format!("--header {text:?}: {why}"));
+    let (name, value) = text
+        .split_once(':')
+        .ok_or_else(|| bad("give it as 'Name: value'"))?;
+    let name = name.trim();
+    if tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+        return Err(bad("not a valid header name"));
+    }
+    if HANDSHAKE_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+        return Err(bad(
+            if name.eq_ignore_ascii_case("sec-websocket-protocol") {
+                "use --subprotocol"
+            } else {
+                "the WebSocket handshake sets this header itself"
+            },
+        ));
+    }
+    let value = value.trim();
+    let value = match value.strip_prefix('@') {
+        Some(literal) if literal.starts_with('@') => literal.to_owned(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path.trim()).map_err(|e| {
+                ProbeError::Config(format!("--header {name}: cannot read {path}: {e}"))
+            })?;
+            let value = text.trim().to_owned();
+            if value.is_empty() {
+                return Err(ProbeError::Config(format!(
+                    "--header {name}: {path} is empty"
+                )));
+            }
+            value
+        }
+        None => value.to_owned(),
+    };
+    if tokio_tungstenite::tungstenite::http::HeaderValue::from_str(&value).is_err() {
+        // Never echo a value: it may be a secret read from a file.
+        return Err(ProbeError::Config(format!(
+            "--header {name}: the value has characters a header cannot carry (a line break?)"
+        )));
+    }
+    Ok((name.to_owned(), value))
+}
+
+/// Subprotocol names as RFC 6455 allows them (HTTP tokens), each once.
+fn checked_subprotocols(names: Vec<String>) -> Result<Vec<String>, ProbeError> {
+    let token = |n: &str| {
+        !n.is_empty()
+            && n.bytes()
+                .all(|b| b.is_ascii_graphic() && !b"()<>@,;:\\\"/[]?={}".contains(&b))
+    };
+    for (i, n) in names.iter().enumerate() {
+        if !token(n) {
+            return Err(ProbeError::Config(format!(
+                "--subprotocol {n:?}: not a valid subprotocol name (letters, digits and !#$%&'*+-.^_`|~)"
+            )));
+        }
+        if names[..i].contains(n) {
+            return Err(ProbeError::Config(format!(
+                "--subprotocol {n:?} given twice"
+            )));
+        }
+    }
+    Ok(names)
 }
 
 /// The bearer token in `path`, trimmed; an empty or unreadable file is an error.

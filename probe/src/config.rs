@@ -54,6 +54,11 @@ pub struct ProbeConfig {
     /// Open a connection again when the server closes or loses it (a probe
     /// run as a service outlives the server's restarts).
     pub reconnect: bool,
+    /// Extra upgrade-request headers (name, value), in order: what a server
+    /// that wants a token or a cookie from its real clients needs.
+    pub headers: Vec<(String, String)>,
+    /// Subprotocols to offer, in order of preference (`Sec-WebSocket-Protocol`).
+    pub subprotocols: Vec<String>,
 }
 
 impl ProbeConfig {
@@ -76,6 +81,8 @@ impl ProbeConfig {
             upload: None,
             upload_token: None,
             reconnect: false,
+            headers: Vec::new(),
+            subprotocols: Vec::new(),
         }
     }
 

@@ -12,10 +12,7 @@ use skewscope_core::record::{
     ConnectionAddresses, ProbeConnectionClosed, ProbeConnectionFailed, ProbeConnectionOpened,
     ProbeRecord, Receipt,
 };
-use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, watch};
-use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
@@ -24,7 +21,7 @@ use crate::backoff::Backoff;
 use crate::recorder::Recorder;
 use crate::request;
 use crate::shutdown::Shutdown;
-use skewscope_os::rx_stamp::{LastRx, RxStamped};
+use skewscope_os::rx_stamp::LastRx;
 
 /// Most WebSocket handshakes in flight at once: 10,000 simultaneous connects
 /// would overflow a server's accept backlog and turn into retries and timeouts.
@@ -35,7 +32,7 @@ pub const MAX_HANDSHAKES_IN_FLIGHT: usize = 256;
 /// are recorded; a server that never replies costs at most this long.
 pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
-type Ws = WebSocketStream<RxStamped>;
+use crate::handshake::Ws;
 
 /// How far connecting has got, for [`crate::RunningProbe::connected`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -57,8 +54,8 @@ pub(crate) struct Progress {
 /// What every connection of a run dials and how.
 #[derive(Debug)]
 pub(crate) struct Settings {
-    /// The URL with `?probe=NAME` appended.
-    pub(crate) url: String,
+    /// The upgrade: the URL with `?probe=NAME` appended, headers, subprotocols.
+    pub(crate) upgrade: crate::handshake::Upgrade,
     pub(crate) ws_config: WebSocketConfig,
     pub(crate) connect_timeout: Duration,
     pub(crate) count: Option<u64>,
@@ -219,23 +216,8 @@ async fn dial(settings: &Settings) -> Result<(Ws, LastRx, Option<u64>, Stamp), S
         .await
         .map_err(|_| "the probe is shutting down".to_owned())?;
     let connect = async {
-        let request = settings
-            .url
-            .as_str()
-            .into_client_request()
-            .map_err(|e| e.to_string())?;
-        let (host, port) = request::host_port(&settings.url).map_err(|e| e.to_string())?;
-        let stream = TcpStream::connect((host.as_str(), port))
-            .await
-            .map_err(|e| e.to_string())?;
-        // Receipt time is the point: never let Nagle hold our close or pong back.
-        let _ = stream.set_nodelay(true);
-        let (stream, last_rx) = RxStamped::new(stream);
-        let (ws, response) =
-            tokio_tungstenite::client_async_with_config(request, stream, Some(settings.ws_config))
-                .await
-                .map_err(|e| e.to_string())?;
-        Ok::<_, String>((ws, last_rx, response))
+        let up = settings.upgrade.connect(settings.ws_config).await?;
+        Ok::<_, String>((up.ws, up.last_rx, up.response))
     };
     match tokio::time::timeout(settings.connect_timeout, connect).await {
         Ok(Ok((ws, last_rx, response))) => Ok((

@@ -33,6 +33,7 @@ mod clock_watch;
 pub mod config;
 mod connection;
 mod error;
+mod handshake;
 mod previous_runs;
 mod recorder;
 mod request;
@@ -196,7 +197,8 @@ impl RunningProbe {
         recorder.record(ProbeRecord::Started(Box::new(ProbeStarted {
             name: config.name.clone(),
             host: skewscope_os::host::host_name(),
-            url: config.url.clone(),
+            // Never a password in the log.
+            url: request::redacted(&config.url),
             connections: config.connections,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             at: skewscope_os::clock::now(),
@@ -233,7 +235,7 @@ impl RunningProbe {
         };
 
         let settings = Arc::new(Settings {
-            url,
+            upgrade: handshake::Upgrade::new(url, &config)?,
             ws_config: WebSocketConfig::default()
                 .read_buffer_size(READ_BUFFER_BYTES)
                 .max_write_buffer_size(MAX_OWED_BYTES)

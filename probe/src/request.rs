@@ -16,13 +16,97 @@ pub const AGENT_CONN_HEADER: &str = "X-Skewscope-Conn";
 /// The query parameter that carries the probe's name.
 pub const PROBE_PARAM: &str = "probe";
 
+/// A URL's user-info (`ws://user:password@host/`), percent-decoded.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UserInfo {
+    /// The user name.
+    pub user: String,
+    /// The password (empty when none was given).
+    pub password: String,
+}
+
+impl std::fmt::Debug for UserInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UserInfo({:?}, <password>)", self.user)
+    }
+}
+
+impl UserInfo {
+    /// The `Authorization` header value browsers send for it.
+    pub fn basic_authorization(&self) -> String {
+        let pair = format!("{}:{}", self.user, self.password);
+        format!("Basic {}", data_encoding::BASE64.encode(pair.as_bytes()))
+    }
+}
+
+/// Splits the user-info off a URL: the URL without it, and the user-info.
+/// The user-info never goes into the request line or `Host`; it becomes
+/// Basic auth (as browsers do for `ws://user:pass@host/`).
+pub fn split_user_info(url: &str) -> (String, Option<UserInfo>) {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return (url.to_owned(), None);
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let Some((info, host)) = authority.rsplit_once('@') else {
+        return (url.to_owned(), None);
+    };
+    let (user, password) = info.split_once(':').unwrap_or((info, ""));
+    (
+        format!("{scheme}://{host}{tail}"),
+        Some(UserInfo {
+            user: percent_decode(user),
+            password: percent_decode(password),
+        }),
+    )
+}
+
+/// The URL as logs and messages may show it: a password replaced by `***`.
+pub fn redacted(url: &str) -> String {
+    match split_user_info(url) {
+        (bare, Some(info)) => {
+            let (scheme, rest) = bare.split_once("://").unwrap_or(("ws", &bare));
+            let secret = if info.password.is_empty() { "" } else { ":***" };
+            format!("{scheme}://{}{secret}@{rest}", percent_encode(&info.user))
+        }
+        (bare, None) => bare,
+    }
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied(),
+            bytes.get(i + 2).copied(),
+        ) {
+            (b'%', Some(h), Some(l)) if hex(h).is_some() && hex(l).is_some() => {
+                out.push((hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0)) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Returns `url` with `probe=NAME` appended to its query string, after checking
 /// that it is a `ws://` URL with a host, so a typo fails before any connection.
 pub fn labelled_url(url: &str, name: &str) -> Result<String, ProbeError> {
+    let shown = redacted(url);
     let invalid = |reason: &str| ProbeError::Url {
-        url: url.to_owned(),
+        url: shown.clone(),
         reason: reason.to_owned(),
     };
+    let (url, _) = split_user_info(url);
+    let url = url.as_str();
     let (scheme, _) = url
         .split_once("://")
         .ok_or_else(|| invalid("not a URL; give one like ws://server:8080/ws"))?;
@@ -128,6 +212,36 @@ mod tests {
         for (url, want) in cases {
             assert_eq!(labelled_url(url, "dev-1").unwrap(), want, "{url}");
         }
+    }
+
+    #[test]
+    fn user_info_becomes_basic_auth_and_never_shows() {
+        let (bare, info) = split_user_info("ws://ad%40min:p%3Ass@h:1/ws?x=1");
+        assert_eq!(bare, "ws://h:1/ws?x=1");
+        let info = info.unwrap();
+        assert_eq!(
+            (info.user.as_str(), info.password.as_str()),
+            ("ad@min", "p:ss")
+        );
+        // RFC 7617's example.
+        let aladdin = UserInfo {
+            user: "Aladdin".into(),
+            password: "open sesame".into(),
+        };
+        assert_eq!(
+            aladdin.basic_authorization(),
+            "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ=="
+        );
+        assert_eq!(redacted("ws://u:secret@h:1/ws"), "ws://u:***@h:1/ws");
+        assert!(!format!("{info:?}").contains("p:ss"));
+        assert_eq!(
+            labelled_url("ws://u:secret@h:1/ws", "p").unwrap(),
+            "ws://h:1/ws?probe=p"
+        );
+        let err = labelled_url("http://u:secret@h/", "p").unwrap_err();
+        assert!(!err.to_string().contains("secret"), "{err}");
+        // An @ in the path is not user-info.
+        assert_eq!(split_user_info("ws://h/a@b").1, None);
     }
 
     #[test]

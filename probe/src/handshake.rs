@@ -1,0 +1,321 @@
+//! The WebSocket upgrade, made the way the server's real clients make it:
+//! their headers (a token, a cookie), their subprotocols, Basic auth from
+//! the URL's user-info, and redirects followed like a browser follows them
+//! (bounded; `http` becomes `ws`; credentials not carried to another host).
+//! When the server says no, the error says what it answered: the status
+//! line, `Location`, `WWW-Authenticate`, the start of the body, or that a
+//! `ws://` URL reached a TLS port.
+//!
+//! Strict where RFC 6455 §4.1 is: a response that accepts an extension the
+//! probe never offered fails the connection, with a Close frame (1002).
+
+use std::time::Duration;
+
+use futures_util::SinkExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::handshake::client::Response;
+use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue, header};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+
+use crate::request;
+use skewscope_os::rx_stamp::{LastRx, RxStamped};
+
+/// Redirects followed at most, as browsers bound them.
+pub const MAX_REDIRECTS: usize = 5;
+
+/// How long to wait for a first answer when diagnosing a failed upgrade.
+const SNIFF_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A probe's upgrade stream.
+pub(crate) type Ws = WebSocketStream<RxStamped>;
+
+/// What every upgrade of a run sends.
+#[derive(Debug, Clone)]
+pub(crate) struct Upgrade {
+    /// The labelled `ws://` URL, without user-info.
+    pub(crate) url: String,
+    /// The probe's name, to label a redirect's target too.
+    pub(crate) name: String,
+    /// Extra headers, user-info's Basic auth among them.
+    pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
+    /// Subprotocols offered, in order.
+    pub(crate) subprotocols: Vec<String>,
+}
+
+/// An upgraded connection.
+pub(crate) struct Upgraded {
+    pub(crate) ws: Ws,
+    pub(crate) last_rx: LastRx,
+    pub(crate) response: Response,
+}
+
+impl Upgrade {
+    /// The upgrade for `config`, its URL already labelled: headers checked,
+    /// user-info turned into Basic auth.
+    pub(crate) fn new(
+        labelled_url: String,
+        config: &crate::ProbeConfig,
+    ) -> Result<Upgrade, crate::ProbeError> {
+        let mut headers = Vec::new();
+        for (name, value) in &config.headers {
+            let bad = |what| crate::ProbeError::Config(format!("--header {name}: {what}"));
+            headers.push((
+                HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad("not a header name"))?,
+                HeaderValue::from_str(value).map_err(|_| bad("not a header value"))?,
+            ));
+        }
+        if let (_, Some(info)) = request::split_user_info(&config.url) {
+            if headers.iter().any(|(n, _)| n == header::AUTHORIZATION) {
+                return Err(crate::ProbeError::Config(
+                    "the URL has user-info and --header sets Authorization: give one".into(),
+                ));
+            }
+            let value = HeaderValue::from_str(&info.basic_authorization()).map_err(|_| {
+                crate::ProbeError::Config("the URL's user-info cannot be sent as a header".into())
+            })?;
+            headers.push((header::AUTHORIZATION, value));
+        }
+        Ok(Upgrade {
+            url: labelled_url,
+            name: config.name.clone(),
+            headers,
+            subprotocols: config.subprotocols.clone(),
+        })
+    }
+
+    /// Connects and upgrades, following redirects.
+    pub(crate) async fn connect(&self, ws_config: WebSocketConfig) -> Result<Upgraded, String> {
+        let mut url = self.url.clone();
+        let mut headers = self.headers.clone();
+        let mut dropped_credentials = false;
+        for hop in 0..=MAX_REDIRECTS {
+            let mut request = url
+                .as_str()
+                .into_client_request()
+                .map_err(|e| e.to_string())?;
+            for (name, value) in &headers {
+                request.headers_mut().append(name.clone(), value.clone());
+            }
+            if !self.subprotocols.is_empty() {
+                let offered = HeaderValue::from_str(&self.subprotocols.join(", "))
+                    .map_err(|e| e.to_string())?;
+                request
+                    .headers_mut()
+                    .insert(header::SEC_WEBSOCKET_PROTOCOL, offered);
+            }
+            let (host, port) = request::host_port(&url).map_err(|e| e.to_string())?;
+            let stream = TcpStream::connect((host.as_str(), port))
+                .await
+                .map_err(|e| format!("{}: {e}", request::redacted(&url)))?;
+            // Receipt time is the point: never let Nagle hold our close or pong back.
+            let _ = stream.set_nodelay(true);
+            let (stream, last_rx) = RxStamped::new(stream);
+            match tokio_tungstenite::client_async_with_config(request, stream, Some(ws_config))
+                .await
+            {
+                Ok((mut ws, response)) => {
+                    if let Some(extensions) =
+                        response.headers().get(header::SEC_WEBSOCKET_EXTENSIONS)
+                    {
+                        let close = CloseFrame {
+                            code: CloseCode::Protocol,
+                            reason: "extension not offered".into(),
+                        };
+                        let _ = ws.send(Message::Close(Some(close))).await;
+                        return Err(format!(
+                            "the server accepted an extension the probe never offered ({}): \
+                             RFC 6455 §4.1 requires failing the connection",
+                            String::from_utf8_lossy(extensions.as_bytes())
+                        ));
+                    }
+                    return Ok(Upgraded {
+                        ws,
+                        last_rx,
+                        response,
+                    });
+                }
+                Err(WsError::Http(response)) if response.status().is_redirection() => {
+                    let location = response
+                        .headers()
+                        .get(header::LOCATION)
+                        .map(|l| String::from_utf8_lossy(l.as_bytes()).into_owned())
+                        .ok_or_else(|| refused(&response))?;
+                    if hop == MAX_REDIRECTS {
+                        return Err(format!(
+                            "more than {MAX_REDIRECTS} redirects; the last to {location}"
+                        ));
+                    }
+                    let next = redirect_target(&url, &location)?;
+                    if origin(&next) != origin(&url) {
+                        // As browsers do: no credentials to another host.
+                        let before = headers.len();
+                        headers.retain(|(n, _)| n != header::AUTHORIZATION && n != header::COOKIE);
+                        dropped_credentials |= headers.len() < before;
+                    }
+                    url = if next.contains("probe=") {
+                        next
+                    } else {
+                        request::labelled_url(&next, &self.name).map_err(|e| e.to_string())?
+                    };
+                }
+                Err(WsError::Http(response)) => {
+                    let mut why = refused(&response);
+                    if dropped_credentials {
+                        why.push_str(
+                            " (a redirect to another host dropped Authorization and Cookie, as browsers do)",
+                        );
+                    }
+                    return Err(why);
+                }
+                Err(e) => return Err(diagnose(&url, &host, port, e).await),
+            }
+        }
+        unreachable!("the loop returns by its last hop")
+    }
+}
+
+/// What a server answered instead of upgrading.
+fn refused(response: &tokio_tungstenite::tungstenite::http::Response<Option<Vec<u8>>>) -> String {
+    let status = response.status();
+    let mut text = format!(
+        "the server refused the WebSocket upgrade: HTTP {} {}",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("")
+    );
+    for name in [header::LOCATION, header::WWW_AUTHENTICATE] {
+        if let Some(v) = response.headers().get(&name) {
+            text.push_str(&format!(
+                "; {name}: {}",
+                String::from_utf8_lossy(v.as_bytes())
+            ));
+        }
+    }
+    if let Some(body) = response.body().as_deref().filter(|b| !b.is_empty()) {
+        text.push_str(&format!(
+            "; body: {}",
+            printable(&body[..body.len().min(200)])
+        ));
+    }
+    text
+}
+
+/// Where a redirect points, as a `ws://` URL: `http` becomes `ws` (a
+/// browser's WebSocket URL is its HTTP URL), a relative `Location` is
+/// resolved against the URL it came from, and TLS is refused by this build.
+pub(crate) fn redirect_target(from: &str, location: &str) -> Result<String, String> {
+    let location = location.trim();
+    let (scheme, authority_and_path) = match location.split_once("://") {
+        Some((scheme, rest)) => (scheme.to_ascii_lowercase(), rest.to_owned()),
+        None => {
+            let (_, rest) = from.split_once("://").unwrap_or(("ws", from));
+            let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            let (authority, path) = rest.split_at(authority_end);
+            let resolved = if let Some(other) = location.strip_prefix("//") {
+                other.to_owned()
+            } else if location.starts_with('/') {
+                format!("{authority}{location}")
+            } else {
+                let path = path.split(['?', '#']).next().unwrap_or("");
+                let dir = path.rsplit_once('/').map_or("", |(dir, _)| dir);
+                format!("{authority}{dir}/{location}")
+            };
+            ("ws".to_owned(), resolved)
+        }
+    };
+    match scheme.as_str() {
+        "ws" | "http" => Ok(format!("ws://{authority_and_path}")),
+        "wss" | "https" => Err(format!(
+            "redirected to {location}: wss:// (TLS) is not supported by this build"
+        )),
+        _ => Err(format!(
+            "redirected to {location}, which is not a WebSocket URL"
+        )),
+    }
+}
+
+/// `host:port` of a URL, for telling whether a redirect leaves the server.
+fn origin(url: &str) -> String {
+    request::host_port(url)
+        .map(|(h, p)| format!("{h}:{p}"))
+        .unwrap_or_default()
+}
+
+/// An upgrade that failed without an HTTP answer: looks at what the port
+/// says to a plain request, to tell a TLS port (the URL should be `wss://`)
+/// or something that is not HTTP from a server that just closed.
+async fn diagnose(url: &str, host: &str, port: u16, error: WsError) -> String {
+    let shown = request::redacted(url);
+    let first = async {
+        let mut stream = TcpStream::connect((host, port)).await.ok()?;
+        let request = format!(
+            "GET / HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut buf = [0u8; 64];
+        let n = stream.read(&mut buf).await.ok()?;
+        Some(buf[..n].to_vec())
+    };
+    let answer = tokio::time::timeout(SNIFF_TIMEOUT, first)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    match answer.first() {
+        // TLS records: 0x15 alert, 0x16 handshake; then version 3.x.
+        Some(0x15 | 0x16) if answer.get(1) == Some(&3) => format!(
+            "{shown}: the server answered in TLS (it expects wss://, which this build does not support): {error}"
+        ),
+        Some(_) => format!(
+            "{shown}: the server's answer is not an HTTP upgrade: {} ({error})",
+            printable(&answer)
+        ),
+        None => format!("{shown}: {error}"),
+    }
+}
+
+/// Bytes as text a person can read: printable ASCII kept, the rest `\xNN`.
+fn printable(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|&b| {
+            if b.is_ascii_graphic() || b == b' ' {
+                char::from(b).to_string()
+            } else {
+                format!("\\x{b:02x}")
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redirects_resolve_like_a_browser() {
+        let from = "ws://a:1/x/ws?probe=p";
+        for (location, want) in [
+            ("ws://b:2/ws", Ok("ws://b:2/ws".to_owned())),
+            ("http://b:2/ws", Ok("ws://b:2/ws".to_owned())),
+            ("/other", Ok("ws://a:1/other".to_owned())),
+            ("//c:3/ws", Ok("ws://c:3/ws".to_owned())),
+            ("next", Ok("ws://a:1/x/next".to_owned())),
+        ] {
+            assert_eq!(redirect_target(from, location), want, "{location}");
+        }
+        for location in ["wss://b/ws", "https://b/ws", "ftp://b/x"] {
+            let err = redirect_target(from, location).unwrap_err();
+            assert!(err.contains(location), "{err}");
+        }
+    }
+
+    #[test]
+    fn odd_bytes_are_shown_escaped() {
+        assert_eq!(printable(b"\x15\x03\x03ok "), "\\x15\\x03\\x03ok ");
+    }
+}

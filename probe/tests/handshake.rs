@@ -1,0 +1,309 @@
+//! The probe connecting the way real clients do, against real servers: a
+//! Python `websockets` server (Debian's, which `./test` installs) that
+//! wants a token and a subprotocol; a redirect in front of it; a TLS port;
+//! and a server that accepts an extension nobody offered. Each failure must
+//! say what the server answered.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::record::ProbeRecord;
+
+/// A server as its operators write them: it wants `Authorization` (a
+/// bearer token or Basic `kiosk:pa ss`) and the `chat.v2` subprotocol,
+/// then sends every client three messages.
+const SERVER: &str = r#"
+import asyncio, base64, sys
+from websockets.asyncio.server import serve
+from websockets.datastructures import Headers
+
+BASIC = "Basic " + base64.b64encode(b"kiosk:pa ss").decode()
+
+def check(connection, request):
+    if request.path == "/old":
+        response = connection.respond(302, "moved\n")
+        response.headers["Location"] = "/ws"
+        return response
+    auth = request.headers.get("Authorization", "")
+    if auth not in ("Bearer s3cret", BASIC):
+        response = connection.respond(401, "token required\n")
+        response.headers["WWW-Authenticate"] = 'Bearer realm="lobby"'
+        return response
+    offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
+    if "chat.v2" not in offered:
+        return connection.respond(400, "subprotocol chat.v2 required\n")
+
+async def handler(ws):
+    for i in range(3):
+        await ws.send(f"m{i}")
+    await ws.wait_closed()
+
+async def main():
+    async with serve(handler, "127.0.0.1", 0, process_request=check,
+                     subprotocols=["chat.v2"], compression=None) as server:
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await asyncio.get_running_loop().create_future()
+
+asyncio.run(main())
+"#;
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the Python server; returns it and its port.
+fn python_server(dir: &Path) -> (Server, u16) {
+    let script = dir.join("server.py");
+    std::fs::write(&script, SERVER).unwrap();
+    let mut child = Command::new("python3")
+        .arg(&script)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 (./test installs python3-websockets)");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line.trim().parse().expect("the server prints its port");
+    (Server(child), port)
+}
+
+fn probe(dir: &Path, url: &str, extra: &[&str]) -> (Output, Vec<ProbeRecord>) {
+    let out = dir.join(format!("probe-{}.sklog", fastrand_name()));
+    let o = Command::new(env!("CARGO_BIN_EXE_skewscope-probe"))
+        .args(["--url", url, "--count", "3", "--connect-timeout", "5s"])
+        .args(["--no-time-exchange", "--out"])
+        .arg(&out)
+        .args(extra)
+        .output()
+        .unwrap();
+    let records = match read_file(&out) {
+        Ok(AnyLog::Probe(d)) => d.records,
+        _ => Vec::new(),
+    };
+    (o, records)
+}
+
+fn fastrand_name() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    N.fetch_add(1, Ordering::Relaxed).to_string()
+}
+
+fn receipts(records: &[ProbeRecord]) -> usize {
+    records
+        .iter()
+        .filter(|r| matches!(r, ProbeRecord::Receipt(_)))
+        .count()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A one-shot HTTP server on loopback that answers every connection with
+/// `answer` (after reading the request), for as long as the test runs.
+fn answering(answer: impl Fn(u16) -> Vec<u8> + Send + 'static) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(&answer(port));
+        }
+    });
+    port
+}
+
+#[test]
+fn headers_subprotocols_and_user_info_reach_a_server_that_wants_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, port) = python_server(dir.path());
+    let url = format!("ws://127.0.0.1:{port}/ws");
+
+    // No token: the error says what the server answered.
+    let (o, _) = probe(dir.path(), &url, &["--subprotocol", "chat.v2"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("HTTP 401 Unauthorized"), "{e}");
+    assert!(
+        e.contains(r#"www-authenticate: Bearer realm="lobby""#),
+        "{e}"
+    );
+    assert!(e.contains("token required"), "{e}");
+
+    // The token from a file, and the subprotocol: every message.
+    let token = dir.path().join("token");
+    std::fs::write(&token, "Bearer s3cret\n").unwrap();
+    let header = format!("Authorization: @{}", token.display());
+    let (o, records) = probe(
+        dir.path(),
+        &url,
+        &[
+            "--header",
+            &header,
+            "--subprotocol",
+            "other",
+            "--subprotocol",
+            "chat.v2",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(receipts(&records), 3);
+
+    // Without the subprotocol the server says why.
+    let (o, _) = probe(dir.path(), &url, &["--header", &header]);
+    assert!(
+        stderr(&o).contains("HTTP 400 Bad Request"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("subprotocol chat.v2 required"));
+
+    // User-info in the URL is Basic auth, and never reaches the log.
+    let with_user = format!("ws://kiosk:pa%20ss@127.0.0.1:{port}/ws");
+    let (o, records) = probe(dir.path(), &with_user, &["--subprotocol", "chat.v2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(receipts(&records), 3);
+    let ProbeRecord::Started(started) = &records[0] else {
+        panic!("{:?}", records[0])
+    };
+    assert_eq!(started.url, format!("ws://kiosk:***@127.0.0.1:{port}/ws"));
+
+    // The server's own redirect is followed with the token.
+    let (o, records) = probe(
+        dir.path(),
+        &format!("ws://127.0.0.1:{port}/old"),
+        &["--header", &header, "--subprotocol", "chat.v2"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(receipts(&records), 3);
+
+    // A redirect from another host is followed, like a browser's http URL,
+    // but the token is not carried there, and the error says so.
+    let redirect = answering(move |_| {
+        format!(
+            "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{port}/ws\r\nContent-Length: 0\r\n\r\n"
+        )
+        .into_bytes()
+    });
+    let (o, _) = probe(
+        dir.path(),
+        &format!("ws://127.0.0.1:{redirect}/ws"),
+        &["--header", &header, "--subprotocol", "chat.v2"],
+    );
+    let e = stderr(&o);
+    assert!(e.contains("HTTP 401"), "{e}");
+    assert!(
+        e.contains("a redirect to another host dropped Authorization"),
+        "{e}"
+    );
+}
+
+#[test]
+fn redirect_loops_tls_ports_and_unoffered_extensions_fail_with_what_was_answered() {
+    let dir = tempfile::tempdir().unwrap();
+
+    // A redirect to itself: bounded, and the error names where it pointed.
+    let looping = answering(|port| {
+        format!("HTTP/1.1 307 Temporary Redirect\r\nLocation: /again\r\nContent-Length: 0\r\n\r\nx{port}")
+            .into_bytes()
+    });
+    let (o, _) = probe(dir.path(), &format!("ws://127.0.0.1:{looping}/ws"), &[]);
+    assert!(
+        stderr(&o).contains("more than 5 redirects; the last to /again"),
+        "{}",
+        stderr(&o)
+    );
+
+    // A TLS port (it answers a plain request with a TLS alert record).
+    let tls = answering(|_| vec![0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x46]);
+    let (o, _) = probe(dir.path(), &format!("ws://127.0.0.1:{tls}/ws"), &[]);
+    assert!(stderr(&o).contains("answered in TLS"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("wss://"), "{}", stderr(&o));
+
+    // A server that accepts permessage-deflate though nobody offered it:
+    // the probe fails the connection with a Close frame, 1002.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut buf).unwrap();
+            assert!(n > 0, "the probe closed before its request ended");
+            request.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8_lossy(&request).into_owned();
+        let key = text
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .starts_with("sec-websocket-key:")
+                    .then(|| l[18..].trim().to_owned())
+            })
+            .unwrap();
+        assert!(
+            !text
+                .to_ascii_lowercase()
+                .contains("sec-websocket-extensions"),
+            "the probe offers no extension"
+        );
+        let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+        write!(
+            stream,
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Accept: {accept}\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n"
+        )
+        .unwrap();
+        // The probe's Close frame: masked, opcode 8, code 1002.
+        let mut frame = [0u8; 8];
+        stream.read_exact(&mut frame).unwrap();
+        assert_eq!(frame[0], 0x88, "a final Close frame");
+        let mask = [frame[2], frame[3], frame[4], frame[5]];
+        u16::from_be_bytes([frame[6] ^ mask[0], frame[7] ^ mask[1]])
+    });
+    let (o, _) = probe(dir.path(), &format!("ws://127.0.0.1:{port}/ws"), &[]);
+    assert!(
+        stderr(&o).contains("accepted an extension the probe never offered (permessage-deflate)"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(server.join().unwrap(), 1002);
+}
+
+#[test]
+fn bad_headers_and_subprotocols_are_refused_before_connecting() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flag, value, says) in [
+        ("--header", "no colon", "give it as 'Name: value'"),
+        ("--header", "Host: evil", "sets this header itself"),
+        ("--header", "Sec-WebSocket-Protocol: x", "use --subprotocol"),
+        (
+            "--header",
+            "X-Token: @/nonexistent/file",
+            "cannot read /nonexistent/file",
+        ),
+        ("--subprotocol", "has space", "not a valid subprotocol name"),
+    ] {
+        let (o, _) = probe(dir.path(), "ws://127.0.0.1:9/ws", &[flag, value]);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains(says), "{flag} {value}: {}", stderr(&o));
+    }
+}
