@@ -334,6 +334,13 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(out);
     for p in &r.probes {
         let _ = writeln!(out, "{}", probe_clock_line(p));
+        if p.tls_unverified > 0 {
+            let _ = writeln!(
+                out,
+                "  {:<16} WARNING: {} of {} TLS connection(s) did NOT check the server's certificate (--insecure): anyone on the path could have been the server",
+                p.name, p.tls_unverified, p.tls_connections
+            );
+        }
         match p.ended {
             RunEnd::Stopped => {}
             RunEnd::LogFull => {

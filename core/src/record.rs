@@ -358,6 +358,23 @@ pub enum ProbeRecord {
     /// The log reached `--max-log-bytes`: the last record, and the run
     /// stopped. Receipts missing after it were not recorded, not lost.
     LogFull(LogFull),
+    /// A connection runs over TLS (`wss://`), written right after its
+    /// `ConnectionOpened`: what was negotiated, and whether the server's
+    /// certificate was checked (`--insecure` skips that, and reports say so).
+    ConnectionTls(ConnectionTls),
+}
+
+/// How one probe connection's TLS went.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ConnectionTls {
+    /// Connection index within this probe.
+    pub conn: u32,
+    /// The protocol version, like `TLSv1_3`.
+    pub version: String,
+    /// The cipher suite, like `TLS13_AES_128_GCM_SHA256`.
+    pub cipher: String,
+    /// The server's certificate was verified (false only with `--insecure`).
+    pub verified: bool,
 }
 
 /// Where a probe stopped recording because its log was full.

@@ -141,6 +141,17 @@ pub struct Args {
     /// that then chooses none, or one not offered, fails the connection.
     #[arg(long = "subprotocol", value_name = "NAME")]
     pub subprotocol: Vec<String>,
+
+    /// For wss:// URLs: trust only the CA certificates in this PEM file (a
+    /// private CA), instead of the device's system roots (/etc/ssl/certs).
+    #[arg(long, value_name = "PEM")]
+    pub ca_file: Option<PathBuf>,
+
+    /// For wss:// URLs: do NOT check the server's certificate. Anyone on the
+    /// path could then be the server; the log records every such connection
+    /// and reports warn about it. For a test bench, never a deployment.
+    #[arg(long, conflicts_with = "ca_file")]
+    pub insecure: bool,
 }
 
 impl skewscope_os::settings::FileSettings for Args {
@@ -203,6 +214,8 @@ impl Args {
                 .map(|h| parse_header(h))
                 .collect::<Result<_, _>>()?,
             subprotocols: checked_subprotocols(self.subprotocol)?,
+            ca_file: self.ca_file,
+            insecure: self.insecure,
         })
     }
 }

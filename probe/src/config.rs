@@ -59,6 +59,12 @@ pub struct ProbeConfig {
     pub headers: Vec<(String, String)>,
     /// Subprotocols to offer, in order of preference (`Sec-WebSocket-Protocol`).
     pub subprotocols: Vec<String>,
+    /// For `wss://`: trust only the CA certificates in this PEM file (a
+    /// private CA), instead of the device's system roots.
+    pub ca_file: Option<PathBuf>,
+    /// For `wss://`: do not check the server's certificate at all. Every
+    /// connection is then recorded as unverified and reports warn.
+    pub insecure: bool,
 }
 
 impl ProbeConfig {
@@ -83,6 +89,8 @@ impl ProbeConfig {
             reconnect: false,
             headers: Vec::new(),
             subprotocols: Vec::new(),
+            ca_file: None,
+            insecure: false,
         }
     }
 

@@ -9,8 +9,8 @@ use skewscope_core::Stamp;
 use skewscope_core::control_rate::{CONTROL_BURST, CONTROL_PER_SECOND, ControlRate};
 use skewscope_core::identity::Identifier;
 use skewscope_core::record::{
-    ConnectionAddresses, ProbeConnectionClosed, ProbeConnectionFailed, ProbeConnectionOpened,
-    ProbeRecord, Receipt,
+    ConnectionAddresses, ConnectionTls, ProbeConnectionClosed, ProbeConnectionFailed,
+    ProbeConnectionOpened, ProbeRecord, Receipt,
 };
 use tokio::sync::{Semaphore, watch};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -99,12 +99,26 @@ impl Connection {
                 dialed = dial(&settings) => dialed,
             };
             match dialed {
-                Ok((mut ws, last_rx, agent_conn, at)) => {
+                Ok(Dialed {
+                    mut ws,
+                    last_rx,
+                    agent_conn,
+                    at,
+                    tls,
+                }) => {
                     recorder.record(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
                         conn: index,
                         agent_conn,
                         at,
                     }));
+                    if let Some(tls) = tls {
+                        recorder.record(ProbeRecord::ConnectionTls(ConnectionTls {
+                            conn: index,
+                            version: tls.version,
+                            cipher: tls.cipher,
+                            verified: tls.verified,
+                        }));
+                    }
                     if let Some(addresses) = addresses_of(&ws, index) {
                         recorder.record(ProbeRecord::ConnectionAddresses(addresses));
                     }
@@ -209,7 +223,19 @@ impl Ended {
 /// Opens one connection once the handshake gate lets it: TCP connect and
 /// WebSocket upgrade within the connect timeout. Returns the stream, its
 /// kernel-stamp handle, the agent's id for it, and when the upgrade completed.
-async fn dial(settings: &Settings) -> Result<(Ws, LastRx, Option<u64>, Stamp), String> {
+/// An opened connection, as [`dial`] hands it over.
+struct Dialed {
+    ws: Ws,
+    last_rx: LastRx,
+    /// The agent's id for it, when the server is a skewscope agent.
+    agent_conn: Option<u64>,
+    /// When the upgrade completed.
+    at: Stamp,
+    /// What TLS negotiated, for `wss://`.
+    tls: Option<crate::handshake::TlsInfo>,
+}
+
+async fn dial(settings: &Settings) -> Result<Dialed, String> {
     let _permit = settings
         .gate
         .acquire()
@@ -217,15 +243,16 @@ async fn dial(settings: &Settings) -> Result<(Ws, LastRx, Option<u64>, Stamp), S
         .map_err(|_| "the probe is shutting down".to_owned())?;
     let connect = async {
         let up = settings.upgrade.connect(settings.ws_config).await?;
-        Ok::<_, String>((up.ws, up.last_rx, up.response))
+        Ok::<_, String>(up)
     };
     match tokio::time::timeout(settings.connect_timeout, connect).await {
-        Ok(Ok((ws, last_rx, response))) => Ok((
-            ws,
-            last_rx,
-            request::agent_conn(&response),
-            skewscope_os::clock::now(),
-        )),
+        Ok(Ok(up)) => Ok(Dialed {
+            agent_conn: request::agent_conn(&up.response),
+            at: skewscope_os::clock::now(),
+            ws: up.ws,
+            last_rx: up.last_rx,
+            tls: up.tls,
+        }),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(format!(
             "no WebSocket upgrade within the connect timeout ({:?})",
@@ -237,7 +264,12 @@ async fn dial(settings: &Settings) -> Result<(Ws, LastRx, Option<u64>, Stamp), S
 /// The connection's two socket addresses, for joining it to the server's
 /// side of the same connection.
 fn addresses_of(ws: &Ws, conn: u32) -> Option<ConnectionAddresses> {
-    let tcp = ws.get_ref().get_ref();
+    let stamped = match ws.get_ref() {
+        tokio_tungstenite::MaybeTlsStream::Plain(s) => s,
+        tokio_tungstenite::MaybeTlsStream::Rustls(tls) => tls.get_ref().0,
+        _ => return None,
+    };
+    let tcp = stamped.get_ref();
     Some(ConnectionAddresses {
         conn,
         local: tcp.local_addr().ok()?.to_string(),

@@ -8,21 +8,26 @@
 //!
 //! Strict where RFC 6455 §4.1 is: a response that accepts an extension the
 //! probe never offered fails the connection, with a Close frame (1002).
+//!
+//! `wss://` runs TLS ([`crate::tls`]) over the same kernel-stamped socket:
+//! a message's stamp is still its last TCP segment's arrival.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures_util::SinkExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::handshake::client::Response;
 use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue, header};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
 
 use crate::request;
+use crate::tls::{Trust, client_config};
 use skewscope_os::rx_stamp::{LastRx, RxStamped};
 
 /// Redirects followed at most, as browsers bound them.
@@ -31,8 +36,16 @@ pub const MAX_REDIRECTS: usize = 5;
 /// How long to wait for a first answer when diagnosing a failed upgrade.
 const SNIFF_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// A probe's upgrade stream.
-pub(crate) type Ws = WebSocketStream<RxStamped>;
+/// A probe's upgraded stream, plain or TLS.
+pub(crate) type Ws = WebSocketStream<MaybeTlsStream<RxStamped>>;
+
+/// What a TLS connection negotiated.
+#[derive(Clone, Debug)]
+pub(crate) struct TlsInfo {
+    pub(crate) version: String,
+    pub(crate) cipher: String,
+    pub(crate) verified: bool,
+}
 
 /// What every upgrade of a run sends.
 #[derive(Debug, Clone)]
@@ -45,6 +58,10 @@ pub(crate) struct Upgrade {
     pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
     /// Subprotocols offered, in order.
     pub(crate) subprotocols: Vec<String>,
+    /// Whom `wss://` connections trust.
+    pub(crate) trust: Trust,
+    /// The TLS client configuration, made at the first `wss://` upgrade.
+    tls: OnceLock<Result<(Arc<rustls::ClientConfig>, bool), String>>,
 }
 
 /// An upgraded connection.
@@ -52,6 +69,8 @@ pub(crate) struct Upgraded {
     pub(crate) ws: Ws,
     pub(crate) last_rx: LastRx,
     pub(crate) response: Response,
+    /// Set for `wss://`.
+    pub(crate) tls: Option<TlsInfo>,
 }
 
 impl Upgrade {
@@ -80,12 +99,28 @@ impl Upgrade {
             })?;
             headers.push((header::AUTHORIZATION, value));
         }
-        Ok(Upgrade {
+        let trust = match (&config.ca_file, config.insecure) {
+            (_, true) => Trust::Nothing,
+            (Some(path), false) => Trust::CaFile(path.clone()),
+            (None, false) => Trust::System,
+        };
+        let upgrade = Upgrade {
             url: labelled_url,
             name: config.name.clone(),
             headers,
             subprotocols: config.subprotocols.clone(),
-        })
+            trust,
+            tls: OnceLock::new(),
+        };
+        // A bad --ca-file fails the run at once, not every connection.
+        if request::is_tls(&upgrade.url) || config.ca_file.is_some() {
+            upgrade.tls_config().map_err(crate::ProbeError::Config)?;
+        }
+        Ok(upgrade)
+    }
+
+    fn tls_config(&self) -> Result<(Arc<rustls::ClientConfig>, bool), String> {
+        self.tls.get_or_init(|| client_config(&self.trust)).clone()
     }
 
     /// Connects and upgrades, following redirects.
@@ -115,8 +150,19 @@ impl Upgrade {
             // Receipt time is the point: never let Nagle hold our close or pong back.
             let _ = stream.set_nodelay(true);
             let (stream, last_rx) = RxStamped::new(stream);
-            match tokio_tungstenite::client_async_with_config(request, stream, Some(ws_config))
-                .await
+            let (connector, verified) = if request::is_tls(&url) {
+                let (config, verified) = self.tls_config()?;
+                (Connector::Rustls(config), verified)
+            } else {
+                (Connector::Plain, false)
+            };
+            match tokio_tungstenite::client_async_tls_with_config(
+                request,
+                stream,
+                Some(ws_config),
+                Some(connector),
+            )
+            .await
             {
                 Ok((mut ws, response)) => {
                     if let Some(extensions) =
@@ -133,10 +179,26 @@ impl Upgrade {
                             String::from_utf8_lossy(extensions.as_bytes())
                         ));
                     }
+                    let tls = match ws.get_ref() {
+                        MaybeTlsStream::Rustls(stream) => {
+                            let session = stream.get_ref().1;
+                            Some(TlsInfo {
+                                version: session
+                                    .protocol_version()
+                                    .map_or_else(String::new, |v| format!("{v:?}")),
+                                cipher: session
+                                    .negotiated_cipher_suite()
+                                    .map_or_else(String::new, |c| format!("{:?}", c.suite())),
+                                verified,
+                            })
+                        }
+                        _ => None,
+                    };
                     return Ok(Upgraded {
                         ws,
                         last_rx,
                         response,
+                        tls,
                     });
                 }
                 Err(WsError::Http(response)) if response.status().is_redirection() => {
@@ -151,6 +213,11 @@ impl Upgrade {
                         ));
                     }
                     let next = redirect_target(&url, &location)?;
+                    if request::is_tls(&url) && !request::is_tls(&next) {
+                        return Err(format!(
+                            "redirected from wss:// to {location}: refused, it would drop TLS"
+                        ));
+                    }
                     if origin(&next) != origin(&url) {
                         // As browsers do: no credentials to another host.
                         let before = headers.len();
@@ -204,15 +271,15 @@ fn refused(response: &tokio_tungstenite::tungstenite::http::Response<Option<Vec<
     text
 }
 
-/// Where a redirect points, as a `ws://` URL: `http` becomes `ws` (a
-/// browser's WebSocket URL is its HTTP URL), a relative `Location` is
-/// resolved against the URL it came from, and TLS is refused by this build.
+/// Where a redirect points, as a WebSocket URL: `http` becomes `ws` and
+/// `https` becomes `wss` (a browser's WebSocket URL is its HTTP URL), and a
+/// relative `Location` is resolved against the URL it came from.
 pub(crate) fn redirect_target(from: &str, location: &str) -> Result<String, String> {
     let location = location.trim();
     let (scheme, authority_and_path) = match location.split_once("://") {
         Some((scheme, rest)) => (scheme.to_ascii_lowercase(), rest.to_owned()),
         None => {
-            let (_, rest) = from.split_once("://").unwrap_or(("ws", from));
+            let (from_scheme, rest) = from.split_once("://").unwrap_or(("ws", from));
             let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
             let (authority, path) = rest.split_at(authority_end);
             let resolved = if let Some(other) = location.strip_prefix("//") {
@@ -224,14 +291,12 @@ pub(crate) fn redirect_target(from: &str, location: &str) -> Result<String, Stri
                 let dir = path.rsplit_once('/').map_or("", |(dir, _)| dir);
                 format!("{authority}{dir}/{location}")
             };
-            ("ws".to_owned(), resolved)
+            (from_scheme.to_ascii_lowercase(), resolved)
         }
     };
     match scheme.as_str() {
         "ws" | "http" => Ok(format!("ws://{authority_and_path}")),
-        "wss" | "https" => Err(format!(
-            "redirected to {location}: wss:// (TLS) is not supported by this build"
-        )),
+        "wss" | "https" => Ok(format!("wss://{authority_and_path}")),
         _ => Err(format!(
             "redirected to {location}, which is not a WebSocket URL"
         )),
@@ -267,14 +332,52 @@ async fn diagnose(url: &str, host: &str, port: u16, error: WsError) -> String {
         .unwrap_or_default();
     match answer.first() {
         // TLS records: 0x15 alert, 0x16 handshake; then version 3.x.
-        Some(0x15 | 0x16) if answer.get(1) == Some(&3) => format!(
-            "{shown}: the server answered in TLS (it expects wss://, which this build does not support): {error}"
-        ),
+        Some(0x15 | 0x16) if answer.get(1) == Some(&3) && !request::is_tls(url) => {
+            format!("{shown}: the server answered in TLS: use wss:// ({error})")
+        }
+        _ if request::is_tls(url) => {
+            let hint = if error.to_string().contains("UnknownIssuer") {
+                "; for a private CA give --ca-file"
+            } else if answer.first().is_some_and(|&b| b != 0x15 && b != 0x16) {
+                "; the port answers in plain text: is the URL ws://?"
+            } else {
+                ""
+            };
+            format!("{shown}: TLS failed: {error}{hint}")
+        }
         Some(_) => format!(
             "{shown}: the server's answer is not an HTTP upgrade: {} ({error})",
             printable(&answer)
         ),
+        // Some TLS servers say nothing to plain text: try TLS itself.
+        None if !request::is_tls(url) && speaks_tls(url, host, port).await => {
+            format!("{shown}: the server answered in TLS: use wss:// ({error})")
+        }
         None => format!("{shown}: {error}"),
+    }
+}
+
+/// Whether the port completes a TLS handshake (certificates unchecked: this
+/// only asks what the port speaks).
+async fn speaks_tls(url: &str, host: &str, port: u16) -> bool {
+    let Ok((config, _)) = client_config(&Trust::Nothing) else {
+        return false;
+    };
+    let Ok(tcp) = TcpStream::connect((host, port)).await else {
+        return false;
+    };
+    let wss = format!("wss://{}", url.split_once("://").map_or(url, |(_, r)| r));
+    let attempt = tokio_tungstenite::client_async_tls_with_config(
+        wss,
+        tcp,
+        None,
+        Some(Connector::Rustls(config)),
+    );
+    match tokio::time::timeout(SNIFF_TIMEOUT, attempt).await {
+        // TLS worked; whatever came next (an upgrade or a refusal) was inside it.
+        Ok(Ok(_)) => true,
+        Ok(Err(WsError::Tls(_) | WsError::Io(_))) | Err(_) => false,
+        Ok(Err(_)) => true,
     }
 }
 
@@ -308,10 +411,16 @@ mod tests {
         ] {
             assert_eq!(redirect_target(from, location), want, "{location}");
         }
-        for location in ["wss://b/ws", "https://b/ws", "ftp://b/x"] {
-            let err = redirect_target(from, location).unwrap_err();
-            assert!(err.contains(location), "{err}");
-        }
+        assert_eq!(
+            redirect_target(from, "https://b/ws"),
+            Ok("wss://b/ws".to_owned())
+        );
+        assert_eq!(
+            redirect_target("wss://a/x", "/y"),
+            Ok("wss://a/y".to_owned())
+        );
+        let err = redirect_target(from, "ftp://b/x").unwrap_err();
+        assert!(err.contains("ftp://b/x"), "{err}");
     }
 
     #[test]

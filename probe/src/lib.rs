@@ -40,6 +40,7 @@ mod request;
 mod shutdown;
 mod spool;
 mod time_exchange;
+mod tls;
 mod uploader;
 
 use std::fmt;
@@ -164,6 +165,13 @@ impl RunningProbe {
     pub async fn start(config: ProbeConfig) -> Result<RunningProbe, ProbeError> {
         config.validate()?;
         let url = request::labelled_url(&config.url, &config.name)?;
+        if config.insecure {
+            eprintln!(
+                "skewscope-probe: WARNING: --insecure: server certificates are NOT checked; \
+                 anyone on the path could be the server. Every such connection is recorded \
+                 and reports warn about it."
+            );
+        }
         skewscope_os::files::ensure_open_files(config.connections)?;
         // With an upload, an earlier run's log is kept, not truncated: what
         // the agent has not acknowledged of it is uploaded too.

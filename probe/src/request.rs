@@ -111,15 +111,10 @@ pub fn labelled_url(url: &str, name: &str) -> Result<String, ProbeError> {
         .split_once("://")
         .ok_or_else(|| invalid("not a URL; give one like ws://server:8080/ws"))?;
     match scheme.to_ascii_lowercase().as_str() {
-        "ws" => {}
-        "wss" => {
-            return Err(invalid(
-                "wss:// (TLS) is not supported by this build; use ws://",
-            ));
-        }
+        "ws" | "wss" => {}
         _ => {
             return Err(invalid(
-                "only ws:// URLs are supported, like ws://server:8080/ws",
+                "only ws:// and wss:// URLs are supported, like ws://server:8080/ws",
             ));
         }
     }
@@ -151,8 +146,9 @@ pub fn labelled_url(url: &str, name: &str) -> Result<String, ProbeError> {
     Ok(labelled)
 }
 
-/// The host and port a `ws://` URL points at (port 80 when not given): where
-/// the TCP connection goes, and where the agent's time exchange answers.
+/// The host and port a `ws://` or `wss://` URL points at (80 or 443 when not
+/// given): where the TCP connection goes, and where the agent's time
+/// exchange answers.
 pub fn host_port(url: &str) -> Result<(String, u16), ProbeError> {
     let request = url.into_client_request().map_err(|e| ProbeError::Url {
         url: url.to_owned(),
@@ -165,7 +161,14 @@ pub fn host_port(url: &str) -> Result<(String, u16), ProbeError> {
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_owned();
-    Ok((host, uri.port_u16().unwrap_or(80)))
+    let default = if is_tls(url) { 443 } else { 80 };
+    Ok((host, uri.port_u16().unwrap_or(default)))
+}
+
+/// Whether a URL is `wss://`.
+pub fn is_tls(url: &str) -> bool {
+    url.split_once("://")
+        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("wss"))
 }
 
 /// The agent's connection id from an upgrade response, if the server is a
@@ -254,13 +257,14 @@ mod tests {
 
     #[test]
     fn non_websocket_urls_are_rejected_with_advice() {
-        for url in ["http://h/", "wss://h/", "h:8080", "ws://"] {
+        for url in ["http://h/", "h:8080", "ws://"] {
             let err = labelled_url(url, "p").unwrap_err();
             assert!(matches!(err, ProbeError::Url { .. }), "{url}");
             assert!(err.to_string().contains(url), "{err}");
         }
-        let err = labelled_url("wss://h/", "p").unwrap_err();
-        assert!(err.to_string().contains("use ws://"));
+        assert_eq!(labelled_url("wss://h/", "p").unwrap(), "wss://h/?probe=p");
+        assert_eq!(host_port("wss://h/").unwrap(), ("h".to_owned(), 443));
+        assert_eq!(host_port("ws://h/").unwrap(), ("h".to_owned(), 80));
     }
 
     #[test]

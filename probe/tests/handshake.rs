@@ -307,3 +307,121 @@ fn bad_headers_and_subprotocols_are_refused_before_connecting() {
         assert!(stderr(&o).contains(says), "{flag} {value}: {}", stderr(&o));
     }
 }
+
+/// A private CA and a certificate for 127.0.0.1 and localhost it signed,
+/// written as PEM files: (ca.pem, server.pem, server.key).
+fn private_ca(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "skewscope test CA");
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let params =
+        CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &ca).unwrap();
+    let paths = (
+        dir.join("ca.pem"),
+        dir.join("server.pem"),
+        dir.join("server.key"),
+    );
+    std::fs::write(&paths.0, ca.pem()).unwrap();
+    std::fs::write(&paths.1, cert.pem()).unwrap();
+    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
+    paths
+}
+
+/// A TLS server as its operators run them: Python websockets with the
+/// standard library's ssl, sending every client three messages.
+const TLS_SERVER: &str = r#"
+import asyncio, ssl, sys
+from websockets.asyncio.server import serve
+
+async def handler(ws):
+    for i in range(3):
+        await ws.send(f"m{i}")
+    await ws.wait_closed()
+
+async def main():
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(sys.argv[1], sys.argv[2])
+    async with serve(handler, "127.0.0.1", 0, ssl=context, compression=None) as server:
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await asyncio.get_running_loop().create_future()
+
+asyncio.run(main())
+"#;
+
+#[test]
+fn wss_trusts_a_private_ca_refuses_an_unknown_one_and_warns_when_insecure() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = private_ca(dir.path());
+    let script = dir.path().join("tls_server.py");
+    std::fs::write(&script, TLS_SERVER).unwrap();
+    let mut child = Command::new("python3")
+        .arg(&script)
+        .arg(&cert)
+        .arg(&key)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 (./test installs python3-websockets)");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _server = Server(child);
+    let port: u16 = line.trim().parse().unwrap();
+    let url = format!("wss://127.0.0.1:{port}/ws");
+
+    // Trusting the private CA: every message, over TLS, verified.
+    let (o, records) = probe(dir.path(), &url, &["--ca-file", ca.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(receipts(&records), 3);
+    let tls: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            ProbeRecord::ConnectionTls(t) => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tls.len(), 1);
+    assert!(tls[0].verified);
+    assert!(tls[0].version.starts_with("TLSv1_"), "{:?}", tls[0]);
+
+    // The system roots do not know it: refused, with advice.
+    let (o, _) = probe(dir.path(), &url, &[]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("TLS failed") && e.contains("--ca-file"), "{e}");
+
+    // --insecure connects, warns, and the log says so for the report.
+    let (o, records) = probe(dir.path(), &url, &["--insecure"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("WARNING: --insecure"), "{}", stderr(&o));
+    assert_eq!(receipts(&records), 3);
+    assert!(
+        records
+            .iter()
+            .any(|r| matches!(r, ProbeRecord::ConnectionTls(t) if !t.verified))
+    );
+
+    // ws:// to the TLS port says to use wss://.
+    let (o, _) = probe(dir.path(), &format!("ws://127.0.0.1:{port}/ws"), &[]);
+    assert!(
+        stderr(&o).contains("answered in TLS: use wss://"),
+        "{}",
+        stderr(&o)
+    );
+
+    // A --ca-file that holds no certificate fails the run before connecting.
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, "not a certificate\n").unwrap();
+    let (o, _) = probe(dir.path(), &url, &["--ca-file", empty.to_str().unwrap()]);
+    assert!(
+        stderr(&o).contains("no PEM certificate in it"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -340,6 +340,14 @@ fn probes(out: &mut String, r: &Report) {
             ClaimCheck::Consistent => "within the claims",
             ClaimCheck::Unknown => "",
         };
+        let tls = if p.tls_unverified > 0 {
+            format!(
+                r#" <b class="bad">{} TLS connection(s) without a certificate check (--insecure)</b>"#,
+                p.tls_unverified
+            )
+        } else {
+            String::new()
+        };
         let ended = match p.ended {
             RunEnd::Stopped => "stopped",
             RunEnd::LogFull => r#"<b class="bad">--max-log-bytes reached</b>"#,
@@ -347,7 +355,7 @@ fn probes(out: &mut String, r: &Report) {
         };
         let _ = write!(
             out,
-            r#"<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class="{}">{}</td><td>{offset}</td><td>{claim}</td><td>{check}{}</td><td>{ended}</td></tr>"#,
+            r#"<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class="{}">{}</td><td>{offset}</td><td>{claim}</td><td>{check}{}</td><td>{ended}{tls}</td></tr>"#,
             escape(&p.name),
             escape(&p.host),
             p.connections,

@@ -94,6 +94,10 @@ pub struct Probe {
     pub clock_states: Vec<ClockState>,
     /// How its log ends.
     pub ended: RunEnd,
+    /// Connections (openings) over TLS.
+    pub tls_connections: u64,
+    /// Of those, opened without checking the server's certificate (`--insecure`).
+    pub tls_unverified: u64,
 }
 
 /// The agent run's identity.
@@ -443,6 +447,7 @@ fn connection_time(record: &ProbeRecord) -> Option<u64> {
         | ProbeRecord::TimeSample(_)
         | ProbeRecord::Identity(_)
         | ProbeRecord::ConnectionAddresses(_)
+        | ProbeRecord::ConnectionTls(_)
         | ProbeRecord::LogFull(_) => None,
     }
 }
@@ -536,6 +541,10 @@ fn collect_probes(probes: &[&[ProbeRecord]]) -> (Vec<Connection>, Vec<Probe>, Ve
                 ProbeRecord::Identity(i) => {
                     info.identity.get_or_insert_with(|| i.clone());
                 }
+                ProbeRecord::ConnectionTls(t) => {
+                    info.tls_connections += 1;
+                    info.tls_unverified += u64::from(!t.verified);
+                }
                 ProbeRecord::ConnectionAddresses(a) => {
                     if let Some(&i) = current.get(&a.conn) {
                         connections[i].addresses = Some((a.local.clone(), a.remote.clone()));
@@ -567,7 +576,9 @@ fn stamp_of(record: &ProbeRecord) -> Option<Stamp> {
         // Its two stamps are checked by the exchange itself.
         ProbeRecord::TimeSample(t) => Some(t.t4),
         ProbeRecord::LogFull(l) => Some(l.at),
-        ProbeRecord::Identity(_) | ProbeRecord::ConnectionAddresses(_) => None,
+        ProbeRecord::Identity(_)
+        | ProbeRecord::ConnectionAddresses(_)
+        | ProbeRecord::ConnectionTls(_) => None,
     }
 }
 

@@ -622,7 +622,9 @@ fn wall_of(record: &ProbeRecord) -> Option<u64> {
         ProbeRecord::ClockState(c) => Some(c.at.wall_ns),
         ProbeRecord::TimeSample(t) => Some(t.t4.wall_ns),
         ProbeRecord::LogFull(l) => Some(l.at.wall_ns),
-        ProbeRecord::Identity(_) | ProbeRecord::ConnectionAddresses(_) => None,
+        ProbeRecord::Identity(_)
+        | ProbeRecord::ConnectionAddresses(_)
+        | ProbeRecord::ConnectionTls(_) => None,
     }
 }
 

@@ -101,6 +101,11 @@ pub struct ProbeSummary {
     pub clock: DeviceClockSummary,
     /// How its log ends (a stop, `--max-log-bytes`, or neither).
     pub ended: crate::analysis::join::RunEnd,
+    /// Connection openings over TLS (`wss://`).
+    pub tls_connections: u64,
+    /// Of those, without a check of the server's certificate (`--insecure`):
+    /// anyone on the path could have been the server.
+    pub tls_unverified: u64,
 }
 
 /// One broadcast among the worst by skew.
@@ -231,6 +236,8 @@ impl Report {
                 missing: 0,
                 clock: clock.clone(),
                 ended: p.ended,
+                tls_connections: p.tls_connections,
+                tls_unverified: p.tls_unverified,
             })
             .collect();
         let mut seen = std::collections::HashSet::new();

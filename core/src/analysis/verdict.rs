@@ -257,6 +257,8 @@ mod tests {
             receipts: 10,
             missing: 0,
             ended: crate::analysis::join::RunEnd::Stopped,
+            tls_connections: 0,
+            tls_unverified: 0,
             clock: DeviceClockSummary {
                 time_samples: 5,
                 offset_ns: bound.map(|_| 0),

@@ -366,3 +366,27 @@ fn how_each_log_ends_is_said() {
     let r = Report::build(&join(Some(&agent), &[&stopped.0]), vec![]);
     assert_eq!(r.agent.unwrap().ended, RunEnd::Stopped);
 }
+
+#[test]
+fn connections_without_a_certificate_check_are_counted_per_probe() {
+    let tls = |conn, verified| {
+        ProbeRecord::ConnectionTls(crate::record::ConnectionTls {
+            conn,
+            version: "TLSv1_3".into(),
+            cipher: "TLS13_AES_128_GCM_SHA256".into(),
+            verified,
+        })
+    };
+    let mut checked = ProbeLog::new("a", &[(0, None), (1, None)]);
+    checked.0.extend([tls(0, true), tls(1, true)]);
+    let mut insecure = ProbeLog::new("b", &[(0, None)]);
+    insecure.0.push(tls(0, false));
+    let plain = ProbeLog::new("c", &[(0, None)]);
+    let r = Report::build(&join(None, &[&checked.0, &insecure.0, &plain.0]), vec![]);
+    let counts: Vec<(u64, u64)> = r
+        .probes
+        .iter()
+        .map(|p| (p.tls_connections, p.tls_unverified))
+        .collect();
+    assert_eq!(counts, [(2, 0), (1, 1), (0, 0)]);
+}
