@@ -12,6 +12,7 @@ mod flood;
 mod floor;
 mod floor_server;
 mod live_cost;
+mod probe_cost;
 mod report_cost;
 mod scrape;
 mod stamps;
@@ -162,6 +163,26 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         runs: usize,
     },
+    /// What a probe costs its device per receipt (CPU, peak memory per
+    /// connection, delivery), for one or more probe builds side by side.
+    ProbeCost {
+        /// A probe binary to measure (repeatable, e.g. an older build beside
+        /// this one); default this benchmark's sibling skewscope-probe.
+        #[arg(long = "probe-bin", value_name = "PATH")]
+        probe_bins: Vec<std::path::PathBuf>,
+        /// Connections per probe.
+        #[arg(long, default_value_t = 200)]
+        connections: u32,
+        /// Broadcasts per round.
+        #[arg(long, default_value_t = 100)]
+        broadcasts: u32,
+        /// Pause between broadcasts, ms.
+        #[arg(long, default_value_t = 20)]
+        interval_ms: u64,
+        /// Rounds (each runs every build once); medians are printed.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
     /// What the agent's live join (receive skew on /metrics) costs per
     /// receipt, beside the report's join of the same records.
     LiveCost {
@@ -235,6 +256,19 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::FloorServer { listen, staged } => floor_server::serve(listen, staged),
+        Command::ProbeCost {
+            probe_bins,
+            connections,
+            broadcasts,
+            interval_ms,
+            rounds,
+        } => probe_cost::run(
+            probe_bins,
+            connections,
+            broadcasts,
+            Duration::from_millis(interval_ms),
+            rounds,
+        ),
         Command::LiveCost {
             probes,
             connections,

@@ -48,9 +48,11 @@ impl FetchCounter {
                 let mut head = [0u8; 4096];
                 let n = stream.read(&mut head).unwrap_or(0);
                 let line = String::from_utf8_lossy(&head[..n]);
-                seen.lock()
-                    .unwrap()
-                    .push(host_of(line.lines().next().unwrap_or("")));
+                // A connection that asks for nothing (Chromium preconnects
+                // to its proxy, and may close before sending) is no fetch.
+                if let Some(request) = line.lines().next().filter(|l| !l.trim().is_empty()) {
+                    seen.lock().unwrap().push(host_of(request));
+                }
             }
         });
         FetchCounter { port, hosts }

@@ -25,12 +25,41 @@ pub fn mono_ns() -> u64 {
     read(ClockId::CLOCK_MONOTONIC)
 }
 
-/// `CLOCK_REALTIME` straight from the kernel, bypassing libc: the clock kernel
-/// timestamps (`SO_TIMESTAMPING`) are taken on. Intervals between a kernel stamp
-/// and now are measured with it, so they stay right even when the process's
-/// libc clock is shifted (as `faketime` does in tests).
-#[allow(unsafe_code)]
+/// `CLOCK_REALTIME` as the kernel keeps it: the clock kernel timestamps
+/// (`SO_TIMESTAMPING`) are taken on. Intervals between a kernel stamp and now
+/// are measured with it, so they stay right even when the process's libc
+/// clock is shifted (as `faketime` does in tests).
+///
+/// Read through the vDSO (no syscall) when the libc clock is the kernel's
+/// ([`libc_realtime_is_kernels`]), else with a raw syscall: a probe pays a
+/// syscall per receipt only where something shifts its clock.
 pub fn kernel_realtime_ns() -> u64 {
+    if libc_realtime_is_kernels() {
+        read(ClockId::CLOCK_REALTIME)
+    } else {
+        raw_realtime_ns()
+    }
+}
+
+/// Whether libc's `CLOCK_REALTIME` is the kernel's, decided once per
+/// process: not when a libfaketime is preloaded (`LD_PRELOAD` names it: it
+/// may shift the clock later, as the tests' stepping files do), nor when
+/// the two readings differ by more than a millisecond at the first call
+/// (a shift preloaded some other way).
+pub fn libc_realtime_is_kernels() -> bool {
+    static SAME: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SAME.get_or_init(|| {
+        let preloaded = std::env::var_os("LD_PRELOAD")
+            .is_some_and(|p| p.to_string_lossy().contains("faketime"));
+        let libc = read(ClockId::CLOCK_REALTIME);
+        let kernel = raw_realtime_ns();
+        !preloaded && libc.abs_diff(kernel) < 1_000_000
+    })
+}
+
+/// `CLOCK_REALTIME` by the raw syscall, bypassing libc.
+#[allow(unsafe_code)]
+fn raw_realtime_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -69,5 +98,11 @@ mod tests {
         let a = now().wall_ns;
         let k = kernel_realtime_ns();
         assert!(k.abs_diff(a) < 100_000_000, "{a} vs {k}");
+        let r = raw_realtime_ns();
+        assert!(r.abs_diff(a) < 100_000_000, "{a} vs {r}");
+        // No faketime in a plain test process: the vDSO path is taken.
+        if std::env::var_os("LD_PRELOAD").is_none() {
+            assert!(libc_realtime_is_kernels());
+        }
     }
 }

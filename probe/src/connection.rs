@@ -291,7 +291,14 @@ struct Receipts {
 /// the first reading, so it never includes the time the second took (or a
 /// preemption between them), and the kernel arrival derived from `at` is
 /// never placed early: late at worst.
+///
+/// Where the process's clock is the kernel's (no libfaketime), one reading
+/// serves both: two vDSO reads, no syscall.
 fn arrival() -> (Stamp, u64) {
+    if skewscope_os::clock::libc_realtime_is_kernels() {
+        let now = skewscope_os::clock::now();
+        return (now, now.wall_ns);
+    }
     let kernel_now = skewscope_os::clock::kernel_realtime_ns();
     (skewscope_os::clock::now(), kernel_now)
 }
@@ -365,7 +372,14 @@ async fn receive(
                             return Ended::CountReached;
                         }
                     }
-                    Some(Err(e)) => return Ended::Lost(e.to_string()),
+                    Some(Err(e)) => {
+                        // A protocol error is answered with a Close frame
+                        // saying so (RFC 6455 §7.1.7), not a bare TCP drop.
+                        if let Some(frame) = close_for(&e) {
+                            let _ = tokio::time::timeout(CLOSE_GRACE, ws.close(Some(frame))).await;
+                        }
+                        return Ended::Lost(e.to_string());
+                    }
                     None => return Ended::Lost("server closed".to_owned()),
                 }
             }
@@ -375,6 +389,23 @@ async fn receive(
             }
         }
     }
+}
+
+/// The Close frame a read error calls for: 1002 for a protocol error, 1009
+/// for a message or frame over `--max-message`, 1007 for text that is not
+/// UTF-8; `None` for a broken socket (nothing to say it on).
+fn close_for(error: &tokio_tungstenite::tungstenite::Error) -> Option<CloseFrame> {
+    use tokio_tungstenite::tungstenite::Error;
+    let (code, reason) = match error {
+        Error::Protocol(_) => (CloseCode::Protocol, "protocol error"),
+        Error::Capacity(_) => (CloseCode::Size, "message too big"),
+        Error::Utf8(_) => (CloseCode::Invalid, "invalid UTF-8"),
+        _ => return None,
+    };
+    Some(CloseFrame {
+        code,
+        reason: Utf8Bytes::from_static(reason),
+    })
 }
 
 /// Sends a close frame, then reads until the server's close reply (at most

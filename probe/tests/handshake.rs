@@ -236,6 +236,39 @@ fn redirect_loops_tls_ports_and_unoffered_extensions_fail_with_what_was_answered
 
     // A server that accepts permessage-deflate though nobody offered it:
     // the probe fails the connection with a Close frame, 1002.
+    let (port, server) = raw_server("Sec-WebSocket-Extensions: permessage-deflate\r\n", &[]);
+    let (o, _) = probe(dir.path(), &format!("ws://127.0.0.1:{port}/ws"), &[]);
+    assert!(
+        stderr(&o).contains("accepted an extension the probe never offered (permessage-deflate)"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(server.join().unwrap(), 1002);
+
+    // A frame with a reserved bit set (RSV1, as compression would without
+    // having been agreed): a protocol error, answered with 1002, not a drop.
+    let (port, server) = raw_server("", &[0xC1, 0x02, b'h', b'i']);
+    let (_, records) = probe(dir.path(), &format!("ws://127.0.0.1:{port}/ws"), &[]);
+    assert_eq!(server.join().unwrap(), 1002);
+    let closed = records.iter().find_map(|r| match r {
+        ProbeRecord::ConnectionClosed(c) => Some(c.reason.clone()),
+        _ => None,
+    });
+    assert!(
+        closed
+            .as_deref()
+            .is_some_and(|r| r.contains("Reserved bits are non-zero")),
+        "{closed:?}"
+    );
+}
+
+/// A hand-written WebSocket server for one connection: it answers the
+/// upgrade with `extra_headers`, sends `then`, and returns the close code of
+/// the Close frame the probe sends back.
+fn raw_server(
+    extra_headers: &'static str,
+    then: &'static [u8],
+) -> (u16, std::thread::JoinHandle<u16>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let server = std::thread::spawn(move || {
@@ -269,23 +302,18 @@ fn redirect_loops_tls_ports_and_unoffered_extensions_fail_with_what_was_answered
         write!(
             stream,
             "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-             Sec-WebSocket-Accept: {accept}\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n"
+             Sec-WebSocket-Accept: {accept}\r\n{extra_headers}\r\n"
         )
         .unwrap();
-        // The probe's Close frame: masked, opcode 8, code 1002.
+        stream.write_all(then).unwrap();
+        // The probe's Close frame: masked, opcode 8, then the code.
         let mut frame = [0u8; 8];
         stream.read_exact(&mut frame).unwrap();
         assert_eq!(frame[0], 0x88, "a final Close frame");
         let mask = [frame[2], frame[3], frame[4], frame[5]];
         u16::from_be_bytes([frame[6] ^ mask[0], frame[7] ^ mask[1]])
     });
-    let (o, _) = probe(dir.path(), &format!("ws://127.0.0.1:{port}/ws"), &[]);
-    assert!(
-        stderr(&o).contains("accepted an extension the probe never offered (permessage-deflate)"),
-        "{}",
-        stderr(&o)
-    );
-    assert_eq!(server.join().unwrap(), 1002);
+    (port, server)
 }
 
 #[test]

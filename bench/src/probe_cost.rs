@@ -1,0 +1,202 @@
+//! What a probe costs the device it runs on, per receipt: CPU (the
+//! scheduler's own count over all its threads), peak memory per connection,
+//! and delivery (userspace stamp − kernel stamp), for one or more probe
+//! builds side by side in one run, against one release agent.
+//!
+//! Each round runs every build once, in a fresh random order, so drift of
+//! this shared machine falls on all builds alike; medians over rounds are
+//! printed, with each build's ratio to the first.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::record::ProbeRecord;
+
+use crate::upload::{AgentProcess, process_cpu, sibling};
+
+/// One build's figures of one round.
+#[derive(Clone, Copy, Debug)]
+struct Round {
+    cpu_per_receipt_ns: f64,
+    peak_rss_kib: u64,
+    delivery_p50_ns: u64,
+    delivery_p99_ns: u64,
+}
+
+fn receipts_in(path: &Path) -> Vec<u64> {
+    match read_file(path) {
+        Ok(AnyLog::Probe(d)) => d
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                ProbeRecord::Receipt(r) => Some(r.kernel_delay_ns.unwrap_or(0)),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn opened_in(path: &Path) -> usize {
+    match read_file(path) {
+        Ok(AnyLog::Probe(d)) => d
+            .records
+            .iter()
+            .filter(|r| matches!(r, ProbeRecord::ConnectionOpened(_)))
+            .count(),
+        _ => 0,
+    }
+}
+
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
+    let start = Instant::now();
+    while !done() {
+        ensure!(
+            start.elapsed() < limit,
+            "{what} did not happen in {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Kills the probe if a round fails half way.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn one_round(
+    probe: &Path,
+    agent: &AgentProcess,
+    dir: &Path,
+    connections: u32,
+    broadcasts: u32,
+    interval: Duration,
+) -> anyhow::Result<Round> {
+    let log = dir.join(format!("probe-{}.sklog", fastrand::u64(..)));
+    let child = Reaped(
+        Command::new(probe)
+            .args(["--url", &format!("ws://{}/ws", agent.addr)])
+            .args(["--connections", &connections.to_string(), "--name", "cost"])
+            .arg("--out")
+            .arg(&log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("cannot run {}", probe.display()))?,
+    );
+    let limit = Duration::from_secs(60);
+    wait_for("every connection open", limit, || {
+        opened_in(&log) == connections as usize
+    })?;
+    // Settled: the connect burst is not what is measured.
+    std::thread::sleep(Duration::from_millis(300));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let before = process_cpu(child.0.id())?;
+    for _ in 0..broadcasts {
+        let r = runtime.block_on(agent::http_client::start_test(agent.addr, None))?;
+        ensure!(r.status == 200, "start_test: {}", r.body);
+        std::thread::sleep(interval);
+    }
+    let want = connections as usize * broadcasts as usize;
+    wait_for("every receipt on disk", limit, || {
+        receipts_in(&log).len() >= want
+    })?;
+    let cpu = process_cpu(child.0.id())? - before;
+    let peak = peak_rss_kib(child.0.id());
+    drop(child);
+    let mut delays = receipts_in(&log);
+    delays.sort_unstable();
+    let at = |q: f64| delays[((delays.len() - 1) as f64 * q) as usize];
+    Ok(Round {
+        cpu_per_receipt_ns: cpu.as_nanos() as f64 / want as f64,
+        peak_rss_kib: peak,
+        delivery_p50_ns: at(0.5),
+        delivery_p99_ns: at(0.99),
+    })
+}
+
+/// Runs `rounds` rounds of every build in `probes` (default: this
+/// benchmark's sibling `skewscope-probe`) and prints the medians.
+pub fn run(
+    probes: Vec<PathBuf>,
+    connections: u32,
+    broadcasts: u32,
+    interval: Duration,
+    rounds: usize,
+) -> anyhow::Result<()> {
+    let probes = if probes.is_empty() {
+        vec![sibling("skewscope-probe")?]
+    } else {
+        probes
+    };
+    let dir = tempfile::tempdir()?;
+    let agent = AgentProcess::start(&dir.path().join("agent"), &[])?;
+    let mut results: Vec<Vec<Round>> = vec![Vec::new(); probes.len()];
+    for round in 0..rounds.max(1) {
+        let mut order: Vec<usize> = (0..probes.len()).collect();
+        fastrand::shuffle(&mut order);
+        for i in order {
+            let r = one_round(
+                &probes[i],
+                &agent,
+                dir.path(),
+                connections,
+                broadcasts,
+                interval,
+            )?;
+            eprintln!("round {}: {}: {r:?}", round + 1, probes[i].display());
+            results[i].push(r);
+        }
+    }
+    agent.stop()?;
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "probe cost: {connections} connections, {broadcasts} broadcasts {interval:?} apart, one release agent, median of {rounds} rounds (builds interleaved)\n"
+    );
+    println!(
+        "| probe build | CPU per receipt | ÷ first | peak RSS per connection | delivery p50 | delivery p99 |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    let first = median(results[0].iter().map(|r| r.cpu_per_receipt_ns).collect());
+    for (probe, rs) in probes.iter().zip(&results) {
+        let cpu = median(rs.iter().map(|r| r.cpu_per_receipt_ns).collect());
+        let rss = median(rs.iter().map(|r| r.peak_rss_kib as f64).collect());
+        let p50 = median(rs.iter().map(|r| r.delivery_p50_ns as f64).collect());
+        let p99 = median(rs.iter().map(|r| r.delivery_p99_ns as f64).collect());
+        println!(
+            "| {} | {:.2} µs | {:.2} | {:.1} KiB | {:.1} µs | {:.1} µs |",
+            probe.display(),
+            cpu / 1e3,
+            cpu / first,
+            rss / f64::from(connections),
+            p50 / 1e3,
+            p99 / 1e3
+        );
+    }
+    Ok(())
+}
