@@ -20,10 +20,12 @@ use skewscope_core::record::TxKind;
 const SCM_TSTAMP_SND: u32 = 0;
 const SCM_TSTAMP_SCHED: u32 = 1;
 
-/// Turns transmit timestamping on for one socket.
+/// Turns transmit timestamping on for one socket: the software stamp only,
+/// taken as the packet leaves for the device (`TX_SOFTWARE`), which is all
+/// the report uses. Asking for `TX_SCHED` too queued a second error-queue
+/// message per write, for a stamp nothing read.
 pub fn enable(socket: &impl AsFd) -> io::Result<()> {
     let bits = libc::SOF_TIMESTAMPING_TX_SOFTWARE
-        | libc::SOF_TIMESTAMPING_TX_SCHED
         | libc::SOF_TIMESTAMPING_SOFTWARE
         | libc::SOF_TIMESTAMPING_OPT_ID
         | libc::SOF_TIMESTAMPING_OPT_ID_TCP
@@ -75,6 +77,8 @@ pub fn drain(socket: &impl AsRawFd, mut on: impl FnMut(TxStampRead)) {
         if e.ee_origin != libc::SO_EE_ORIGIN_TIMESTAMPING {
             continue;
         }
+        // Only software stamps are asked for; a scheduler stamp (another
+        // tool's setting on a shared socket) is still named for what it is.
         let kind = match e.ee_info {
             SCM_TSTAMP_SND => TxKind::Software,
             SCM_TSTAMP_SCHED => TxKind::Sched,

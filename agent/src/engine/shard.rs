@@ -80,6 +80,9 @@ enum Command {
     Add(NewClient),
     Broadcast(Arc<Job>, tokio::sync::oneshot::Sender<u32>),
     Shutdown,
+    /// Test hook: the thread panics, as a bug in it would.
+    #[cfg(test)]
+    Crash,
 }
 
 /// The hub's handle to a running shard.
@@ -151,6 +154,12 @@ impl ShardHandle {
     /// Queues a broadcast; `done` receives how many clients it targeted.
     pub fn broadcast(&self, job: Arc<Job>, done: tokio::sync::oneshot::Sender<u32>) {
         self.send(Command::Broadcast(job, done));
+    }
+
+    /// Test hook: makes the shard's thread panic.
+    #[cfg(test)]
+    pub(crate) fn crash(&self) {
+        self.send(Command::Crash);
     }
 
     /// Closes every client, records it, and waits for the thread to end.
@@ -258,6 +267,8 @@ impl Shard {
                     let _ = done.send(targets);
                 }
                 Ok(Command::Add(new)) => self.add(new),
+                #[cfg(test)]
+                Ok(Command::Crash) => panic!("shard {} crashed (test hook)", self.index),
                 Ok(Command::Shutdown) | Err(TryRecvError::Disconnected) => return false,
                 Err(TryRecvError::Empty) => return true,
             }
