@@ -134,10 +134,17 @@ pub struct AgentConfig {
     pub no_time_exchange: bool,
 
     /// Record the kernel's transmit timestamps of every broadcast write (when
-    /// the packet was queued and when it left for the driver), so reports can
-    /// split network time from fan-out time. Read off the send loop.
+    /// the packet left for the driver), so reports can split network time
+    /// from fan-out time. Read off the send loop.
     #[arg(long)]
     pub tx_timestamps: bool,
+
+    /// Pin shard i to the i-th core the agent may run on, when there are as
+    /// many cores as shards (else it says so and does not pin). Off by
+    /// default: on the 2-core development VM it did not help (see
+    /// docs/benchmarks.md, "Pinned shards").
+    #[arg(long)]
+    pub pin_shards: bool,
 
     /// Do not read the clock or record per-client send times (only to measure
     /// what recording costs).

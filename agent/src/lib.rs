@@ -130,6 +130,7 @@ impl RunningAgent {
                 max_frame: config.max_frame,
                 max_queue_bytes: config.max_queue_bytes,
                 tx_timestamps: config.tx_timestamps,
+                pin_shards: config.pin_shards,
             },
             recorder.handle(),
         )?);

@@ -358,13 +358,14 @@ struct Row {
     recording: Summary,
     not_recording: Summary,
     tx_stamps: Summary,
+    pinned: Summary,
     recorded_span: Option<Summary>,
 }
 
 async fn fanout(sizes: &[usize], rounds: usize, pause: Duration, json: bool) -> anyhow::Result<()> {
     let most = sizes.iter().copied().max().unwrap_or(0) as u32;
-    // Per size: agent sockets on both ends for three agents, plus floor pairs.
-    skewscope_os::files::ensure_open_files(most * 8)?;
+    // Per size: agent sockets on both ends for four agents, plus floor pairs.
+    skewscope_os::files::ensure_open_files(most * 10)?;
     let frame = test_frame();
     let mut rows = Vec::new();
     for &n in sizes {
@@ -396,9 +397,12 @@ async fn measure(n: usize, rounds: usize, pause: Duration, frame: &[u8]) -> anyh
     let mut config = AgentConfig::local(dir.path().join("tx"));
     config.tx_timestamps = true;
     let tx_stamping = RunningAgent::start(config).await?;
+    let mut config = AgentConfig::local(dir.path().join("pinned"));
+    config.pin_shards = true;
+    let pinned = RunningAgent::start(config).await?;
 
-    let mut receivers = Vec::with_capacity(3 * n);
-    for agent in [&recording, &not_recording, &tx_stamping] {
+    let mut receivers = Vec::with_capacity(4 * n);
+    for agent in [&recording, &not_recording, &tx_stamping, &pinned] {
         // Blocking handshakes off the runtime thread, which serves the agent's accepts.
         let addr = agent.addr;
         let clients = tokio::task::spawn_blocking(move || {
@@ -418,14 +422,16 @@ async fn measure(n: usize, rounds: usize, pause: Duration, frame: &[u8]) -> anyh
     let mut on_spans = Vec::with_capacity(rounds);
     let mut off_spans = Vec::with_capacity(rounds);
     let mut tx_spans = Vec::with_capacity(rounds);
+    let mut pinned_spans = Vec::with_capacity(rounds);
     for round in 0..rounds {
         // Rotate which configuration goes first, so none always follows another.
-        for which in (0..4).map(|i| (round + i) % 4) {
+        for which in (0..5).map(|i| (round + i) % 5) {
             match which {
                 0 => floor_spans.push(floor::write_all_once(&mut senders, frame)? as i64),
                 1 => on_spans.push(broadcast_span(&recording).await? as i64),
                 2 => off_spans.push(broadcast_span(&not_recording).await? as i64),
-                _ => tx_spans.push(broadcast_span(&tx_stamping).await? as i64),
+                3 => tx_spans.push(broadcast_span(&tx_stamping).await? as i64),
+                _ => pinned_spans.push(broadcast_span(&pinned).await? as i64),
             }
             tokio::time::sleep(pause).await;
         }
@@ -434,12 +440,14 @@ async fn measure(n: usize, rounds: usize, pause: Duration, frame: &[u8]) -> anyh
     recording.shutdown().await?;
     not_recording.shutdown().await?;
     tx_stamping.shutdown().await?;
+    pinned.shutdown().await?;
     Ok(Row {
         clients: n,
         floor: Summary::of(&floor_spans).context("no rounds")?,
         recording: Summary::of(&on_spans).context("no rounds")?,
         not_recording: Summary::of(&off_spans).context("no rounds")?,
         tx_stamps: Summary::of(&tx_spans).context("no rounds")?,
+        pinned: Summary::of(&pinned_spans).context("no rounds")?,
         recorded_span: recorded_spans(&log)?,
     })
 }
@@ -500,14 +508,14 @@ fn print_table(rows: &[Row], rounds: usize, frame_len: usize) {
         "fan-out span, {cores} cores, {frame_len}-byte frame, {rounds} broadcasts per cell; median (p90)\n"
     );
     println!(
-        "| clients | floor: 1 thread writes | agent, recording | ÷ floor | agent, not recording | ÷ floor | recording cost | agent, + TX stamps | ÷ floor | agent's own record: start → last write |"
+        "| clients | floor: 1 thread writes | agent, recording | ÷ floor | agent, not recording | ÷ floor | recording cost | agent, + TX stamps | ÷ floor | agent, pinned shards | ÷ unpinned | agent's own record: start → last write |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         let ratio = |s: &Summary| s.p50 as f64 / r.floor.p50 as f64;
         let cost = r.recording.p50 as f64 / r.not_recording.p50 as f64 - 1.0;
         println!(
-            "| {} | {} ({}) | {} ({}) | {:.2} | {} ({}) | {:.2} | {:+.1} % | {} ({}) | {:.2} | {} |",
+            "| {} | {} ({}) | {} ({}) | {:.2} | {} ({}) | {:.2} | {:+.1} % | {} ({}) | {:.2} | {} ({}) | {:.2} | {} |",
             r.clients,
             us(r.floor.p50),
             us(r.floor.p90),
@@ -521,6 +529,9 @@ fn print_table(rows: &[Row], rounds: usize, frame_len: usize) {
             us(r.tx_stamps.p50),
             us(r.tx_stamps.p90),
             ratio(&r.tx_stamps),
+            us(r.pinned.p50),
+            us(r.pinned.p90),
+            r.pinned.p50 as f64 / r.recording.p50 as f64,
             r.recorded_span
                 .map(|s| format!("{} ({})", us(s.p50), us(s.p90)))
                 .unwrap_or_else(|| "-".into()),

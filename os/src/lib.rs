@@ -22,6 +22,7 @@
 
 pub mod clock;
 pub mod clock_claims;
+pub mod cpu;
 pub mod files;
 pub mod host;
 pub mod packet_capture;

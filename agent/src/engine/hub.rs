@@ -76,10 +76,33 @@ impl Drop for InFlight<'_> {
 }
 
 impl Hub {
-    /// Starts `shards` shard threads.
+    /// Starts `shards` shard threads; with `pin_shards`, shard i on the
+    /// i-th core the agent may use, when there are at least as many.
     pub fn start(shards: usize, config: ShardConfig, recorder: Recorder) -> std::io::Result<Hub> {
-        let handles = (0..shards.max(1))
-            .map(|i| ShardHandle::spawn(i as u16, config, recorder.clone()))
+        let shards = shards.max(1);
+        let cores = if config.pin_shards {
+            match skewscope_os::cpu::allowed_cores() {
+                Ok(cores) if cores.len() >= shards => Some(cores),
+                Ok(cores) => {
+                    eprintln!(
+                        "skewscope-agent: --pin-shards: {shards} shards but {} cores allowed; not pinned",
+                        cores.len()
+                    );
+                    None
+                }
+                Err(e) => {
+                    eprintln!("skewscope-agent: --pin-shards: cannot read the allowed cores: {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let handles = (0..shards)
+            .map(|i| {
+                let core = cores.as_ref().map(|c| c[i]);
+                ShardHandle::spawn(i as u16, config, recorder.clone(), core)
+            })
             .collect::<std::io::Result<Vec<_>>>()?;
         Ok(Hub {
             shards: Mutex::new(handles),
@@ -256,6 +279,7 @@ mod tests {
             max_frame: 1 << 16,
             max_queue_bytes: 1 << 20,
             tx_timestamps: false,
+            pin_shards: false,
         };
         let hub = Hub::start(2, config, recorder.handle()).unwrap();
         assert!(hub.shards_alive());
@@ -296,6 +320,70 @@ mod tests {
         assert_eq!(sent.clients, 4);
         hub.shutdown();
         drop(peers);
+        recorder.finish();
+    }
+
+    /// The cores each thread of this process named `name` may run on (other
+    /// tests run hubs of their own at the same time).
+    fn cores_of_threads(name: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        for task in std::fs::read_dir("/proc/self/task")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if comm.trim() != name {
+                continue;
+            }
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            if let Some(v) = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            {
+                found.push(v.trim().to_owned());
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn pinned_shards_each_run_on_their_own_core() {
+        let cores = skewscope_os::cpu::allowed_cores().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            segment_bytes: 1 << 20,
+            max_data_bytes: 1 << 24,
+        };
+        let recorder =
+            RecorderThread::start(dir.path(), limits, Arc::new(Metrics::new(2))).unwrap();
+        let config = ShardConfig {
+            order: skewscope_core::record::SendOrder::Rotate,
+            record_send_times: true,
+            max_frame: 1 << 16,
+            max_queue_bytes: 1 << 20,
+            tx_timestamps: false,
+            pin_shards: true,
+        };
+        let shards = cores.len().min(2);
+        let hub = Hub::start(shards, config, recorder.handle()).unwrap();
+        for (i, core) in cores.iter().take(shards).enumerate() {
+            let name = format!("shard-{i}");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            // The thread pins itself as it starts.
+            loop {
+                let seen = cores_of_threads(&name);
+                if seen.contains(&core.to_string()) {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{name}: {seen:?}, want {core}"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+        hub.shutdown();
         recorder.finish();
     }
 }

@@ -54,6 +54,9 @@ pub struct ShardConfig {
     pub max_queue_bytes: usize,
     /// Ask the kernel for TX timestamps of every broadcast write.
     pub tx_timestamps: bool,
+    /// Pin shard i to the i-th core the agent may run on (`--pin-shards`),
+    /// when there are as many cores as shards.
+    pub pin_shards: bool,
 }
 
 /// One broadcast as shards see it: the frame, encoded once.
@@ -97,8 +100,13 @@ pub struct ShardHandle {
 }
 
 impl ShardHandle {
-    /// Starts shard `index` on its own thread.
-    pub fn spawn(index: u16, config: ShardConfig, recorder: Recorder) -> io::Result<ShardHandle> {
+    /// Starts shard `index` on its own thread, pinned to `core` if given.
+    pub fn spawn(
+        index: u16,
+        config: ShardConfig,
+        recorder: Recorder,
+        core: Option<usize>,
+    ) -> io::Result<ShardHandle> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let (tx, rx) = mpsc::channel();
@@ -124,7 +132,14 @@ impl ShardHandle {
         };
         let thread = std::thread::Builder::new()
             .name(format!("shard-{index}"))
-            .spawn(move || shard.run())?;
+            .spawn(move || {
+                if let Some(core) = core
+                    && let Err(e) = skewscope_os::cpu::pin_this_thread(core)
+                {
+                    eprintln!("skewscope-agent: shard {index} not pinned to core {core}: {e}");
+                }
+                shard.run()
+            })?;
         Ok(ShardHandle {
             tx,
             waker,
