@@ -62,10 +62,16 @@ impl Drop for Server {
 
 /// Starts the Python server; returns it and its port.
 fn python_server(dir: &Path) -> (Server, u16) {
-    let script = dir.join("server.py");
-    std::fs::write(&script, SERVER).unwrap();
+    run_python(dir, "server.py", SERVER, &[])
+}
+
+/// Runs `source` (saved as `file`) with `args`; it prints its port first.
+fn run_python(dir: &Path, file: &str, source: &str, args: &[&Path]) -> (Server, u16) {
+    let script = dir.join(file);
+    std::fs::write(&script, source).unwrap();
     let mut child = Command::new("python3")
         .arg(&script)
+        .args(args)
         .stdout(Stdio::piped())
         .spawn()
         .expect("python3 (./test installs python3-websockets)");
@@ -386,21 +392,7 @@ asyncio.run(main())
 fn wss_trusts_a_private_ca_refuses_an_unknown_one_and_warns_when_insecure() {
     let dir = tempfile::tempdir().unwrap();
     let (ca, cert, key) = private_ca(dir.path());
-    let script = dir.path().join("tls_server.py");
-    std::fs::write(&script, TLS_SERVER).unwrap();
-    let mut child = Command::new("python3")
-        .arg(&script)
-        .arg(&cert)
-        .arg(&key)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 (./test installs python3-websockets)");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _server = Server(child);
-    let port: u16 = line.trim().parse().unwrap();
+    let (_server, port) = run_python(dir.path(), "tls_server.py", TLS_SERVER, &[&cert, &key]);
     let url = format!("wss://127.0.0.1:{port}/ws");
 
     // Trusting the private CA: every message, over TLS, verified.

@@ -251,6 +251,27 @@ mod tests {
     use crate::recorder::RecorderThread;
     use crate::segments::Limits;
 
+    /// A hub of `shards` shards recording into a temporary directory.
+    fn test_hub(shards: usize, pin_shards: bool) -> (Hub, RecorderThread, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            segment_bytes: 1 << 20,
+            max_data_bytes: 1 << 24,
+        };
+        let recorder =
+            RecorderThread::start(dir.path(), limits, Arc::new(Metrics::new(shards))).unwrap();
+        let config = ShardConfig {
+            order: skewscope_core::record::SendOrder::Rotate,
+            record_send_times: true,
+            max_frame: 1 << 16,
+            max_queue_bytes: 1 << 20,
+            tx_timestamps: false,
+            pin_shards,
+        };
+        let hub = Hub::start(shards, config, recorder.handle()).unwrap();
+        (hub, recorder, dir)
+    }
+
     /// A non-blocking loopback socket, as the server hands a shard.
     fn new_client(id: u64, listener: &std::net::TcpListener) -> (NewClient, std::net::TcpStream) {
         let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
@@ -266,22 +287,7 @@ mod tests {
 
     #[test]
     fn a_dead_shard_gets_no_clients_and_the_watchdog_sees_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let limits = Limits {
-            segment_bytes: 1 << 20,
-            max_data_bytes: 1 << 24,
-        };
-        let recorder =
-            RecorderThread::start(dir.path(), limits, Arc::new(Metrics::new(2))).unwrap();
-        let config = ShardConfig {
-            order: skewscope_core::record::SendOrder::Rotate,
-            record_send_times: true,
-            max_frame: 1 << 16,
-            max_queue_bytes: 1 << 20,
-            tx_timestamps: false,
-            pin_shards: false,
-        };
-        let hub = Hub::start(2, config, recorder.handle()).unwrap();
+        let (hub, recorder, _dir) = test_hub(2, false);
         assert!(hub.shards_alive());
         hub.shards.lock().unwrap()[0].crash();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -350,23 +356,8 @@ mod tests {
     #[test]
     fn pinned_shards_each_run_on_their_own_core() {
         let cores = skewscope_os::cpu::allowed_cores().unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let limits = Limits {
-            segment_bytes: 1 << 20,
-            max_data_bytes: 1 << 24,
-        };
-        let recorder =
-            RecorderThread::start(dir.path(), limits, Arc::new(Metrics::new(2))).unwrap();
-        let config = ShardConfig {
-            order: skewscope_core::record::SendOrder::Rotate,
-            record_send_times: true,
-            max_frame: 1 << 16,
-            max_queue_bytes: 1 << 20,
-            tx_timestamps: false,
-            pin_shards: true,
-        };
         let shards = cores.len().min(2);
-        let hub = Hub::start(shards, config, recorder.handle()).unwrap();
+        let (hub, recorder, _dir) = test_hub(shards, true);
         for (i, core) in cores.iter().take(shards).enumerate() {
             let name = format!("shard-{i}");
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
