@@ -359,13 +359,14 @@ struct Row {
     not_recording: Summary,
     tx_stamps: Summary,
     pinned: Summary,
+    one_shard: Summary,
     recorded_span: Option<Summary>,
 }
 
 async fn fanout(sizes: &[usize], rounds: usize, pause: Duration, json: bool) -> anyhow::Result<()> {
     let most = sizes.iter().copied().max().unwrap_or(0) as u32;
-    // Per size: agent sockets on both ends for four agents, plus floor pairs.
-    skewscope_os::files::ensure_open_files(most * 10)?;
+    // Per size: agent sockets on both ends for five agents, plus floor pairs.
+    skewscope_os::files::ensure_open_files(most * 12)?;
     let frame = test_frame();
     let mut rows = Vec::new();
     for &n in sizes {
@@ -400,9 +401,18 @@ async fn measure(n: usize, rounds: usize, pause: Duration, frame: &[u8]) -> anyh
     let mut config = AgentConfig::local(dir.path().join("pinned"));
     config.pin_shards = true;
     let pinned = RunningAgent::start(config).await?;
+    let mut config = AgentConfig::local(dir.path().join("one-shard"));
+    config.shards = Some(1);
+    let one_shard = RunningAgent::start(config).await?;
 
-    let mut receivers = Vec::with_capacity(4 * n);
-    for agent in [&recording, &not_recording, &tx_stamping, &pinned] {
+    let mut receivers = Vec::with_capacity(5 * n);
+    for agent in [
+        &recording,
+        &not_recording,
+        &tx_stamping,
+        &pinned,
+        &one_shard,
+    ] {
         // Blocking handshakes off the runtime thread, which serves the agent's accepts.
         let addr = agent.addr;
         let clients = tokio::task::spawn_blocking(move || {
@@ -423,15 +433,17 @@ async fn measure(n: usize, rounds: usize, pause: Duration, frame: &[u8]) -> anyh
     let mut off_spans = Vec::with_capacity(rounds);
     let mut tx_spans = Vec::with_capacity(rounds);
     let mut pinned_spans = Vec::with_capacity(rounds);
+    let mut one_shard_spans = Vec::with_capacity(rounds);
     for round in 0..rounds {
         // Rotate which configuration goes first, so none always follows another.
-        for which in (0..5).map(|i| (round + i) % 5) {
+        for which in (0..6).map(|i| (round + i) % 6) {
             match which {
                 0 => floor_spans.push(floor::write_all_once(&mut senders, frame)? as i64),
                 1 => on_spans.push(broadcast_span(&recording).await? as i64),
                 2 => off_spans.push(broadcast_span(&not_recording).await? as i64),
                 3 => tx_spans.push(broadcast_span(&tx_stamping).await? as i64),
-                _ => pinned_spans.push(broadcast_span(&pinned).await? as i64),
+                4 => pinned_spans.push(broadcast_span(&pinned).await? as i64),
+                _ => one_shard_spans.push(broadcast_span(&one_shard).await? as i64),
             }
             tokio::time::sleep(pause).await;
         }
@@ -441,6 +453,7 @@ async fn measure(n: usize, rounds: usize, pause: Duration, frame: &[u8]) -> anyh
     not_recording.shutdown().await?;
     tx_stamping.shutdown().await?;
     pinned.shutdown().await?;
+    one_shard.shutdown().await?;
     Ok(Row {
         clients: n,
         floor: Summary::of(&floor_spans).context("no rounds")?,
@@ -448,6 +461,7 @@ async fn measure(n: usize, rounds: usize, pause: Duration, frame: &[u8]) -> anyh
         not_recording: Summary::of(&off_spans).context("no rounds")?,
         tx_stamps: Summary::of(&tx_spans).context("no rounds")?,
         pinned: Summary::of(&pinned_spans).context("no rounds")?,
+        one_shard: Summary::of(&one_shard_spans).context("no rounds")?,
         recorded_span: recorded_spans(&log)?,
     })
 }
@@ -508,14 +522,14 @@ fn print_table(rows: &[Row], rounds: usize, frame_len: usize) {
         "fan-out span, {cores} cores, {frame_len}-byte frame, {rounds} broadcasts per cell; median (p90)\n"
     );
     println!(
-        "| clients | floor: 1 thread writes | agent, recording | ÷ floor | agent, not recording | ÷ floor | recording cost | agent, + TX stamps | ÷ floor | agent, pinned shards | ÷ unpinned | agent's own record: start → last write |"
+        "| clients | floor: 1 thread writes | agent, recording | ÷ floor | agent, not recording | ÷ floor | recording cost | agent, + TX stamps | ÷ floor | agent, pinned shards | ÷ unpinned | agent, one shard | ÷ floor | agent's own record: start → last write |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         let ratio = |s: &Summary| s.p50 as f64 / r.floor.p50 as f64;
         let cost = r.recording.p50 as f64 / r.not_recording.p50 as f64 - 1.0;
         println!(
-            "| {} | {} ({}) | {} ({}) | {:.2} | {} ({}) | {:.2} | {:+.1} % | {} ({}) | {:.2} | {} ({}) | {:.2} | {} |",
+            "| {} | {} ({}) | {} ({}) | {:.2} | {} ({}) | {:.2} | {:+.1} % | {} ({}) | {:.2} | {} ({}) | {:.2} | {} ({}) | {:.2} | {} |",
             r.clients,
             us(r.floor.p50),
             us(r.floor.p90),
@@ -532,6 +546,9 @@ fn print_table(rows: &[Row], rounds: usize, frame_len: usize) {
             us(r.pinned.p50),
             us(r.pinned.p90),
             r.pinned.p50 as f64 / r.recording.p50 as f64,
+            us(r.one_shard.p50),
+            us(r.one_shard.p90),
+            ratio(&r.one_shard),
             r.recorded_span
                 .map(|s| format!("{} ({})", us(s.p50), us(s.p90)))
                 .unwrap_or_else(|| "-".into()),
