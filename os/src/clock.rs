@@ -41,6 +41,27 @@ pub fn kernel_realtime_ns() -> u64 {
     }
 }
 
+/// The kernel's realtime and the monotonic clock at one moment, for
+/// converting kernel stamps (realtime) to the monotonic clock: monotonic is
+/// read on both sides of the realtime reading and the midpoint taken, tried
+/// again (up to three times) when a preemption stretched the bracket past
+/// 20 µs. Giving up, it returns the later monotonic reading, so a converted
+/// stamp errs late, never early.
+pub fn kernel_realtime_and_mono_ns() -> (u64, u64) {
+    const TIGHT_NS: u64 = 20_000;
+    let mut last = (0, 0);
+    for _ in 0..3 {
+        let before = mono_ns();
+        let real = kernel_realtime_ns();
+        let after = mono_ns();
+        if after - before <= TIGHT_NS {
+            return (real, before + (after - before) / 2);
+        }
+        last = (real, after);
+    }
+    last
+}
+
 /// Whether libc's `CLOCK_REALTIME` is the kernel's, decided once per
 /// process: not when a libfaketime is preloaded (`LD_PRELOAD` names it: it
 /// may shift the clock later, as the tests' stepping files do), nor when
@@ -91,6 +112,17 @@ mod tests {
         assert!(b.mono_ns >= a.mono_ns);
         // After 2020-01-01.
         assert!(a.wall_ns > 1_577_836_800_000_000_000);
+    }
+
+    #[test]
+    fn a_realtime_and_mono_pair_is_taken_at_one_moment() {
+        let (real, mono) = kernel_realtime_and_mono_ns();
+        let now = now();
+        // The same offset between the clocks as a fresh reading, within the
+        // bracket (and the time between the two calls).
+        let pair = real as i128 - mono as i128;
+        let fresh = now.wall_ns as i128 - now.mono_ns as i128;
+        assert!((pair - fresh).abs() < 5_000_000, "{pair} vs {fresh}");
     }
 
     #[test]

@@ -383,8 +383,10 @@ impl Shard {
         let (Some(tx), stream) = (client.tx.as_mut(), &client.stream) else {
             return;
         };
-        // One pair of clock reads maps every stamp of this batch.
-        let (mono_now, real_now) = (mono_ns(), skewscope_os::clock::kernel_realtime_ns());
+        // One pair of clock reads, taken at one moment, maps every stamp
+        // of this batch (a preemption between two plain reads moved stamps
+        // early by its length).
+        let (real_now, mono_now) = skewscope_os::clock::kernel_realtime_and_mono_ns();
         let recorder = &self.recorder;
         tx.drain(stream, |m| {
             let age = real_now.saturating_sub(m.realtime_ns);
