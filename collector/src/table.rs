@@ -120,6 +120,18 @@ fn tap_paragraph(out: &mut String, t: &skewscope_core::analysis::tapped::TapSumm
 /// How many of the clients sent to latest the table names.
 const LATEST_CLIENTS: usize = 5;
 
+/// What a clock claims about its own error: `claims ±1.00 ms`, `NOT
+/// synchronised`, or `state unknown`.
+pub fn claim_text(claim: Option<&skewscope_core::record::ClockState>) -> String {
+    match claim {
+        None => "state unknown".to_owned(),
+        Some(state) => match state.claimed_bound_ns() {
+            Some(b) => format!("claims ±{}", duration(b as i64)),
+            None => "NOT synchronised".to_owned(),
+        },
+    }
+}
+
 /// One line per probe: its offset to the agent, what its clock claims, steps.
 fn probe_clock_line(p: &ProbeSummary) -> String {
     let c = &p.clock;
@@ -132,13 +144,7 @@ fn probe_clock_line(p: &ProbeSummary) -> String {
         .drift_ppb
         .map(|d| format!(", drift {:.2} ppm", d / 1000.0))
         .unwrap_or_default();
-    let claim = match c.claim.as_ref() {
-        None => "clock state unknown".to_owned(),
-        Some(state) => match state.claimed_bound_ns() {
-            Some(b) => format!("clock claims ±{}", duration(b as i64)),
-            None => "clock NOT synchronised".to_owned(),
-        },
-    };
+    let claim = format!("clock {}", claim_text(c.claim.as_ref()));
     let check = match c.offset_vs_claim {
         ClaimCheck::Exceeds => "; MEASURED OFFSET EXCEEDS WHAT THE CLOCKS CLAIM",
         ClaimCheck::Consistent => "; within the claims",

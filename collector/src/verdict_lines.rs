@@ -7,7 +7,8 @@ use skewscope_core::analysis::verdict::{Check, Unit, Verdict};
 
 use crate::table::duration;
 
-fn figure(unit: Unit, value: i64) -> String {
+/// A threshold's figure as people read it: a duration or a count.
+pub fn figure(unit: Unit, value: i64) -> String {
     match unit {
         Unit::Ns => duration(value),
         Unit::Count => value.to_string(),

@@ -16,7 +16,7 @@ use skewscope_core::analysis::figures::Figures;
 use skewscope_core::analysis::join::RunEnd;
 use skewscope_core::analysis::report::{ClockBasis, Report};
 use skewscope_core::analysis::stats::Summary;
-use skewscope_core::analysis::verdict::{Unit, Verdict};
+use skewscope_core::analysis::verdict::Verdict;
 
 use crate::table::duration;
 use svg::escape;
@@ -196,10 +196,6 @@ fn verdict(out: &mut String, v: &Verdict) {
             format!("FAIL: {failed} of {} checks failed", v.checks.len())
         }
     );
-    let figure = |unit: Unit, value: i64| match unit {
-        Unit::Ns => duration(value),
-        Unit::Count => value.to_string(),
-    };
     for c in &v.checks {
         let _ = write!(
             out,
@@ -207,9 +203,11 @@ fn verdict(out: &mut String, v: &Verdict) {
             if c.pass { "pass" } else { "fail" },
             if c.pass { "PASS" } else { "FAIL" },
             escape(c.check),
-            figure(c.unit, c.limit),
-            c.measured
-                .map_or_else(|| "not measured".to_owned(), |m| figure(c.unit, m)),
+            crate::verdict_lines::figure(c.unit, c.limit),
+            c.measured.map_or_else(
+                || "not measured".to_owned(),
+                |m| crate::verdict_lines::figure(c.unit, m)
+            ),
             escape(&c.basis)
         );
     }
@@ -328,13 +326,7 @@ fn probes(out: &mut String, r: &Report) {
             (Some(o), Some(b)) => format!("{} ± {}", duration(o), duration(b as i64)),
             _ => "not measured".to_owned(),
         };
-        let claim = match c.claim.as_ref() {
-            None => "unknown".to_owned(),
-            Some(state) => match state.claimed_bound_ns() {
-                Some(b) => format!("±{}", duration(b as i64)),
-                None => "NOT synchronised".to_owned(),
-            },
-        };
+        let claim = crate::table::claim_text(c.claim.as_ref());
         let check = match c.offset_vs_claim {
             ClaimCheck::Exceeds => r#"<b class="bad">exceeds the claims</b>"#,
             ClaimCheck::Consistent => "within the claims",

@@ -108,19 +108,7 @@ pub struct Timing {
 /// Computes every clock-aware figure.
 pub fn timing(joined: &Joined) -> Timing {
     let clocks = device_clocks(joined);
-    let agent_claim = joined
-        .agent
-        .as_ref()
-        .and_then(|a| a.clock_states.last())
-        .and_then(ClockState::claimed_bound_ns);
-    let devices: Vec<DeviceClockSummary> = joined
-        .probes
-        .iter()
-        .zip(&clocks)
-        .map(|(p, clock)| {
-            device_summary(p.samples.len(), p.clock_states.last(), clock, agent_claim)
-        })
-        .collect();
+    let devices = device_summaries(joined, &clocks);
     let agent_steps = joined
         .agent
         .as_ref()
@@ -217,6 +205,23 @@ pub fn timing(joined: &Joined) -> Timing {
         uncorrected_receipts: uncorrected,
         receipts_without_kernel_stamp: no_kernel,
     }
+}
+
+/// Every probe's clock as reported, from its model in `clocks`.
+pub(crate) fn device_summaries(joined: &Joined, clocks: &[DeviceClock]) -> Vec<DeviceClockSummary> {
+    let agent_claim = joined
+        .agent
+        .as_ref()
+        .and_then(|a| a.clock_states.last())
+        .and_then(ClockState::claimed_bound_ns);
+    joined
+        .probes
+        .iter()
+        .zip(clocks)
+        .map(|(p, clock)| {
+            device_summary(p.samples.len(), p.clock_states.last(), clock, agent_claim)
+        })
+        .collect()
 }
 
 /// Every probe's clock model, in input order.

@@ -10,7 +10,7 @@
 //! counted in the figures, so the page can say what it left out.
 
 use crate::Stamp;
-use crate::analysis::clock_figures::{corrected_spread, device_clocks};
+use crate::analysis::clock_figures::{corrected_spread, device_clocks, device_summaries};
 use crate::analysis::join::{BroadcastKey, Joined, JoinedReceipt};
 use crate::record::MessageKey;
 
@@ -193,11 +193,13 @@ pub fn figures(joined: &Joined) -> Figures {
     let receipts_total = receipts.len();
     let heatmap = heatmap(joined, &lateness);
 
-    let timing = crate::analysis::clock_figures::timing(joined);
+    // The offsets from the clock models built above, not a second pass
+    // over every receipt.
+    let devices = device_summaries(joined, &clocks);
     let probes = joined
         .probes
         .iter()
-        .zip(&timing.devices)
+        .zip(&devices)
         .map(|(p, d)| ProbeClockPoint {
             name: p.name.clone(),
             offset_ns: d.offset_ns.zip(d.offset_bound_ns),
