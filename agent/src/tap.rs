@@ -12,8 +12,8 @@ use skewscope_core::record::{
     AgentRecord, TapBroadcast, TapConnectionEvent, TapConnectionTotals, TapCopy, TapCountersRecord,
     TapStarted,
 };
+use skewscope_core::server_frames::DEFAULT_MAX_MESSAGE;
 use skewscope_core::tap::broadcasts::{DEFAULT_WINDOW_NS, Grouper, TappedBroadcast, TappedCopy};
-use skewscope_core::tap::server_frames::DEFAULT_MAX_MESSAGE;
 use skewscope_core::tap::{Tap, TapEvent};
 use skewscope_os::packet_capture::PacketCapture;
 

@@ -1,19 +1,22 @@
 //! What a probe costs the device it runs on, per receipt: CPU (the
 //! scheduler's own count over all its threads), peak memory per connection,
-//! and delivery (userspace stamp − kernel stamp), for one or more probe
-//! builds side by side in one run, against one release agent.
+//! delivery (userspace stamp − kernel stamp), and the skew the kernel
+//! stamps measure (which a change to the probe's receive path must leave
+//! alone), for one or more probe builds side by side in one run, against
+//! one release agent.
 //!
 //! Each round runs every build once, in a fresh random order, so drift of
 //! this shared machine falls on all builds alike; medians over rounds are
 //! printed, with each build's ratio to the first.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use skewscope_core::log::{AnyLog, read_file};
-use skewscope_core::record::ProbeRecord;
+use skewscope_core::record::{MessageKey, ProbeRecord};
 
 use crate::upload::{AgentProcess, process_cpu, sibling};
 
@@ -24,20 +27,52 @@ struct Round {
     peak_rss_kib: u64,
     delivery_p50_ns: u64,
     delivery_p99_ns: u64,
+    /// Across connections, at kernel stamps: p50 over broadcasts.
+    kernel_skew_p50_ns: u64,
 }
 
-fn receipts_in(path: &Path) -> Vec<u64> {
+/// One receipt: its broadcast, its delivery (userspace − kernel stamp) and
+/// its kernel arrival on the wall clock.
+struct Arrival {
+    key: MessageKey,
+    delivery_ns: u64,
+    kernel_wall_ns: u64,
+}
+
+fn receipts_in(path: &Path) -> Vec<Arrival> {
     match read_file(path) {
         Ok(AnyLog::Probe(d)) => d
             .records
             .iter()
             .filter_map(|r| match r {
-                ProbeRecord::Receipt(r) => Some(r.kernel_delay_ns.unwrap_or(0)),
+                ProbeRecord::Receipt(r) => {
+                    let delivery_ns = r.kernel_delay_ns.unwrap_or(0);
+                    Some(Arrival {
+                        key: r.key,
+                        delivery_ns,
+                        kernel_wall_ns: r.at.wall_ns.saturating_sub(delivery_ns),
+                    })
+                }
                 _ => None,
             })
             .collect(),
         _ => Vec::new(),
     }
+}
+
+/// p50 over broadcasts of max − min kernel arrival across connections.
+fn kernel_skew_p50(receipts: &[Arrival]) -> u64 {
+    let mut spans: HashMap<MessageKey, (u64, u64)> = HashMap::new();
+    for r in receipts {
+        let e = spans
+            .entry(r.key)
+            .or_insert((r.kernel_wall_ns, r.kernel_wall_ns));
+        e.0 = e.0.min(r.kernel_wall_ns);
+        e.1 = e.1.max(r.kernel_wall_ns);
+    }
+    let mut skews: Vec<u64> = spans.values().map(|(lo, hi)| hi - lo).collect();
+    skews.sort_unstable();
+    skews.get(skews.len() / 2).copied().unwrap_or(0)
 }
 
 fn opened_in(path: &Path) -> usize {
@@ -126,7 +161,8 @@ fn one_round(
     let cpu = process_cpu(child.0.id())? - before;
     let peak = peak_rss_kib(child.0.id());
     drop(child);
-    let mut delays = receipts_in(&log);
+    let receipts = receipts_in(&log);
+    let mut delays: Vec<u64> = receipts.iter().map(|r| r.delivery_ns).collect();
     delays.sort_unstable();
     let at = |q: f64| delays[((delays.len() - 1) as f64 * q) as usize];
     Ok(Round {
@@ -134,6 +170,7 @@ fn one_round(
         peak_rss_kib: peak,
         delivery_p50_ns: at(0.5),
         delivery_p99_ns: at(0.99),
+        kernel_skew_p50_ns: kernel_skew_p50(&receipts),
     })
 }
 
@@ -179,23 +216,25 @@ pub fn run(
         "probe cost: {connections} connections, {broadcasts} broadcasts {interval:?} apart, one release agent, median of {rounds} rounds (builds interleaved)\n"
     );
     println!(
-        "| probe build | CPU per receipt | ÷ first | peak RSS per connection | delivery p50 | delivery p99 |"
+        "| probe build | CPU per receipt | ÷ first | peak RSS per connection | delivery p50 | delivery p99 | skew at kernel stamps p50 |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     let first = median(results[0].iter().map(|r| r.cpu_per_receipt_ns).collect());
     for (probe, rs) in probes.iter().zip(&results) {
         let cpu = median(rs.iter().map(|r| r.cpu_per_receipt_ns).collect());
         let rss = median(rs.iter().map(|r| r.peak_rss_kib as f64).collect());
         let p50 = median(rs.iter().map(|r| r.delivery_p50_ns as f64).collect());
         let p99 = median(rs.iter().map(|r| r.delivery_p99_ns as f64).collect());
+        let skew = median(rs.iter().map(|r| r.kernel_skew_p50_ns as f64).collect());
         println!(
-            "| {} | {:.2} µs | {:.2} | {:.1} KiB | {:.1} µs | {:.1} µs |",
+            "| {} | {:.2} µs | {:.2} | {:.1} KiB | {:.1} µs | {:.1} µs | {:.1} µs |",
             probe.display(),
             cpu / 1e3,
             cpu / first,
             rss / f64::from(connections),
             p50 / 1e3,
-            p99 / 1e3
+            p99 / 1e3,
+            skew / 1e3
         );
     }
     Ok(())

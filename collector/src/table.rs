@@ -347,6 +347,15 @@ pub fn render(r: &Report) -> String {
                 p.name, p.tls_unverified, p.tls_connections
             );
         }
+        if p.deflate_connections > 0 {
+            let _ = writeln!(
+                out,
+                "  {:<16} permessage-deflate on {} of {} connection opening(s): the server compressed what it sent them",
+                p.name,
+                p.deflate_connections,
+                p.connections + p.reconnects
+            );
+        }
         match p.ended {
             RunEnd::Stopped => {}
             RunEnd::LogFull => {

@@ -10,7 +10,9 @@
 //! - records and their framing: [`stamp`], [`record`], [`log`];
 //! - what crosses the network, as bytes: [`identity`] (which broadcast a
 //!   payload is), [`time_exchange`] (the UDP time packets),
-//!   [`client_frames`] (what WebSocket clients send a hub), [`chrony`] (what
+//!   [`client_frames`] (what WebSocket clients send a hub), [`server_frames`]
+//!   (what a server sends its clients), [`permessage_deflate`] (compressed
+//!   messages and the handshake that agrees on them), [`chrony`] (what
 //!   `chronyc` prints), [`ingest`] (probes uploading their records);
 //! - [`tap`]: an unmodified server's outgoing TCP segments read back into
 //!   the WebSocket messages it sent each client, with capture times;
@@ -26,7 +28,9 @@ pub mod control_rate;
 pub mod identity;
 pub mod ingest;
 pub mod log;
+pub mod permessage_deflate;
 pub mod record;
+pub mod server_frames;
 pub mod stamp;
 pub mod tap;
 pub mod time_exchange;

@@ -362,6 +362,21 @@ pub enum ProbeRecord {
     /// `ConnectionOpened`: what was negotiated, and whether the server's
     /// certificate was checked (`--insecure` skips that, and reports say so).
     ConnectionTls(ConnectionTls),
+    /// A connection negotiated permessage-deflate, written right after its
+    /// `ConnectionOpened`: the server compresses what it sends it, as it
+    /// does for the browsers among its clients.
+    ConnectionDeflate(ConnectionDeflate),
+}
+
+/// What one probe connection's permessage-deflate agreed (RFC 7692).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ConnectionDeflate {
+    /// Connection index within this probe.
+    pub conn: u32,
+    /// The server compresses each message on its own (no context takeover).
+    pub server_no_context_takeover: bool,
+    /// The server's window bits, when it said (15 otherwise).
+    pub server_max_window_bits: Option<u8>,
 }
 
 /// How one probe connection's TLS went.

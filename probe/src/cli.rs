@@ -142,6 +142,14 @@ pub struct Args {
     #[arg(long = "subprotocol", value_name = "NAME")]
     pub subprotocol: Vec<String>,
 
+    /// Do not offer permessage-deflate. By default the probe offers it as
+    /// browsers do ('permessage-deflate; client_max_window_bits'), because a
+    /// server that compresses for its browsers then compresses for the probe
+    /// too, and the probe measures the fan-out they get. Each connection that
+    /// negotiated it is recorded, and reports count them.
+    #[arg(long)]
+    pub no_deflate: bool,
+
     /// For wss:// URLs: trust only the CA certificates in this PEM file (a
     /// private CA), instead of the device's system roots (/etc/ssl/certs).
     #[arg(long, value_name = "PEM")]
@@ -214,6 +222,7 @@ impl Args {
                 .map(|h| parse_header(h))
                 .collect::<Result<_, _>>()?,
             subprotocols: checked_subprotocols(self.subprotocol)?,
+            deflate: !self.no_deflate,
             ca_file: self.ca_file,
             insecure: self.insecure,
         })

@@ -59,6 +59,9 @@ pub struct ProbeConfig {
     pub headers: Vec<(String, String)>,
     /// Subprotocols to offer, in order of preference (`Sec-WebSocket-Protocol`).
     pub subprotocols: Vec<String>,
+    /// Offer permessage-deflate as browsers do, so a server that compresses
+    /// for its real clients compresses for the probe too.
+    pub deflate: bool,
     /// For `wss://`: trust only the CA certificates in this PEM file (a
     /// private CA), instead of the device's system roots.
     pub ca_file: Option<PathBuf>,
@@ -89,6 +92,7 @@ impl ProbeConfig {
             reconnect: false,
             headers: Vec::new(),
             subprotocols: Vec::new(),
+            deflate: true,
             ca_file: None,
             insecure: false,
         }

@@ -4,18 +4,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use skewscope_core::Stamp;
 use skewscope_core::control_rate::{CONTROL_BURST, CONTROL_PER_SECOND, ControlRate};
 use skewscope_core::identity::Identifier;
 use skewscope_core::record::{
-    ConnectionAddresses, ConnectionTls, ProbeConnectionClosed, ProbeConnectionFailed,
-    ProbeConnectionOpened, ProbeRecord, Receipt,
+    ConnectionAddresses, ConnectionDeflate, ConnectionTls, ProbeConnectionClosed,
+    ProbeConnectionFailed, ProbeConnectionOpened, ProbeRecord, Receipt,
 };
 use tokio::sync::{Semaphore, watch};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
-use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use crate::backoff::Backoff;
 use crate::recorder::Recorder;
@@ -32,7 +29,8 @@ pub const MAX_HANDSHAKES_IN_FLIGHT: usize = 256;
 /// are recorded; a server that never replies costs at most this long.
 pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
-use crate::handshake::Ws;
+use crate::handshake::Framing;
+use crate::wire::{Incoming, Wire, code};
 
 /// How far connecting has got, for [`crate::RunningProbe::connected`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -57,6 +55,7 @@ pub(crate) struct Settings {
     /// The upgrade: the URL with `?probe=NAME` appended, headers, subprotocols.
     pub(crate) upgrade: crate::handshake::Upgrade,
     pub(crate) ws_config: WebSocketConfig,
+    pub(crate) framing: Framing,
     pub(crate) connect_timeout: Duration,
     pub(crate) count: Option<u64>,
     /// Open a lost connection again (`--reconnect`).
@@ -100,11 +99,12 @@ impl Connection {
             };
             match dialed {
                 Ok(Dialed {
-                    mut ws,
+                    mut wire,
                     last_rx,
                     agent_conn,
                     at,
                     tls,
+                    deflate,
                 }) => {
                     recorder.record(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
                         conn: index,
@@ -119,7 +119,14 @@ impl Connection {
                             verified: tls.verified,
                         }));
                     }
-                    if let Some(addresses) = addresses_of(&ws, index) {
+                    if let Some(d) = deflate {
+                        recorder.record(ProbeRecord::ConnectionDeflate(ConnectionDeflate {
+                            conn: index,
+                            server_no_context_takeover: d.server_no_context_takeover,
+                            server_max_window_bits: d.server_max_window_bits,
+                        }));
+                    }
+                    if let Some(addresses) = addresses_of(&wire, index) {
                         recorder.record(ProbeRecord::ConnectionAddresses(addresses));
                     }
                     counted = counted.opened(&progress);
@@ -133,7 +140,7 @@ impl Connection {
                         last_rx,
                     };
                     let ended =
-                        receive(&mut ws, &mut receipts, &mut shutdown, settings.count).await;
+                        receive(&mut wire, &mut receipts, &mut shutdown, settings.count).await;
                     received = receipts.received;
                     recorder.record(ProbeRecord::ConnectionClosed(ProbeConnectionClosed {
                         conn: index,
@@ -225,7 +232,7 @@ impl Ended {
 /// kernel-stamp handle, the agent's id for it, and when the upgrade completed.
 /// An opened connection, as [`dial`] hands it over.
 struct Dialed {
-    ws: Ws,
+    wire: Wire,
     last_rx: LastRx,
     /// The agent's id for it, when the server is a skewscope agent.
     agent_conn: Option<u64>,
@@ -233,6 +240,8 @@ struct Dialed {
     at: Stamp,
     /// What TLS negotiated, for `wss://`.
     tls: Option<crate::handshake::TlsInfo>,
+    /// What the server accepted of permessage-deflate.
+    deflate: Option<skewscope_core::permessage_deflate::Accepted>,
 }
 
 async fn dial(settings: &Settings) -> Result<Dialed, String> {
@@ -242,16 +251,20 @@ async fn dial(settings: &Settings) -> Result<Dialed, String> {
         .await
         .map_err(|_| "the probe is shutting down".to_owned())?;
     let connect = async {
-        let up = settings.upgrade.connect(settings.ws_config).await?;
+        let up = settings
+            .upgrade
+            .connect(settings.ws_config, settings.framing)
+            .await?;
         Ok::<_, String>(up)
     };
     match tokio::time::timeout(settings.connect_timeout, connect).await {
         Ok(Ok(up)) => Ok(Dialed {
             agent_conn: request::agent_conn(&up.response),
             at: skewscope_os::clock::now(),
-            ws: up.ws,
+            wire: up.wire,
             last_rx: up.last_rx,
             tls: up.tls,
+            deflate: up.deflate,
         }),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(format!(
@@ -263,8 +276,8 @@ async fn dial(settings: &Settings) -> Result<Dialed, String> {
 
 /// The connection's two socket addresses, for joining it to the server's
 /// side of the same connection.
-fn addresses_of(ws: &Ws, conn: u32) -> Option<ConnectionAddresses> {
-    let stamped = match ws.get_ref() {
+fn addresses_of(wire: &Wire, conn: u32) -> Option<ConnectionAddresses> {
+    let stamped = match wire.get_ref() {
         tokio_tungstenite::MaybeTlsStream::Plain(s) => s,
         tokio_tungstenite::MaybeTlsStream::Rustls(tls) => tls.get_ref().0,
         _ => return None,
@@ -321,18 +334,9 @@ impl Receipts {
     }
 }
 
-/// The payload of a data message; `None` for control frames, which are not receipts.
-fn payload(message: &Message) -> Option<&[u8]> {
-    match message {
-        Message::Text(text) => Some(text.as_bytes()),
-        Message::Binary(bytes) => Some(bytes),
-        _ => None,
-    }
-}
-
 /// Receives until the count is reached, the server goes, or the run stops.
 async fn receive(
-    ws: &mut Ws,
+    wire: &mut Wire,
     receipts: &mut Receipts,
     shutdown: &mut Shutdown,
     count: Option<u64>,
@@ -343,112 +347,93 @@ async fn receive(
     let mut control = ControlRate::new(skewscope_os::clock::mono_ns());
     loop {
         tokio::select! {
-            next = ws.next() => {
+            next = wire.next() => {
                 // The frame is complete: stamp before anything else touches it.
                 let at = arrival();
                 match next {
-                    Some(Ok(Message::Close(frame))) => {
-                        finish_close(ws).await;
-                        return Ended::Lost(server_closed(frame.as_ref()));
-                    }
-                    Some(Ok(Message::Ping(_) | Message::Pong(_)))
-                        if !control.allow(skewscope_os::clock::mono_ns()) =>
-                    {
-                        // No drain: reading on is what the flood costs.
-                        let frame = CloseFrame {
-                            code: CloseCode::Policy,
-                            reason: Utf8Bytes::from_static("too many control frames"),
-                        };
-                        let _ = tokio::time::timeout(CLOSE_GRACE, ws.close(Some(frame))).await;
-                        return Ended::Lost(format!(
-                            "the server sent control frames faster than {CONTROL_PER_SECOND} a second (after a burst of {CONTROL_BURST}); closed with 1008"
-                        ));
-                    }
-                    Some(Ok(message)) => {
-                        let Some(data) = payload(&message) else { continue };
-                        receipts.record(data, at);
+                    Some(Ok(Incoming::Message { payload })) => {
+                        receipts.record(&payload, at);
                         if count.is_some_and(|k| receipts.received >= k) {
-                            close(ws, CloseCode::Normal, "count reached", None).await;
+                            close(wire, code::NORMAL, "count reached", None).await;
                             return Ended::CountReached;
                         }
+                    }
+                    Some(Ok(Incoming::Control)) => {
+                        if !control.allow(skewscope_os::clock::mono_ns()) {
+                            // No drain: reading on is what the flood costs.
+                            let _ = tokio::time::timeout(
+                                CLOSE_GRACE,
+                                wire.send_close(code::POLICY, "too many control frames"),
+                            )
+                            .await;
+                            return Ended::Lost(format!(
+                                "the server sent control frames faster than {CONTROL_PER_SECOND} a second (after a burst of {CONTROL_BURST}); closed with 1008"
+                            ));
+                        }
+                    }
+                    Some(Ok(Incoming::Close(frame))) => {
+                        // Echo its code (RFC 6455 §5.5.1), then let it end the TCP connection.
+                        let echo = frame.as_ref().map_or(code::NORMAL, |(c, _)| *c);
+                        let _ = tokio::time::timeout(CLOSE_GRACE, wire.send_close(echo, "")).await;
+                        drain(wire, None).await;
+                        return Ended::Lost(server_closed(frame.as_ref()));
                     }
                     Some(Err(e)) => {
                         // A protocol error is answered with a Close frame
                         // saying so (RFC 6455 §7.1.7), not a bare TCP drop.
-                        if let Some(frame) = close_for(&e) {
-                            let _ = tokio::time::timeout(CLOSE_GRACE, ws.close(Some(frame))).await;
+                        if let Some((code, why)) = e.close_code() {
+                            let _ = tokio::time::timeout(CLOSE_GRACE, wire.send_close(code, why)).await;
                         }
                         return Ended::Lost(e.to_string());
                     }
-                    None => return Ended::Lost("server closed".to_owned()),
+                    None => {
+                        return Ended::Lost(
+                            "the connection ended without a closing handshake (no Close frame)"
+                                .to_owned(),
+                        );
+                    }
                 }
             }
             reason = &mut stopped => {
-                close(ws, CloseCode::Away, "probe stopped", Some(receipts)).await;
+                close(wire, code::AWAY, "probe stopped", Some(receipts)).await;
                 return Ended::Stopped(reason.to_string());
             }
         }
     }
 }
 
-/// The Close frame a read error calls for: 1002 for a protocol error, 1009
-/// for a message or frame over `--max-message`, 1007 for text that is not
-/// UTF-8; `None` for a broken socket (nothing to say it on).
-fn close_for(error: &tokio_tungstenite::tungstenite::Error) -> Option<CloseFrame> {
-    use tokio_tungstenite::tungstenite::Error;
-    let (code, reason) = match error {
-        Error::Protocol(_) => (CloseCode::Protocol, "protocol error"),
-        Error::Capacity(_) => (CloseCode::Size, "message too big"),
-        Error::Utf8(_) => (CloseCode::Invalid, "invalid UTF-8"),
-        _ => return None,
-    };
-    Some(CloseFrame {
-        code,
-        reason: Utf8Bytes::from_static(reason),
-    })
-}
-
 /// Sends a close frame, then reads until the server's close reply (at most
 /// [`CLOSE_GRACE`]). Data that arrives meanwhile was sent before the server saw
 /// our close: it is recorded when `keep` is given (a stop must lose nothing
 /// received) and dropped otherwise (the count is already reached).
-async fn close(ws: &mut Ws, code: CloseCode, why: &'static str, mut keep: Option<&mut Receipts>) {
-    let frame = CloseFrame {
-        code,
-        reason: Utf8Bytes::from_static(why),
-    };
+async fn close(wire: &mut Wire, code: u16, why: &'static str, keep: Option<&mut Receipts>) {
     // A failure here means the socket is already gone; the drain below ends at once.
-    let _ = ws.close(Some(frame)).await;
+    let _ = tokio::time::timeout(CLOSE_GRACE, wire.send_close(code, why)).await;
+    drain(wire, keep).await;
+}
+
+/// Reads until the server's close or the end of the stream, at most
+/// [`CLOSE_GRACE`], recording messages into `keep` when given.
+async fn drain(wire: &mut Wire, mut keep: Option<&mut Receipts>) {
     let drain = async {
-        while let Some(Ok(message)) = ws.next().await {
+        while let Some(Ok(incoming)) = wire.next().await {
             let at = arrival();
-            if let (Some(receipts), Some(data)) = (keep.as_deref_mut(), payload(&message)) {
-                receipts.record(data, at);
+            match (incoming, keep.as_deref_mut()) {
+                (Incoming::Close(_), _) => break,
+                (Incoming::Message { payload }, Some(receipts)) => receipts.record(&payload, at),
+                _ => {}
             }
         }
     };
     let _ = tokio::time::timeout(CLOSE_GRACE, drain).await;
 }
 
-/// Completes a close the server started: tungstenite queued our reply, and
-/// reading on until the stream ends sends it.
-async fn finish_close(ws: &mut Ws) {
-    let drain = async { while ws.next().await.is_some() {} };
-    let _ = tokio::time::timeout(CLOSE_GRACE, drain).await;
-}
-
 /// The close reason for a close frame from the server.
-fn server_closed(frame: Option<&CloseFrame>) -> String {
+fn server_closed(frame: Option<&(u16, String)>) -> String {
     match frame {
         None => "server closed".to_owned(),
-        Some(frame) if frame.reason.is_empty() => {
-            format!("server closed (code {})", u16::from(frame.code))
-        }
-        Some(frame) => format!(
-            "server closed (code {}: {})",
-            u16::from(frame.code),
-            frame.reason.as_str()
-        ),
+        Some((code, reason)) if reason.is_empty() => format!("server closed (code {code})"),
+        Some((code, reason)) => format!("server closed (code {code}: {reason})"),
     }
 }
 
@@ -457,24 +442,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_data_messages_have_payloads() {
-        assert_eq!(payload(&Message::text("hi")), Some(&b"hi"[..]));
-        assert_eq!(payload(&Message::binary(vec![1, 2])), Some(&[1u8, 2][..]));
-        assert_eq!(payload(&Message::Ping(Default::default())), None);
-        assert_eq!(payload(&Message::Pong(Default::default())), None);
-        assert_eq!(payload(&Message::Close(None)), None);
-    }
-
-    #[test]
     fn close_reasons_name_the_server_code() {
         assert_eq!(server_closed(None), "server closed");
-        let bye = CloseFrame {
-            code: CloseCode::Away,
-            reason: Utf8Bytes::from_static("restart"),
-        };
+        let bye = (1001, "restart".to_owned());
         assert_eq!(
             server_closed(Some(&bye)),
             "server closed (code 1001: restart)"
+        );
+        assert_eq!(
+            server_closed(Some(&(1000, String::new()))),
+            "server closed (code 1000)"
         );
     }
 }

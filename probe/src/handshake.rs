@@ -6,8 +6,13 @@
 //! line, `Location`, `WWW-Authenticate`, the start of the body, or that a
 //! `ws://` URL reached a TLS port.
 //!
-//! Strict where RFC 6455 §4.1 is: a response that accepts an extension the
-//! probe never offered fails the connection, with a Close frame (1002).
+//! permessage-deflate is offered as browsers offer it (unless `--no-deflate`),
+//! so a server that compresses for its real clients compresses for the
+//! probe too; frames are then read by [`crate::wire`], not tungstenite.
+//!
+//! Strict where RFC 6455 §4.1 and RFC 7692 §5 are: a response that accepts
+//! an extension the probe never offered, or permessage-deflate with a
+//! parameter it does not define, fails the connection with a Close (1002).
 //!
 //! `wss://` runs TLS ([`crate::tls`]) over the same kernel-stamped socket:
 //! a message's stamp is still its last TCP segment's arrival.
@@ -15,19 +20,20 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use futures_util::SinkExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Error as WsError;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::handshake::client::Response;
 use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue, header};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
-use tokio_tungstenite::tungstenite::{Error as WsError, Message};
-use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::{Connector, MaybeTlsStream};
 
+use crate::after_upgrade::Recording;
 use crate::request;
 use crate::tls::{Trust, client_config};
+use crate::wire::{Wire, code};
+use skewscope_core::permessage_deflate::{Accepted, BROWSER_OFFER, read_answer};
 use skewscope_os::rx_stamp::{LastRx, RxStamped};
 
 /// Redirects followed at most, as browsers bound them.
@@ -35,9 +41,6 @@ pub const MAX_REDIRECTS: usize = 5;
 
 /// How long to wait for a first answer when diagnosing a failed upgrade.
 const SNIFF_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// A probe's upgraded stream, plain or TLS.
-pub(crate) type Ws = WebSocketStream<MaybeTlsStream<RxStamped>>;
 
 /// What a TLS connection negotiated.
 #[derive(Clone, Debug)]
@@ -58,6 +61,8 @@ pub(crate) struct Upgrade {
     pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
     /// Subprotocols offered, in order.
     pub(crate) subprotocols: Vec<String>,
+    /// Offer permessage-deflate as browsers do.
+    pub(crate) deflate: bool,
     /// Whom `wss://` connections trust.
     pub(crate) trust: Trust,
     /// The TLS client configuration, made at the first `wss://` upgrade.
@@ -66,11 +71,22 @@ pub(crate) struct Upgrade {
 
 /// An upgraded connection.
 pub(crate) struct Upgraded {
-    pub(crate) ws: Ws,
+    pub(crate) wire: Wire,
     pub(crate) last_rx: LastRx,
     pub(crate) response: Response,
     /// Set for `wss://`.
     pub(crate) tls: Option<TlsInfo>,
+    /// What the server accepted of permessage-deflate.
+    pub(crate) deflate: Option<Accepted>,
+}
+
+/// How frames are read once a connection is upgraded.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Framing {
+    /// Largest message taken (`--max-message`), compressed or inflated.
+    pub(crate) max_message: usize,
+    /// Bytes per read.
+    pub(crate) read_buffer: usize,
 }
 
 impl Upgrade {
@@ -109,6 +125,7 @@ impl Upgrade {
             name: config.name.clone(),
             headers,
             subprotocols: config.subprotocols.clone(),
+            deflate: config.deflate,
             trust,
             tls: OnceLock::new(),
         };
@@ -124,7 +141,11 @@ impl Upgrade {
     }
 
     /// Connects and upgrades, following redirects.
-    pub(crate) async fn connect(&self, ws_config: WebSocketConfig) -> Result<Upgraded, String> {
+    pub(crate) async fn connect(
+        &self,
+        ws_config: WebSocketConfig,
+        settings: Framing,
+    ) -> Result<Upgraded, String> {
         let mut url = self.url.clone();
         let mut headers = self.headers.clone();
         let mut dropped_credentials = false;
@@ -135,6 +156,12 @@ impl Upgrade {
                 .map_err(|e| e.to_string())?;
             for (name, value) in &headers {
                 request.headers_mut().append(name.clone(), value.clone());
+            }
+            if self.deflate {
+                request.headers_mut().insert(
+                    header::SEC_WEBSOCKET_EXTENSIONS,
+                    HeaderValue::from_static(BROWSER_OFFER),
+                );
             }
             if !self.subprotocols.is_empty() {
                 let offered = HeaderValue::from_str(&self.subprotocols.join(", "))
@@ -150,36 +177,43 @@ impl Upgrade {
             // Receipt time is the point: never let Nagle hold our close or pong back.
             let _ = stream.set_nodelay(true);
             let (stream, last_rx) = RxStamped::new(stream);
-            let (connector, verified) = if request::is_tls(&url) {
+            let tls = request::is_tls(&url);
+            let (stream, verified) = if tls {
                 let (config, verified) = self.tls_config()?;
-                (Connector::Rustls(config), verified)
+                match tls_connect(config, &host, stream).await {
+                    Ok(stream) => (stream, verified),
+                    Err(e) => return Err(diagnose(&url, &host, port, WsError::Io(e)).await),
+                }
             } else {
-                (Connector::Plain, false)
+                (MaybeTlsStream::Plain(stream), false)
             };
-            match tokio_tungstenite::client_async_tls_with_config(
+            match tokio_tungstenite::client_async_with_config(
                 request,
-                stream,
+                Recording::new(stream),
                 Some(ws_config),
-                Some(connector),
             )
             .await
             {
-                Ok((mut ws, response)) => {
-                    if let Some(extensions) =
-                        response.headers().get(header::SEC_WEBSOCKET_EXTENSIONS)
-                    {
-                        let close = CloseFrame {
-                            code: CloseCode::Protocol,
-                            reason: "extension not offered".into(),
-                        };
-                        let _ = ws.send(Message::Close(Some(close))).await;
-                        return Err(format!(
-                            "the server accepted an extension the probe never offered ({}): \
-                             RFC 6455 §4.1 requires failing the connection",
-                            String::from_utf8_lossy(extensions.as_bytes())
-                        ));
-                    }
-                    let tls = match ws.get_ref() {
+                Ok((ws, response)) => {
+                    let (stream, after_upgrade) = ws.into_inner().into_parts();
+                    let answer: Vec<&str> = response
+                        .headers()
+                        .get_all(header::SEC_WEBSOCKET_EXTENSIONS)
+                        .iter()
+                        .map(|v| v.to_str().unwrap_or("?"))
+                        .collect();
+                    let deflate = match read_answer(&answer, self.deflate) {
+                        Ok(deflate) => deflate,
+                        Err(e) => {
+                            let mut wire = Wire::new(stream, &[], None, settings.max_message, 16);
+                            let _ = wire.send_close(code::PROTOCOL, "bad extension").await;
+                            return Err(format!(
+                                "{e} ({}): RFC 6455 §4.1 requires failing the connection",
+                                answer.join(", ")
+                            ));
+                        }
+                    };
+                    let tls = match &stream {
                         MaybeTlsStream::Rustls(stream) => {
                             let session = stream.get_ref().1;
                             Some(TlsInfo {
@@ -194,11 +228,19 @@ impl Upgrade {
                         }
                         _ => None,
                     };
+                    let wire = Wire::new(
+                        stream,
+                        &after_upgrade,
+                        deflate,
+                        settings.max_message,
+                        settings.read_buffer,
+                    );
                     return Ok(Upgraded {
-                        ws,
+                        wire,
                         last_rx,
                         response,
                         tls,
+                        deflate,
                     });
                 }
                 Err(WsError::Http(response)) if response.status().is_redirection() => {
@@ -244,6 +286,22 @@ impl Upgrade {
         }
         unreachable!("the loop returns by its last hop")
     }
+}
+
+/// TLS over the kernel-stamped socket, for the server named `host`.
+async fn tls_connect(
+    config: Arc<rustls::ClientConfig>,
+    host: &str,
+    stream: RxStamped,
+) -> std::io::Result<MaybeTlsStream<RxStamped>> {
+    // rustls names an IPv6 server without the URL's brackets.
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let name = rustls_pki_types::ServerName::try_from(bare.to_owned())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let stream = tokio_rustls::TlsConnector::from(config)
+        .connect(name, stream)
+        .await?;
+    Ok(MaybeTlsStream::Rustls(stream))
 }
 
 /// What a server answered instead of upgrading.

@@ -27,6 +27,7 @@
 
 #![forbid(unsafe_code)]
 
+mod after_upgrade;
 mod backoff;
 pub mod cli;
 mod clock_watch;
@@ -42,6 +43,7 @@ mod spool;
 mod time_exchange;
 mod tls;
 mod uploader;
+mod wire;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -65,16 +67,11 @@ pub use uploader::UploadState;
 use connection::{Connection, Progress, Settings};
 use recorder::Recorder;
 
-/// Read buffer per connection. tungstenite zero-fills the whole buffer before
-/// every read (tungstenite-rs issue 547), so its 128 KiB default cost a
-/// 128 KiB memset per received message: 30 % of a probe's CPU at 5,000
-/// connections. Broadcast messages are far smaller; larger frames still
-/// arrive whole, over several reads.
+/// Read buffer per connection. Broadcast messages are far smaller; larger
+/// frames still arrive whole, over several reads. (tungstenite, which reads
+/// only the upgrade now, zero-filled its 128 KiB default before every read:
+/// 30 % of a probe's CPU at 5,000 connections.)
 const READ_BUFFER_BYTES: usize = 4 * 1024;
-/// Most bytes one connection may owe its server (pongs, a close) before
-/// tungstenite stops buffering more: a server that pings and never reads
-/// cannot grow the probe. Past it only the latest pong is kept.
-const MAX_OWED_BYTES: usize = 1024 * 1024;
 
 /// A probe run in progress: its connections are tasks on the current tokio
 /// runtime and its log is written by a dedicated thread.
@@ -244,11 +241,12 @@ impl RunningProbe {
 
         let settings = Arc::new(Settings {
             upgrade: handshake::Upgrade::new(url, &config)?,
-            ws_config: WebSocketConfig::default()
-                .read_buffer_size(READ_BUFFER_BYTES)
-                .max_write_buffer_size(MAX_OWED_BYTES)
-                .max_message_size(Some(config.max_message))
-                .max_frame_size(Some(config.max_message)),
+            // tungstenite reads only the upgrade's response.
+            ws_config: WebSocketConfig::default().read_buffer_size(READ_BUFFER_BYTES),
+            framing: handshake::Framing {
+                max_message: config.max_message,
+                read_buffer: READ_BUFFER_BYTES,
+            },
             connect_timeout: config.connect_timeout,
             count: config.count,
             reconnect: config.reconnect,

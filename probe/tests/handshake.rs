@@ -1,8 +1,9 @@
 //! The probe connecting the way real clients do, against real servers: a
 //! Python `websockets` server (Debian's, which `./test` installs) that
-//! wants a token and a subprotocol; a redirect in front of it; a TLS port;
-//! and a server that accepts an extension nobody offered. Each failure must
-//! say what the server answered.
+//! wants a token and a subprotocol, and one that compresses (permessage-
+//! deflate) as it does for browsers; a redirect in front of it; a TLS port;
+//! and hand-written servers whose answers a client must refuse. Each failure
+//! must say what the server answered.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -84,9 +85,21 @@ fn run_python(dir: &Path, file: &str, source: &str, args: &[&Path]) -> (Server, 
 }
 
 fn probe(dir: &Path, url: &str, extra: &[&str]) -> (Output, Vec<ProbeRecord>) {
+    probe_counting(dir, url, 3, extra)
+}
+
+/// A probe run that ends after `count` messages per connection.
+fn probe_counting(dir: &Path, url: &str, count: u32, extra: &[&str]) -> (Output, Vec<ProbeRecord>) {
     let out = dir.join(format!("probe-{}.sklog", fastrand_name()));
     let o = Command::new(env!("CARGO_BIN_EXE_skewscope-probe"))
-        .args(["--url", url, "--count", "3", "--connect-timeout", "5s"])
+        .args([
+            "--url",
+            url,
+            "--count",
+            &count.to_string(),
+            "--connect-timeout",
+            "5s",
+        ])
         .args(["--no-time-exchange", "--out"])
         .arg(&out)
         .args(extra)
@@ -240,41 +253,194 @@ fn redirect_loops_tls_ports_and_unoffered_extensions_fail_with_what_was_answered
     assert!(stderr(&o).contains("answered in TLS"), "{}", stderr(&o));
     assert!(stderr(&o).contains("wss://"), "{}", stderr(&o));
 
-    // A server that accepts permessage-deflate though nobody offered it:
-    // the probe fails the connection with a Close frame, 1002.
+    // A server that accepts permessage-deflate though nobody offered it
+    // (--no-deflate): the probe fails the connection with a Close frame, 1002.
     let (port, server) = raw_server("Sec-WebSocket-Extensions: permessage-deflate\r\n", &[]);
-    let (o, _) = probe(dir.path(), &format!("ws://127.0.0.1:{port}/ws"), &[]);
+    let url = format!("ws://127.0.0.1:{port}/ws");
+    let (o, _) = probe(dir.path(), &url, &["--no-deflate"]);
     assert!(
-        stderr(&o).contains("accepted an extension the probe never offered (permessage-deflate)"),
+        stderr(&o).contains("accepted an extension the client never offered: permessage-deflate"),
         "{}",
         stderr(&o)
     );
-    assert_eq!(server.join().unwrap(), 1002);
+    let (code, request) = server.join().unwrap();
+    assert_eq!(code, 1002);
+    assert!(!request.contains("sec-websocket-extensions"), "{request}");
 
     // A frame with a reserved bit set (RSV1, as compression would without
     // having been agreed): a protocol error, answered with 1002, not a drop.
     let (port, server) = raw_server("", &[0xC1, 0x02, b'h', b'i']);
-    let (_, records) = probe(dir.path(), &format!("ws://127.0.0.1:{port}/ws"), &[]);
-    assert_eq!(server.join().unwrap(), 1002);
-    let closed = records.iter().find_map(|r| match r {
+    let url = format!("ws://127.0.0.1:{port}/ws");
+    let (_, records) = probe(dir.path(), &url, &["--no-deflate"]);
+    assert_eq!(server.join().unwrap().0, 1002);
+    assert!(
+        close_reason(&records).is_some_and(|r| r.contains("reserved bit")),
+        "{:?}",
+        close_reason(&records)
+    );
+}
+
+/// Why the first connection closed, from its log.
+fn close_reason(records: &[ProbeRecord]) -> Option<String> {
+    records.iter().find_map(|r| match r {
         ProbeRecord::ConnectionClosed(c) => Some(c.reason.clone()),
         _ => None,
-    });
+    })
+}
+
+/// "hi", compressed as a permessage-deflate server sends it (raw deflate,
+/// the sync flush's `00 00 ff ff` tail taken off), in a final text frame
+/// with RSV1 set.
+const COMPRESSED_HI: &[u8] = &[0xC1, 0x04, 0xca, 0xc8, 0x04, 0x00];
+/// 1,000 zero bytes, compressed to 11: a bomb for a probe taking 100.
+const COMPRESSED_ZEROS: &[u8] = &[
+    0xC2, 0x0b, 0x62, 0x60, 0x18, 0x05, 0xa3, 0x60, 0x14, 0x0c, 0x77, 0x00, 0x00,
+];
+
+#[test]
+fn permessage_deflate_is_offered_as_browsers_do_and_its_answer_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let accepted = "Sec-WebSocket-Extensions: permessage-deflate\r\n";
+
+    // Offered by default; a compressed message is inflated and recorded.
+    let (port, server) = raw_server(accepted, COMPRESSED_HI);
+    let url = format!("ws://127.0.0.1:{port}/ws");
+    let (o, records) = probe_counting(dir.path(), &url, 1, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (code, request) = server.join().unwrap();
+    assert_eq!(code, 1000, "a normal close after --count");
     assert!(
-        closed
-            .as_deref()
-            .is_some_and(|r| r.contains("Reserved bits are non-zero")),
-        "{closed:?}"
+        request.contains("sec-websocket-extensions: permessage-deflate; client_max_window_bits"),
+        "{request}"
     );
+    let lens: Vec<u32> = records
+        .iter()
+        .filter_map(|r| match r {
+            ProbeRecord::Receipt(r) => Some(r.len),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(lens, vec![2], "one receipt, of the inflated \"hi\"");
+    assert!(
+        records
+            .iter()
+            .any(|r| matches!(r, ProbeRecord::ConnectionDeflate(d) if d.conn == 0))
+    );
+
+    // Answers RFC 7692 says a client must fail: each with a Close, 1002.
+    for answer in [
+        "Sec-WebSocket-Extensions: permessage-deflate; mystery\r\n",
+        "Sec-WebSocket-Extensions: permessage-deflate; server_max_window_bits=20\r\n",
+        "Sec-WebSocket-Extensions: permessage-deflate, permessage-deflate\r\n",
+    ] {
+        let (port, server) = raw_server(answer, &[]);
+        let (o, _) = probe(dir.path(), &format!("ws://127.0.0.1:{port}/ws"), &[]);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains("RFC 6455 §4.1"), "{}", stderr(&o));
+        assert_eq!(server.join().unwrap().0, 1002, "{answer}");
+    }
+
+    // What does not inflate, or inflates past --max-message: 1002 and 1009.
+    for (then, code, says) in [
+        (&[0xC1, 0x02, 0xff, 0xff][..], 1002, "does not inflate"),
+        (COMPRESSED_ZEROS, 1009, "inflates past 100 bytes"),
+    ] {
+        let (port, server) = raw_server(accepted, then);
+        let url = format!("ws://127.0.0.1:{port}/ws");
+        let (_, records) = probe(dir.path(), &url, &["--max-message", "100"]);
+        assert_eq!(server.join().unwrap().0, code);
+        let reason = close_reason(&records);
+        assert!(
+            reason.as_deref().is_some_and(|r| r.contains(says)),
+            "{reason:?}"
+        );
+    }
+}
+
+/// A server as Python websockets serves by default: permessage-deflate on
+/// for the clients that offer it, compressing each connection's messages
+/// with context takeover. It notes what each connection negotiated.
+const COMPRESSING_SERVER: &str = r#"
+import asyncio, json, sys
+from websockets.asyncio.server import serve
+
+NOTES = sys.argv[1]
+
+async def handler(ws):
+    names = [e.name for e in ws.protocol.extensions]
+    with open(NOTES, "a") as f:
+        f.write(("deflate" if "permessage-deflate" in names else "plain") + "\n")
+    for i in range(20):
+        state = {"seq": i, "scene": "lobby", "cues": [{"light": n, "level": (i * 7 + n) % 100} for n in range(12)]}
+        await ws.send(json.dumps(state))
+    await ws.wait_closed()
+
+async def main():
+    async with serve(handler, "127.0.0.1", 0) as server:
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await asyncio.get_running_loop().create_future()
+
+asyncio.run(main())
+"#;
+
+#[test]
+fn a_compressing_server_sends_the_probe_what_it_sends_browsers_and_it_inflates_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let notes = dir.path().join("negotiated.txt");
+    let (_server, port) = run_python(dir.path(), "compressing.py", COMPRESSING_SERVER, &[&notes]);
+    let url = format!("ws://127.0.0.1:{port}/ws");
+    let two = ["--connections", "2"];
+    let (o, deflated) = probe_counting(dir.path(), &url, 20, &two);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (o, plain) = probe_counting(
+        dir.path(),
+        &url,
+        20,
+        &[&two[..], &["--no-deflate"]].concat(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let mut negotiated: Vec<String> = std::fs::read_to_string(&notes)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    negotiated.sort();
+    assert_eq!(negotiated, ["deflate", "deflate", "plain", "plain"]);
+    let deflate_records = |records: &[ProbeRecord]| {
+        records
+            .iter()
+            .filter(|r| matches!(r, ProbeRecord::ConnectionDeflate(_)))
+            .count()
+    };
+    assert_eq!(deflate_records(&deflated), 2);
+    assert_eq!(deflate_records(&plain), 0);
+
+    // Every connection got the same 20 messages: the inflated ones hash as
+    // the plain ones do, so a report joins both kinds of client.
+    let per_connection = |records: &[ProbeRecord], conn: u32| -> Vec<(u64, u32)> {
+        records
+            .iter()
+            .filter_map(|r| match r {
+                ProbeRecord::Receipt(r) if r.conn == conn => Some((r.hash, r.len)),
+                _ => None,
+            })
+            .collect()
+    };
+    let reference = per_connection(&plain, 0);
+    assert_eq!(reference.len(), 20);
+    for (records, conn) in [(&plain, 1), (&deflated, 0), (&deflated, 1)] {
+        assert_eq!(per_connection(records, conn), reference, "conn {conn}");
+    }
 }
 
 /// A hand-written WebSocket server for one connection: it answers the
 /// upgrade with `extra_headers`, sends `then`, and returns the close code of
-/// the Close frame the probe sends back.
+/// the Close frame the probe sends back, and the probe's request (lower case).
 fn raw_server(
     extra_headers: &'static str,
     then: &'static [u8],
-) -> (u16, std::thread::JoinHandle<u16>) {
+) -> (u16, std::thread::JoinHandle<(u16, String)>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let server = std::thread::spawn(move || {
@@ -298,12 +464,6 @@ fn raw_server(
                     .then(|| l[18..].trim().to_owned())
             })
             .unwrap();
-        assert!(
-            !text
-                .to_ascii_lowercase()
-                .contains("sec-websocket-extensions"),
-            "the probe offers no extension"
-        );
         let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
         write!(
             stream,
@@ -317,7 +477,8 @@ fn raw_server(
         stream.read_exact(&mut frame).unwrap();
         assert_eq!(frame[0], 0x88, "a final Close frame");
         let mask = [frame[2], frame[3], frame[4], frame[5]];
-        u16::from_be_bytes([frame[6] ^ mask[0], frame[7] ^ mask[1]])
+        let code = u16::from_be_bytes([frame[6] ^ mask[0], frame[7] ^ mask[1]]);
+        (code, text.to_ascii_lowercase())
     });
     (port, server)
 }

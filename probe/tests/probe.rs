@@ -251,7 +251,7 @@ async fn a_vanished_server_ends_the_run() {
     let closed = closed(&records);
     assert_eq!(closed.len(), 2);
     for c in &closed {
-        assert!(c.reason.contains("without closing handshake"), "{c:?}");
+        assert!(c.reason.contains("without a closing handshake"), "{c:?}");
     }
 }
 

@@ -340,6 +340,15 @@ fn probes(out: &mut String, r: &Report) {
         } else {
             String::new()
         };
+        let deflate = if p.deflate_connections > 0 {
+            format!(
+                "; compressed (permessage-deflate) on {} of {} connection(s)",
+                p.deflate_connections,
+                p.connections + p.reconnects
+            )
+        } else {
+            String::new()
+        };
         let ended = match p.ended {
             RunEnd::Stopped => "stopped",
             RunEnd::LogFull => r#"<b class="bad">--max-log-bytes reached</b>"#,
@@ -347,7 +356,7 @@ fn probes(out: &mut String, r: &Report) {
         };
         let _ = write!(
             out,
-            r#"<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class="{}">{}</td><td>{offset}</td><td>{claim}</td><td>{check}{}</td><td>{ended}{tls}</td></tr>"#,
+            r#"<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class="{}">{}</td><td>{offset}</td><td>{claim}</td><td>{check}{}</td><td>{ended}{deflate}{tls}</td></tr>"#,
             escape(&p.name),
             escape(&p.host),
             p.connections,

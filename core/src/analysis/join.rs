@@ -98,6 +98,9 @@ pub struct Probe {
     pub tls_connections: u64,
     /// Of those, opened without checking the server's certificate (`--insecure`).
     pub tls_unverified: u64,
+    /// Connections (openings) on which the server compressed its messages
+    /// (permessage-deflate negotiated).
+    pub deflate_connections: u64,
 }
 
 /// The agent run's identity.
@@ -448,6 +451,7 @@ fn connection_time(record: &ProbeRecord) -> Option<u64> {
         | ProbeRecord::Identity(_)
         | ProbeRecord::ConnectionAddresses(_)
         | ProbeRecord::ConnectionTls(_)
+        | ProbeRecord::ConnectionDeflate(_)
         | ProbeRecord::LogFull(_) => None,
     }
 }
@@ -545,6 +549,7 @@ fn collect_probes(probes: &[&[ProbeRecord]]) -> (Vec<Connection>, Vec<Probe>, Ve
                     info.tls_connections += 1;
                     info.tls_unverified += u64::from(!t.verified);
                 }
+                ProbeRecord::ConnectionDeflate(_) => info.deflate_connections += 1,
                 ProbeRecord::ConnectionAddresses(a) => {
                     if let Some(&i) = current.get(&a.conn) {
                         connections[i].addresses = Some((a.local.clone(), a.remote.clone()));
@@ -578,7 +583,8 @@ fn stamp_of(record: &ProbeRecord) -> Option<Stamp> {
         ProbeRecord::LogFull(l) => Some(l.at),
         ProbeRecord::Identity(_)
         | ProbeRecord::ConnectionAddresses(_)
-        | ProbeRecord::ConnectionTls(_) => None,
+        | ProbeRecord::ConnectionTls(_)
+        | ProbeRecord::ConnectionDeflate(_) => None,
     }
 }
 

@@ -624,7 +624,8 @@ fn wall_of(record: &ProbeRecord) -> Option<u64> {
         ProbeRecord::LogFull(l) => Some(l.at.wall_ns),
         ProbeRecord::Identity(_)
         | ProbeRecord::ConnectionAddresses(_)
-        | ProbeRecord::ConnectionTls(_) => None,
+        | ProbeRecord::ConnectionTls(_)
+        | ProbeRecord::ConnectionDeflate(_) => None,
     }
 }
 

@@ -106,6 +106,9 @@ pub struct ProbeSummary {
     /// Of those, without a check of the server's certificate (`--insecure`):
     /// anyone on the path could have been the server.
     pub tls_unverified: u64,
+    /// Connection openings on which the server compressed what it sent
+    /// (permessage-deflate, as it does for browsers).
+    pub deflate_connections: u64,
 }
 
 /// One broadcast among the worst by skew.
@@ -238,6 +241,7 @@ impl Report {
                 ended: p.ended,
                 tls_connections: p.tls_connections,
                 tls_unverified: p.tls_unverified,
+                deflate_connections: p.deflate_connections,
             })
             .collect();
         let mut seen = std::collections::HashSet::new();

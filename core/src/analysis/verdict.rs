@@ -259,6 +259,7 @@ mod tests {
             ended: crate::analysis::join::RunEnd::Stopped,
             tls_connections: 0,
             tls_unverified: 0,
+            deflate_connections: 0,
             clock: DeviceClockSummary {
                 time_samples: 5,
                 offset_ns: bound.map(|_| 0),

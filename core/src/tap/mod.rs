@@ -5,7 +5,7 @@
 //!
 //! - [`segment`]: an IP packet read as a TCP segment;
 //! - [`reassembly`]: one direction put back in order (resends, reordering);
-//! - [`server_frames`]: the server's WebSocket frames, as whole messages;
+//! - [`crate::server_frames`]: the server's WebSocket frames, as whole messages;
 //! - [`broadcasts`]: copies of one payload to many clients, as broadcasts.
 //!
 //! A connection is followed from the server's SYN-ACK: its HTTP response
@@ -15,20 +15,18 @@
 //! skipped, never decoded into nonsense.
 
 pub mod broadcasts;
-pub mod inflate;
 pub mod reassembly;
 pub mod segment;
-pub mod server_frames;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use crate::identity::Identifier;
+use crate::permessage_deflate::inflate::{self, Inflater};
 use crate::record::MessageKey;
-use inflate::Inflater;
+use crate::server_frames::{ServerEvent, ServerFrames};
 use reassembly::Reassembler;
 use segment::TcpSegment;
-use server_frames::{ServerEvent, ServerFrames};
 
 /// Longest HTTP response head followed before the connection is given up.
 pub const MAX_RESPONSE_HEAD: usize = 16 * 1024;
@@ -393,13 +391,19 @@ fn take(
             *phase = Phase::Ignored;
             return;
         }
-        let extensions = String::from_utf8_lossy(&head[..end])
+        let head_text = String::from_utf8_lossy(&head[..end]);
+        let extensions: Vec<&str> = head_text
             .lines()
-            .map(str::to_ascii_lowercase)
-            .filter(|l| l.starts_with("sec-websocket-extensions:"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let deflate = extensions.contains("permessage-deflate");
+            .filter_map(|l| l.split_once(':'))
+            .filter(|(name, _)| name.trim().eq_ignore_ascii_case("sec-websocket-extensions"))
+            .map(|(_, value)| value)
+            .collect();
+        // The client's offer is not seen here; an answer its client would
+        // have failed leaves the connection's messages unidentified.
+        let accepted = crate::permessage_deflate::read_answer(&extensions, true)
+            .ok()
+            .flatten();
+        let deflate = accepted.is_some();
         out.push(TapEvent::Opened {
             client,
             at_ns,
@@ -410,7 +414,7 @@ fn take(
         // compressed messages are counted, not identified.
         let room = (*gauges.inflaters + 1) * inflate::INFLATER_BYTES <= MAX_INFLATER_BYTES;
         let inflater = (deflate && room)
-            .then(|| Inflater::new(extensions.contains("server_no_context_takeover")));
+            .then(|| Inflater::new(accepted.is_some_and(|a| a.server_no_context_takeover)));
         *gauges.websockets += 1;
         *gauges.inflaters += usize::from(inflater.is_some());
         *phase = Phase::WebSocket {
@@ -463,11 +467,12 @@ fn take(
                     open_websockets,
                 });
             }
-            ServerEvent::Close => out.push(TapEvent::Closed {
+            ServerEvent::Close(_) => out.push(TapEvent::Closed {
                 client,
                 at_ns,
                 reason: "close frame",
             }),
+            ServerEvent::Ping(_) | ServerEvent::Pong => {}
         }
     }
     if broken {

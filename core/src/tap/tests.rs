@@ -4,9 +4,9 @@
 
 use super::segment::TcpFlags;
 use super::segment::build::packet;
-use super::server_frames::tests::frame;
 use super::*;
 use crate::identity::{TestMessage, encode_test_message};
+use crate::server_frames::tests::frame;
 
 const SERVER: &str = "127.0.0.1:8000";
 
@@ -264,7 +264,7 @@ fn garbage_after_the_upgrade_and_a_reset_mid_frame_end_only_that_connection() {
 
 #[test]
 fn compressed_copies_are_inflated_and_identified_alike() {
-    use super::inflate::build::Deflater;
+    use crate::permessage_deflate::inflate::build::Deflater;
     let mut tap = Tap::new(8000, 1 << 20);
     let mut out = Vec::new();
     const DEFLATE: &[u8] = b"HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Extensions: permessage-deflate; server_max_window_bits=15\r\n\r\n";
@@ -301,13 +301,19 @@ fn compressed_copies_are_inflated_and_identified_alike() {
     assert_eq!(hashes, vec![plain, plain]);
     let n = tap.counters();
     assert_eq!((n.inflated, n.compressed, n.broken), (3, 0, 0));
-    assert_eq!(tap.inflater_bytes(), 2 * super::inflate::INFLATER_BYTES);
+    assert_eq!(
+        tap.inflater_bytes(),
+        2 * crate::permessage_deflate::inflate::INFLATER_BYTES
+    );
     // A compressed message that does not inflate ends that connection only.
     let mut bad = frame(true, 1, &[0xff; 16]);
     bad[0] |= 0x40;
     b.send(&mut tap, &bad, 6, &mut out);
     assert_eq!(tap.counters().broken, 1);
-    assert_eq!(tap.inflater_bytes(), super::inflate::INFLATER_BYTES);
+    assert_eq!(
+        tap.inflater_bytes(),
+        crate::permessage_deflate::inflate::INFLATER_BYTES
+    );
 }
 
 #[test]

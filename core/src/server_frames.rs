@@ -1,7 +1,11 @@
 //! WebSocket frames a server sends (unmasked), read incrementally from a
-//! reassembled byte stream: whole messages, each with the capture time of
-//! the segment that carried its first byte and of the one that carried its
-//! last. Control frames are skipped; fragmented messages are put together.
+//! byte stream: whole messages, each with the time of the bytes that
+//! carried its first and its last byte, and the control frames between
+//! them. Fragmented messages are put together.
+//!
+//! The tap reads a server's stream with it leniently ([`ServerFrames::new`]);
+//! the probe, as the client it is, strictly ([`ServerFrames::for_client`]):
+//! reserved bits no extension gave meaning to are an error (RFC 6455 §5.2).
 
 /// Largest message followed by default; a larger one ends the connection's
 /// decoding (memory per connection stays bounded).
@@ -42,6 +46,10 @@ pub enum ServerFrameError {
     /// A message over the limit.
     #[error("a message over {0} bytes")]
     TooLarge(usize),
+    /// A reserved bit no negotiated extension defines: RSV2 or RSV3, or RSV1
+    /// without permessage-deflate, on a continuation or on a control frame.
+    #[error("a frame with a reserved bit set that no extension defines")]
+    ReservedBits,
 }
 
 /// What the reader found, in stream order.
@@ -49,8 +57,25 @@ pub enum ServerFrameError {
 pub enum ServerEvent {
     /// A complete data message.
     Message(TappedMessage),
-    /// The server sent a close frame.
-    Close,
+    /// A ping, with its payload (what the pong must echo).
+    Ping(Vec<u8>),
+    /// A pong.
+    Pong,
+    /// The server sent a close frame; its payload (code and reason, or empty).
+    Close(Vec<u8>),
+}
+
+/// How strictly the reserved bits are read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Strictness {
+    /// Whatever the server sets is taken as it is (the tap observes).
+    Lenient,
+    /// As a client must: RSV1 only with permessage-deflate negotiated, on a
+    /// message's first frame; RSV2 and RSV3 never.
+    Client {
+        /// permessage-deflate was negotiated.
+        deflate: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -64,10 +89,15 @@ enum State {
     Payload { frame: FrameHead, remaining: u64 },
 }
 
+/// A control frame's payload so far (at most 125 bytes).
+type ControlPayload = Vec<u8>;
+
 #[derive(Clone, Copy, Debug)]
 struct FrameHead {
     fin: bool,
     rsv1: bool,
+    /// RSV2 or RSV3.
+    rsv23: bool,
     opcode: u8,
 }
 
@@ -84,7 +114,9 @@ struct Partial {
 pub struct ServerFrames {
     state: State,
     message: Option<Partial>,
+    control: ControlPayload,
     max_message: usize,
+    strictness: Strictness,
 }
 
 impl ServerFrames {
@@ -97,7 +129,20 @@ impl ServerFrames {
                 first_at: None,
             },
             message: None,
+            control: Vec::new(),
             max_message,
+            strictness: Strictness::Lenient,
+        }
+    }
+
+    /// A reader for a client's own connection: as [`ServerFrames::new`], and
+    /// a reserved bit the handshake gave no meaning to is an error
+    /// (`deflate`: permessage-deflate was negotiated, so RSV1 marks a
+    /// compressed message).
+    pub fn for_client(max_message: usize, deflate: bool) -> ServerFrames {
+        ServerFrames {
+            strictness: Strictness::Client { deflate },
+            ..ServerFrames::new(max_message)
         }
     }
 
@@ -145,6 +190,9 @@ impl ServerFrames {
                             return Err(ServerFrameError::TooLarge(self.max_message));
                         }
                         m.payload.extend_from_slice(&bytes[..take]);
+                    } else {
+                        // At most 125 bytes: `begin` checked the length.
+                        self.control.extend_from_slice(&bytes[..take]);
                     }
                     bytes = &bytes[take..];
                     if done {
@@ -158,6 +206,12 @@ impl ServerFrames {
 
     /// A frame's header is read: start or continue its message.
     fn begin(&mut self, frame: FrameHead, len: u64, first_at: u64) -> Result<(), ServerFrameError> {
+        if let Strictness::Client { deflate } = self.strictness {
+            let first_data_frame = matches!(frame.opcode, 1 | 2);
+            if frame.rsv23 || (frame.rsv1 && !(deflate && first_data_frame)) {
+                return Err(ServerFrameError::ReservedBits);
+            }
+        }
         match frame.opcode {
             0 => {
                 if self.message.is_none() {
@@ -195,8 +249,12 @@ impl ServerFrames {
             first_at: None,
         };
         match frame.opcode {
-            8 => out.push(ServerEvent::Close),
-            9 | 10 => {}
+            8 => out.push(ServerEvent::Close(std::mem::take(&mut self.control))),
+            9 => out.push(ServerEvent::Ping(std::mem::take(&mut self.control))),
+            10 => {
+                self.control.clear();
+                out.push(ServerEvent::Pong);
+            }
             _ if frame.fin => {
                 let m = self.message.take().expect("a data frame has a message");
                 out.push(ServerEvent::Message(TappedMessage {
@@ -231,6 +289,7 @@ fn decode_header(head: &[u8]) -> Result<(FrameHead, u64), ServerFrameError> {
     let frame = FrameHead {
         fin: head[0] & 0x80 != 0,
         rsv1: head[0] & 0x40 != 0,
+        rsv23: head[0] & 0x30 != 0,
         opcode: head[0] & 0x0f,
     };
     let len = match head[1] & 0x7f {
@@ -270,7 +329,7 @@ pub(crate) mod tests {
                 ServerEvent::Message(m) => {
                     Some((m.payload.as_slice(), m.first_byte_ns, m.last_byte_ns))
                 }
-                ServerEvent::Close => None,
+                _ => None,
             })
             .collect()
     }
@@ -304,7 +363,64 @@ pub(crate) mod tests {
         r.push(&frame(true, 0, b"lo"), 3, &mut out).unwrap();
         r.push(&frame(true, 8, &[0x03, 0xe8]), 4, &mut out).unwrap();
         assert_eq!(messages(&out), vec![(&b"hello"[..], 1, 3)]);
-        assert_eq!(out.last(), Some(&ServerEvent::Close));
+        assert_eq!(out[0], ServerEvent::Pong);
+        assert_eq!(out.last(), Some(&ServerEvent::Close(vec![0x03, 0xe8])));
+    }
+
+    #[test]
+    fn a_ping_split_over_reads_keeps_its_payload() {
+        let mut r = ServerFrames::new(DEFAULT_MAX_MESSAGE);
+        let mut out = Vec::new();
+        let ping = frame(true, 9, b"are you there");
+        r.push(&ping[..4], 1, &mut out).unwrap();
+        r.push(&ping[4..], 2, &mut out).unwrap();
+        r.push(&frame(true, 9, b""), 3, &mut out).unwrap();
+        assert_eq!(
+            out,
+            vec![
+                ServerEvent::Ping(b"are you there".to_vec()),
+                ServerEvent::Ping(Vec::new())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_client_refuses_reserved_bits_it_did_not_agree_to() {
+        let with = |bits: u8, opcode: u8, fin: bool| {
+            let mut f = frame(fin, opcode, b"x");
+            f[0] |= bits;
+            f
+        };
+        // (bytes, deflate negotiated, accepted)
+        let cases = [
+            (with(0x40, 1, true), true, true),
+            (with(0x40, 2, true), true, true),
+            (with(0x40, 1, true), false, false),
+            (with(0x20, 1, true), true, false),
+            (with(0x10, 2, true), true, false),
+            (with(0x40, 9, true), true, false),
+        ];
+        for (bytes, deflate, accepted) in cases {
+            let got = ServerFrames::for_client(100, deflate).push(&bytes, 1, &mut Vec::new());
+            let want = if accepted {
+                Ok(())
+            } else {
+                Err(ServerFrameError::ReservedBits)
+            };
+            assert_eq!(got, want, "{bytes:02x?} deflate {deflate}");
+        }
+        // RSV1 on a continuation: only the first frame says "compressed".
+        let mut bytes = with(0x40, 1, false);
+        bytes.extend(with(0x40, 0, true));
+        assert_eq!(
+            ServerFrames::for_client(100, true).push(&bytes, 1, &mut Vec::new()),
+            Err(ServerFrameError::ReservedBits)
+        );
+        // The tap reads on whatever a server sets.
+        assert_eq!(
+            ServerFrames::new(100).push(&with(0x30, 1, true), 1, &mut Vec::new()),
+            Ok(())
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! permessage-deflate (RFC 7692) on a tapped connection: each compressed
-//! message inflated back to the plaintext the client sees, so copies that
-//! were compressed differently for each connection still hash alike.
+//! Inflating what a permessage-deflate server sends: each compressed
+//! message back to the plaintext its client sees. The probe reads its own
+//! messages with it; the tap, copies that were compressed differently for
+//! each connection, so they still hash alike.
 //!
 //! With context takeover (the default, and what uvicorn and Python
 //! websockets do) one connection's messages are one deflate stream, so its

@@ -1,0 +1,320 @@
+//! The probe's end of a WebSocket once the upgrade is done. tungstenite
+//! makes the upgrade; from the `101` on, frames are read here with the
+//! core's [`ServerFrames`], because tungstenite refuses the RSV1 bit that
+//! marks a permessage-deflate message, and compressed messages are inflated
+//! with the core's [`Inflater`] (pure Rust).
+//!
+//! What the probe sends is small and rare: pongs and a close. A pong owed
+//! to a server is written when the socket takes it without waiting; only the
+//! latest ping's pong is kept (RFC 6455 §5.5.3 allows that), so a server
+//! that pings and never reads cannot grow what the probe holds for it.
+
+use std::io;
+
+use futures_util::FutureExt;
+use skewscope_core::permessage_deflate::Accepted;
+use skewscope_core::permessage_deflate::inflate::{InflateError, Inflater};
+use skewscope_core::server_frames::{ServerEvent, ServerFrameError, ServerFrames};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::MaybeTlsStream;
+
+use skewscope_os::rx_stamp::RxStamped;
+
+/// The socket under the WebSocket: plain or TLS, kernel-stamped either way.
+pub(crate) type Stream = MaybeTlsStream<RxStamped>;
+
+/// Close codes the probe sends (RFC 6455 §7.4.1).
+pub(crate) mod code {
+    /// The purpose of the connection is fulfilled.
+    pub(crate) const NORMAL: u16 = 1000;
+    /// The probe is going away (stopped).
+    pub(crate) const AWAY: u16 = 1001;
+    /// The server broke the protocol.
+    pub(crate) const PROTOCOL: u16 = 1002;
+    /// A text message that is not UTF-8.
+    pub(crate) const INVALID: u16 = 1007;
+    /// The server's behaviour is not acceptable (a flood of control frames).
+    pub(crate) const POLICY: u16 = 1008;
+    /// A message over `--max-message`.
+    pub(crate) const SIZE: u16 = 1009;
+}
+
+/// What the server sent, one frame or message at a time.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Incoming {
+    /// A data message, inflated if it came compressed.
+    Message {
+        /// Its payload as the application sees it.
+        payload: Vec<u8>,
+    },
+    /// A ping (its pong is queued) or a pong.
+    Control,
+    /// The server's close: its code and reason, if it gave them.
+    Close(Option<(u16, String)>),
+}
+
+/// Why reading stopped.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WireError {
+    /// The socket failed.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    /// The server sent what RFC 6455 or the negotiated extension forbids.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// A message over `--max-message`, before or after inflating.
+    #[error("message too big: {0}")]
+    Size(String),
+    /// A text message that is not UTF-8.
+    #[error("a text message that is not UTF-8")]
+    Utf8,
+}
+
+impl WireError {
+    /// The close code to tell the server, `None` when the socket is gone.
+    pub(crate) fn close_code(&self) -> Option<(u16, &'static str)> {
+        match self {
+            WireError::Io(_) => None,
+            WireError::Protocol(_) => Some((code::PROTOCOL, "protocol error")),
+            WireError::Size(_) => Some((code::SIZE, "message too big")),
+            WireError::Utf8 => Some((code::INVALID, "invalid UTF-8")),
+        }
+    }
+}
+
+/// One upgraded connection, read and written by the probe itself.
+pub(crate) struct Wire {
+    stream: Stream,
+    buf: Box<[u8]>,
+    frames: ServerFrames,
+    /// Events read but not yet handed out, and the next one's index.
+    events: Vec<ServerEvent>,
+    next_event: usize,
+    inflater: Option<Inflater>,
+    max_message: usize,
+    /// A frame being written (a pong), and how much of it is out.
+    writing: Vec<u8>,
+    written: usize,
+    /// The payload of the latest ping not yet answered.
+    pong_owed: Option<Vec<u8>>,
+    /// The masking keys' source.
+    mask: fastrand::Rng,
+    /// What was wrong with the bytes behind the `101`, for the first read.
+    broken_at_start: Option<WireError>,
+}
+
+impl std::fmt::Debug for Wire {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wire")
+            .field("deflate", &self.inflater.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Wire {
+    /// Takes over `stream` after its `101`. `after_upgrade` is what the
+    /// server sent right behind the response, read with it; `deflate` is
+    /// what it accepted of permessage-deflate; reads are `read_buffer` bytes.
+    pub(crate) fn new(
+        stream: Stream,
+        after_upgrade: &[u8],
+        deflate: Option<Accepted>,
+        max_message: usize,
+        read_buffer: usize,
+    ) -> Wire {
+        let mut wire = Wire {
+            stream,
+            buf: vec![0; read_buffer].into_boxed_slice(),
+            frames: ServerFrames::for_client(max_message, deflate.is_some()),
+            events: Vec::new(),
+            next_event: 0,
+            inflater: deflate.map(|a| Inflater::new(a.server_no_context_takeover)),
+            max_message,
+            writing: Vec::new(),
+            written: 0,
+            pong_owed: None,
+            // Masking guards proxies against a script that chooses the
+            // bytes a browser sends; a probe's pongs echo the server's own.
+            mask: fastrand::Rng::new(),
+            broken_at_start: None,
+        };
+        if let Err(e) = wire.frames.push(after_upgrade, 0, &mut wire.events) {
+            wire.broken_at_start = Some(frame_error(e));
+        }
+        wire
+    }
+
+    /// The socket, for its addresses and TLS session.
+    pub(crate) fn get_ref(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// The next thing the server sent; `None` once it closed the socket.
+    pub(crate) async fn next(&mut self) -> Option<Result<Incoming, WireError>> {
+        loop {
+            if let Some(event) = self.events.get_mut(self.next_event) {
+                let event = std::mem::replace(event, ServerEvent::Pong);
+                self.next_event += 1;
+                return Some(self.incoming(event));
+            }
+            self.events.clear();
+            self.next_event = 0;
+            if let Some(e) = self.broken_at_start.take() {
+                return Some(Err(e));
+            }
+            self.write_owed_if_ready();
+            let n = match self.stream.read(&mut self.buf).await {
+                Ok(0) => return None,
+                Ok(n) => n,
+                Err(e) => return Some(Err(e.into())),
+            };
+            if let Err(e) = self.frames.push(&self.buf[..n], 0, &mut self.events) {
+                return Some(Err(frame_error(e)));
+            }
+        }
+    }
+
+    /// An event as the connection sees it: messages inflated and checked,
+    /// pings owed a pong.
+    fn incoming(&mut self, event: ServerEvent) -> Result<Incoming, WireError> {
+        match event {
+            ServerEvent::Message(m) => {
+                let payload = if m.compressed {
+                    let inflater = self
+                        .inflater
+                        .as_mut()
+                        .ok_or_else(|| WireError::Protocol("compressed without deflate".into()))?;
+                    inflater
+                        .message(&m.payload, self.max_message)
+                        .map_err(|e| match e {
+                            InflateError::TooLarge(_) => WireError::Size(e.to_string()),
+                            InflateError::Corrupt => WireError::Protocol(e.to_string()),
+                        })?
+                } else {
+                    m.payload
+                };
+                if m.text && std::str::from_utf8(&payload).is_err() {
+                    return Err(WireError::Utf8);
+                }
+                Ok(Incoming::Message { payload })
+            }
+            ServerEvent::Ping(payload) => {
+                self.pong_owed = Some(payload);
+                Ok(Incoming::Control)
+            }
+            ServerEvent::Pong => Ok(Incoming::Control),
+            ServerEvent::Close(payload) => close_payload(&payload).map(Incoming::Close),
+        }
+    }
+
+    /// Writes what is owed as far as the socket takes it without waiting:
+    /// a server that does not read is not waited for, and its pong waits.
+    fn write_owed_if_ready(&mut self) {
+        loop {
+            if self.written == self.writing.len() {
+                let Some(payload) = self.pong_owed.take() else {
+                    return;
+                };
+                self.writing = self.masked_frame(0xA, &payload);
+                self.written = 0;
+            }
+            match self
+                .stream
+                .write(&self.writing[self.written..])
+                .now_or_never()
+            {
+                Some(Ok(n)) if n > 0 => self.written += n,
+                // Not writable now, or gone: reading finds out which.
+                _ => return,
+            }
+            if self.written == self.writing.len() {
+                let _ = self.stream.flush().now_or_never();
+            }
+        }
+    }
+
+    /// Sends a close frame with `code` and `reason`, after any frame half
+    /// written (a partial frame would corrupt the stream).
+    pub(crate) async fn send_close(&mut self, code: u16, reason: &str) -> io::Result<()> {
+        let mut payload = code.to_be_bytes().to_vec();
+        payload.extend_from_slice(&reason.as_bytes()[..reason.len().min(123)]);
+        let close = self.masked_frame(0x8, &payload);
+        let rest = self.writing.split_off(self.written);
+        self.writing.clear();
+        self.written = 0;
+        self.stream.write_all(&rest).await?;
+        self.stream.write_all(&close).await?;
+        self.stream.flush().await
+    }
+
+    /// A client frame (masked, RFC 6455 §5.3) with a payload of at most 125 bytes.
+    fn masked_frame(&mut self, opcode: u8, payload: &[u8]) -> Vec<u8> {
+        let key = self.mask.u32(..).to_be_bytes();
+        let mut frame = Vec::with_capacity(6 + payload.len());
+        frame.push(0x80 | opcode);
+        frame.push(0x80 | payload.len().min(125) as u8);
+        frame.extend_from_slice(&key);
+        frame.extend(
+            payload
+                .iter()
+                .take(125)
+                .enumerate()
+                .map(|(i, b)| b ^ key[i % 4]),
+        );
+        frame
+    }
+}
+
+/// A frame error as the connection reports it.
+fn frame_error(e: ServerFrameError) -> WireError {
+    match e {
+        ServerFrameError::TooLarge(_) => WireError::Size(e.to_string()),
+        _ => WireError::Protocol(e.to_string()),
+    }
+}
+
+/// A close frame's code and reason (RFC 6455 §5.5.1, §7.4): empty, or a
+/// code that may be sent and a UTF-8 reason.
+fn close_payload(payload: &[u8]) -> Result<Option<(u16, String)>, WireError> {
+    match payload {
+        [] => Ok(None),
+        [_] => Err(WireError::Protocol("a close frame of one byte".into())),
+        [high, low, reason @ ..] => {
+            let code = u16::from_be_bytes([*high, *low]);
+            let sendable = matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999);
+            if !sendable {
+                return Err(WireError::Protocol(format!(
+                    "close code {code} may not be sent"
+                )));
+            }
+            let reason = std::str::from_utf8(reason).map_err(|_| WireError::Utf8)?;
+            Ok(Some((code, reason.to_owned())))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn close_frames_are_read_as_rfc_6455_defines_them() {
+        assert_eq!(close_payload(&[]).unwrap(), None);
+        assert_eq!(
+            close_payload(&[0x03, 0xe9, b'b', b'y', b'e']).unwrap(),
+            Some((1001, "bye".to_owned()))
+        );
+        assert!(matches!(close_payload(&[3]), Err(WireError::Protocol(_))));
+        for bad in [999u16, 1004, 1005, 1006, 1015, 2999, 5000] {
+            let payload = bad.to_be_bytes();
+            assert!(
+                matches!(close_payload(&payload), Err(WireError::Protocol(_))),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            close_payload(&[0x03, 0xe8, 0xff]),
+            Err(WireError::Utf8)
+        ));
+    }
+}
