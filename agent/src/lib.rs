@@ -54,6 +54,27 @@ use crate::server::Context;
 /// once must not be refused.
 const LISTEN_BACKLOG: i32 = 4096;
 
+/// How long a shard may leave a heartbeat unanswered before it counts as
+/// stuck. A broadcast to 10,000 clients takes milliseconds, and a shard
+/// looks at its commands between client reads, so only a shard that has
+/// stopped working is this late. With the unit's `WatchdogSec=30s` (pinged
+/// every 15 s), a stuck shard gets the agent restarted within about 50 s.
+pub const SHARD_STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The stuck-shard test hook: `SKEWSCOPE_AGENT_TEST_STALL_SHARD=N` makes
+/// shard N block for good at its first broadcast (said on stderr), so the
+/// boot test can see systemd's watchdog restart the agent. Unset in real runs.
+fn stall_shard_test_hook() -> Option<u16> {
+    let shard = std::env::var("SKEWSCOPE_AGENT_TEST_STALL_SHARD")
+        .ok()?
+        .parse()
+        .ok()?;
+    eprintln!(
+        "skewscope-agent: TEST HOOK: shard {shard} will stall at its first broadcast (SKEWSCOPE_AGENT_TEST_STALL_SHARD)"
+    );
+    Some(shard)
+}
+
 /// A running agent: its address, its log, and the way to stop it.
 pub struct RunningAgent {
     /// The address it listens on (the real port when 0 was asked for).
@@ -131,6 +152,7 @@ impl RunningAgent {
                 max_queue_bytes: config.max_queue_bytes,
                 tx_timestamps: config.tx_timestamps,
                 pin_shards: config.pin_shards,
+                stall_shard: stall_shard_test_hook(),
             },
             recorder.handle(),
         )?);
@@ -228,9 +250,15 @@ impl RunningAgent {
         self.recorder.reopen();
     }
 
-    /// Whether every engine thread still runs: what the systemd watchdog checks.
+    /// Whether every engine thread still runs, and every shard still handles
+    /// its commands (none stuck for [`SHARD_STUCK_AFTER`]): what the systemd
+    /// watchdog is pinged on.
     pub fn healthy(&self) -> bool {
-        self.recorder.alive() && self.hub.shards_alive() && !self.server.is_finished()
+        self.recorder.alive()
+            && self
+                .hub
+                .shards_healthy(skewscope_os::clock::mono_ns(), SHARD_STUCK_AFTER)
+            && !self.server.is_finished()
     }
 
     /// Stops accepting, closes every client, and flushes and syncs the log.

@@ -163,9 +163,20 @@ impl Hub {
     }
 
     /// Whether every shard thread still runs.
+    #[cfg(test)]
     pub fn shards_alive(&self) -> bool {
         let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
         !shards.is_empty() && shards.iter().all(ShardHandle::alive)
+    }
+
+    /// Whether every shard's thread runs and still handles its commands
+    /// (see [`ShardHandle::responsive`]): what the watchdog is pinged on.
+    pub fn shards_healthy(&self, now_mono_ns: u64, stuck_after: std::time::Duration) -> bool {
+        let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        !shards.is_empty()
+            && shards
+                .iter()
+                .all(|s| s.alive() && s.responsive(now_mono_ns, stuck_after))
     }
 
     /// Connected clients over all shards.
@@ -253,6 +264,14 @@ mod tests {
 
     /// A hub of `shards` shards recording into a temporary directory.
     fn test_hub(shards: usize, pin_shards: bool) -> (Hub, RecorderThread, tempfile::TempDir) {
+        test_hub_with(shards, |c| c.pin_shards = pin_shards)
+    }
+
+    /// A test hub whose shard settings `adjust` changes.
+    fn test_hub_with(
+        shards: usize,
+        adjust: impl FnOnce(&mut ShardConfig),
+    ) -> (Hub, RecorderThread, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let limits = Limits {
             segment_bytes: 1 << 20,
@@ -266,8 +285,11 @@ mod tests {
             max_frame: 1 << 16,
             max_queue_bytes: 1 << 20,
             tx_timestamps: false,
-            pin_shards,
+            pin_shards: false,
+            stall_shard: None,
         };
+        let mut config = config;
+        adjust(&mut config);
         let hub = Hub::start(shards, config, recorder.handle()).unwrap();
         (hub, recorder, dir)
     }
@@ -327,6 +349,38 @@ mod tests {
         hub.shutdown();
         drop(peers);
         recorder.finish();
+    }
+
+    #[test]
+    fn a_stuck_shard_is_unhealthy_though_its_thread_is_alive() {
+        use std::time::{Duration, Instant};
+        let (hub, recorder, dir) = test_hub_with(2, |c| c.stall_shard = Some(0));
+        let now = skewscope_os::clock::mono_ns;
+        // Shards that handle commands answer every heartbeat, however often asked.
+        let generous = Duration::from_secs(5);
+        for _ in 0..20 {
+            assert!(hub.shards_healthy(now(), generous));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Shard 0 blocks at the broadcast; publish never completes, so it runs aside.
+        let hub = Arc::new(hub);
+        let publisher = hub.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(publisher.publish(b"stall here"));
+        });
+        let strict = Duration::from_millis(200);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while hub.shards_healthy(now(), strict) {
+            assert!(Instant::now() < deadline, "the stuck shard was never seen");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(hub.shards_alive(), "stuck, not dead: the thread still runs");
+        // A stuck thread cannot be joined: leave it, and the hub, to the process's end.
+        std::mem::forget((hub, recorder, dir));
     }
 
     /// The cores each thread of this process named `name` may run on (other

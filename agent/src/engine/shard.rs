@@ -10,7 +10,7 @@
 
 use std::io::{self, Read};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::JoinHandle;
 
@@ -57,6 +57,10 @@ pub struct ShardConfig {
     /// Pin shard i to the i-th core the agent may run on (`--pin-shards`),
     /// when there are as many cores as shards.
     pub pin_shards: bool,
+    /// Test hook (`SKEWSCOPE_AGENT_TEST_STALL_SHARD=N`): shard N's thread
+    /// blocks for good at its first broadcast, alive but stuck, so a test
+    /// can see the watchdog restart the agent. `None` in every real run.
+    pub stall_shard: Option<u16>,
 }
 
 /// One broadcast as shards see it: the frame, encoded once.
@@ -83,6 +87,8 @@ enum Command {
     Add(NewClient),
     Broadcast(Arc<Job>, tokio::sync::oneshot::Sender<u32>),
     Shutdown,
+    /// The hub asks whether the thread still handles commands.
+    Heartbeat,
     /// Test hook: the thread panics, as a bug in it would.
     #[cfg(test)]
     Crash,
@@ -96,6 +102,8 @@ pub struct ShardHandle {
     /// between clients, not only once per poll.
     command_pending: Arc<AtomicBool>,
     clients: Arc<AtomicUsize>,
+    /// When an unanswered heartbeat was asked for (monotonic ns), 0 if none.
+    heartbeat_asked_at: Arc<AtomicU64>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -113,8 +121,10 @@ impl ShardHandle {
         let (recycle_tx, recycle_rx) = mpsc::channel();
         let clients = Arc::new(AtomicUsize::new(0));
         let command_pending = Arc::new(AtomicBool::new(false));
+        let heartbeat_asked_at = Arc::new(AtomicU64::new(0));
         let shard = Shard {
             command_pending: command_pending.clone(),
+            heartbeat_asked_at: heartbeat_asked_at.clone(),
             backlog: Vec::new(),
             index,
             config,
@@ -145,8 +155,30 @@ impl ShardHandle {
             waker,
             command_pending,
             clients,
+            heartbeat_asked_at,
             thread: Some(thread),
         })
+    }
+
+    /// Whether the shard's thread still handles commands: a heartbeat is
+    /// asked for, and one asked for earlier must have been answered within
+    /// `stuck_after`. A thread that is alive but stuck (blocked, or in a
+    /// loop that never looks at its commands) answers nothing, so the
+    /// watchdog sees it as it sees a dead one.
+    pub fn responsive(&self, now_mono_ns: u64, stuck_after: std::time::Duration) -> bool {
+        let asked = self.heartbeat_asked_at.load(Ordering::Acquire);
+        if asked == 0 {
+            let now = now_mono_ns.max(1);
+            let first = self
+                .heartbeat_asked_at
+                .compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok();
+            if first {
+                self.send(Command::Heartbeat);
+            }
+            return true;
+        }
+        now_mono_ns.saturating_sub(asked) < stuck_after.as_nanos() as u64
     }
 
     /// Whether the shard's thread still runs.
@@ -197,6 +229,7 @@ impl ShardHandle {
 struct Shard {
     index: u16,
     command_pending: Arc<AtomicBool>,
+    heartbeat_asked_at: Arc<AtomicU64>,
     /// Clients whose read budget ran out with bytes left, in turn order.
     backlog: Vec<usize>,
     config: ShardConfig,
@@ -278,10 +311,20 @@ impl Shard {
         loop {
             match self.commands.try_recv() {
                 Ok(Command::Broadcast(job, done)) => {
+                    if self.config.stall_shard == Some(self.index) {
+                        eprintln!(
+                            "skewscope-agent: shard {} stalls for good (SKEWSCOPE_AGENT_TEST_STALL_SHARD)",
+                            self.index
+                        );
+                        loop {
+                            std::thread::park();
+                        }
+                    }
                     let targets = self.fan_out(&job);
                     let _ = done.send(targets);
                 }
                 Ok(Command::Add(new)) => self.add(new),
+                Ok(Command::Heartbeat) => self.heartbeat_asked_at.store(0, Ordering::Release),
                 #[cfg(test)]
                 Ok(Command::Crash) => panic!("shard {} crashed (test hook)", self.index),
                 Ok(Command::Shutdown) | Err(TryRecvError::Disconnected) => return false,
