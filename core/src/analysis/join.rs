@@ -9,7 +9,7 @@
 //! message keys the probes saw, and a connection misses a broadcast that arrived
 //! elsewhere while it was connected.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::Stamp;
 use crate::record::{
@@ -711,14 +711,19 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
     for ids in by_conn_hash.values_mut() {
         ids.sort_unstable();
     }
-    let by_agent_conn: HashMap<u64, usize> = joined
-        .connections
-        .iter()
-        .enumerate()
-        .filter_map(|(i, c)| c.agent_conn.map(|a| (a, i)))
-        .collect();
+    // An agent's connection ids start again at 1 when it restarts, so a
+    // probe that reconnected to a later run has episodes with the same id.
+    let mut by_agent_conn: HashMap<u64, Vec<usize>> = HashMap::new();
+    for (i, c) in joined.connections.iter().enumerate() {
+        if let Some(a) = c.agent_conn {
+            by_agent_conn.entry(a).or_default().push(i);
+        }
+    }
 
     let mut got: HashMap<u64, BTreeMap<usize, JoinedReceipt>> = HashMap::new();
+    // Episodes with a receipt of this run: where an id is shared, the one
+    // this run's broadcasts went to.
+    let mut matched_episodes: HashSet<usize> = HashSet::new();
     for r in receipts {
         let agent_conn = joined.connections[r.connection].agent_conn;
         let id = match r.key {
@@ -736,6 +741,7 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
             joined.unmatched += 1;
             continue;
         };
+        matched_episodes.insert(r.connection);
         let b = &broadcasts[&id];
         let slot = agent_conn.and_then(|a| b.slots.get(&a));
         let mut joined_receipt = plain_receipt(r);
@@ -750,10 +756,26 @@ fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[Raw
 
     for (id, b) in &broadcasts {
         let receipts_of = got.remove(id).unwrap_or_default();
+        let episode_of = |a: &u64| -> Option<usize> {
+            let episodes = by_agent_conn.get(a)?;
+            match episodes.as_slice() {
+                [one] => Some(*one),
+                _ => episodes
+                    .iter()
+                    .copied()
+                    .find(|i| matched_episodes.contains(i))
+                    .or_else(|| {
+                        episodes
+                            .iter()
+                            .copied()
+                            .find(|&i| listening(&joined.connections[i], b.start.wall_ns))
+                    }),
+            }
+        };
         let mut missing: Vec<usize> = b
             .slots
             .keys()
-            .filter_map(|a| by_agent_conn.get(a).copied())
+            .filter_map(episode_of)
             // The agent saw it connected; the probe's own clock only says when it
             // stopped listening (a probe that stopped early is not missing later ones).
             .filter(|&i| {

@@ -228,6 +228,33 @@ fn agent_join_by_hash_uses_the_connection_and_occurrence() {
 }
 
 #[test]
+fn a_reconnection_to_a_restarted_agent_does_not_make_the_first_runs_receipts_missing() {
+    // Run 1 gave the probe's connection id 1; the agent restarted, and the
+    // reconnection got id 1 again from run 2. Reported with run 1's log
+    // alone, run 1's broadcasts went to the first episode.
+    let mut agent = vec![agent_started("srv")];
+    agent.extend(broadcast(1, Some(10), 9, 1_000, &[1]));
+    agent.extend(broadcast(2, Some(11), 9, 2_000, &[1]));
+    let mut p = ProbeLog::new("srv", &[(0, Some(1))]);
+    p.receive(0, MessageKey::Seq(10), 9, 1_100)
+        .receive(0, MessageKey::Seq(11), 9, 2_100)
+        .close(0, 3_000);
+    p.0.push(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
+        conn: 0,
+        agent_conn: Some(1),
+        at: at(4_000),
+    }));
+    p.receive(0, MessageKey::Seq(1), 5, 4_500).stop(10_000);
+    let j = join(Some(&agent), &[&p.0]);
+    assert_eq!(j.connections.len(), 2, "two episodes of connection 0");
+    for b in &j.broadcasts {
+        assert_eq!(b.receipts.len(), 1, "{b:?}");
+        assert!(b.missing.is_empty(), "{b:?}");
+    }
+    assert_eq!(j.unmatched, 1, "run 2's broadcast is not run 1's");
+}
+
+#[test]
 fn receipts_from_another_run_are_unmatched_not_joined() {
     let mut agent = vec![agent_started("srv")];
     agent.extend(broadcast(1, Some(10), 9, 1_000, &[100]));
