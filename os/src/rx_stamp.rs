@@ -109,16 +109,30 @@ impl AsyncRead for RxStamped {
         loop {
             ready!(this.inner.poll_read_ready(cx))?;
             let unfilled = buf.initialize_unfilled();
-            match this
-                .inner
-                .try_io(Interest::READABLE, || this.recv(unfilled))
-            {
-                Ok(n) => {
+            let room = unfilled.len();
+            let mut read = None;
+            // A read shorter than the buffer emptied the socket's queue:
+            // readiness is cleared now (said as WouldBlock), instead of by a
+            // second recvmsg that fails with EAGAIN, one wasted syscall per
+            // message. tokio clears it only if no readiness event came in
+            // since it was polled, so bytes that arrive meanwhile still wake
+            // the reader.
+            let outcome = this.inner.try_io(Interest::READABLE, || {
+                let n = this.recv(unfilled)?;
+                read = Some(n);
+                if n > 0 && n < room {
+                    Err(io::ErrorKind::WouldBlock.into())
+                } else {
+                    Ok(n)
+                }
+            });
+            match (outcome, read) {
+                (Ok(n), _) | (Err(_), Some(n)) => {
                     buf.advance(n);
                     return Poll::Ready(Ok(()));
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
+                (Err(e), None) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                (Err(e), None) => return Poll::Ready(Err(e)),
             }
         }
     }
