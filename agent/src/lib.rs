@@ -153,6 +153,7 @@ impl RunningAgent {
                 tx_timestamps: config.tx_timestamps,
                 pin_shards: config.pin_shards,
                 stall_shard: stall_shard_test_hook(),
+                deflate: !config.no_deflate,
             },
             recorder.handle(),
         )?);

@@ -52,7 +52,7 @@ async fn run(listen: SocketAddr, staged: bool) -> anyhow::Result<()> {
             continue;
         };
         match request.path.as_str() {
-            "/ws" => match upgrade::accept(&request, clients.len() as u64, &[]) {
+            "/ws" => match upgrade::accept(&request, clients.len() as u64, &[], false) {
                 Ok(a) if stream.write_all(a.response.as_bytes()).await.is_ok() => {
                     // The floor writes with plain blocking calls.
                     let Ok(socket) = stream.into_std() else {

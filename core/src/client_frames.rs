@@ -5,10 +5,18 @@
 //! frames or a fragmented message that never ends. The header is parsed with
 //! tungstenite's frame codec; data payloads are skipped, not buffered, so a
 //! client's chatter costs no memory.
+//!
+//! With permessage-deflate negotiated, a compressed message (RSV1) is the
+//! exception: it is kept, compressed, up to `--max-frame`, and inflated at
+//! its end to check that it fits `--max-frame` inflated too (and is UTF-8
+//! if text). The hub's answer sets `client_no_context_takeover`, so every
+//! message inflates alone and nothing is kept between messages.
 
 use std::io::Cursor;
 
 use tungstenite::protocol::frame::FrameHeader;
+
+use crate::permessage_deflate::inflate::{InflateError, Inflater};
 use tungstenite::protocol::frame::coding::{Control, Data, OpCode};
 
 /// Most fragments one message may have: bounds a client that sends empty
@@ -73,9 +81,26 @@ pub struct ClientFrameParser {
     frame_final: bool,
     /// The text checked so far, across frames and reads.
     utf8: Utf8Stream,
+    /// permessage-deflate was negotiated: RSV1 marks a compressed message.
+    deflate: bool,
+    /// The compressed message in progress, unmasked (`None`: the message
+    /// in progress, if any, is not compressed).
+    compressed: Option<Vec<u8>>,
+    /// The `--max-frame` of the message in progress (for inflating it).
+    max_frame: usize,
 }
 
 impl ClientFrameParser {
+    /// A parser for a client that negotiated permessage-deflate (without
+    /// client context takeover): its compressed messages are inflated and
+    /// checked, not refused.
+    pub fn with_deflate() -> ClientFrameParser {
+        ClientFrameParser {
+            deflate: true,
+            ..ClientFrameParser::default()
+        }
+    }
+
     /// Feeds bytes read from the socket; calls `on` for each control frame.
     /// An error means the client must be closed.
     pub fn feed(
@@ -136,7 +161,8 @@ impl ClientFrameParser {
             Err(_) => return Err(ClientFrameError::Protocol("unreadable frame header")),
         };
         let header_len = cursor.position() as usize;
-        if header.rsv1 || header.rsv2 || header.rsv3 {
+        let starts_message = matches!(header.opcode, OpCode::Data(Data::Text | Data::Binary));
+        if header.rsv2 || header.rsv3 || (header.rsv1 && !(self.deflate && starts_message)) {
             return Err(ClientFrameError::Protocol("reserved bits set"));
         }
         let Some(mask) = header.mask else {
@@ -145,6 +171,9 @@ impl ClientFrameParser {
         match header.opcode {
             OpCode::Data(data) => {
                 self.check_data(data, header.is_final, len, max_frame)?;
+                if header.rsv1 {
+                    self.compressed = Some(Vec::new());
+                }
                 // Skip the payload (it may be far larger than what is
                 // buffered), checking text as it passes.
                 let here = (buf.len() - header_len).min(len as usize);
@@ -184,6 +213,21 @@ impl ClientFrameParser {
     /// unmasked in small pieces and checked; the frame's end, if it ends
     /// a text message, must end a character.
     fn payload(&mut self, bytes: &[u8]) -> Result<(), ClientFrameError> {
+        if let Some(kept) = self.compressed.as_mut() {
+            // Bounded by --max-frame: check_data counted the message's length.
+            kept.extend(
+                bytes.iter().enumerate().map(|(i, b)| {
+                    b ^ self.frame_mask[((self.frame_offset + i as u64) % 4) as usize]
+                }),
+            );
+            self.frame_offset += bytes.len() as u64;
+            if self.skipping == 0 && self.frame_final {
+                let kept = self.compressed.take().unwrap_or_default();
+                let text = std::mem::take(&mut self.text);
+                return self.inflated(&kept, text);
+            }
+            return Ok(());
+        }
         if self.text {
             let mut piece = [0u8; 512];
             for chunk in bytes.chunks(piece.len()) {
@@ -200,6 +244,24 @@ impl ClientFrameParser {
                 self.utf8.finish()?;
             }
             self.text = false;
+        }
+        Ok(())
+    }
+
+    /// A whole compressed message, `kept`: it must inflate, within
+    /// `--max-frame` (the limit `check_data` was given), and be UTF-8 if text.
+    fn inflated(&mut self, kept: &[u8], text: bool) -> Result<(), ClientFrameError> {
+        let max = self.max_frame;
+        let plain = Inflater::new(true)
+            .message(kept, max)
+            .map_err(|e| match e {
+                InflateError::TooLarge(_) => ClientFrameError::TooLarge(max),
+                InflateError::Corrupt => {
+                    ClientFrameError::Protocol("a compressed message that does not inflate")
+                }
+            })?;
+        if text && std::str::from_utf8(&plain).is_err() {
+            return Err(ClientFrameError::InvalidUtf8);
         }
         Ok(())
     }
@@ -226,6 +288,7 @@ impl ClientFrameParser {
         if data == Data::Text {
             self.text = true;
         }
+        self.max_frame = max_frame;
         self.message_len += len;
         self.fragments += 1;
         if len > max_frame as u64 || self.message_len > max_frame as u64 {
@@ -339,6 +402,70 @@ mod tests {
             p.feed(c, 1000, |i| got.push(i))?;
         }
         Ok(got)
+    }
+
+    /// A compressed data frame (RSV1) of `plain`, as a client with
+    /// permessage-deflate sends it.
+    fn compressed(op: Data, plain: &[u8]) -> Vec<u8> {
+        let deflated = crate::permessage_deflate::inflate::build::Deflater::new().message(plain);
+        let mut frame = Frame::message(deflated, OpCode::Data(op), true);
+        frame.header_mut().rsv1 = true;
+        client_frame(frame)
+    }
+
+    #[test]
+    fn compressed_messages_are_inflated_and_checked_when_deflate_was_agreed() {
+        let mut stream = compressed(Data::Text, "héllo ".repeat(100).as_bytes());
+        stream.extend(client_frame(Frame::ping(b"after".to_vec())));
+        for chunk in [1, 3, 7, 64, 4096] {
+            let mut p = ClientFrameParser::with_deflate();
+            let got = feed_all(&mut p, &stream, chunk).unwrap();
+            assert_eq!(
+                got,
+                vec![ClientFrame::Ping(b"after".to_vec())],
+                "chunk {chunk}"
+            );
+        }
+        // Without the agreement, RSV1 is a protocol error.
+        assert_eq!(
+            feed_all(&mut ClientFrameParser::default(), &stream, 4096),
+            Err(ClientFrameError::Protocol("reserved bits set"))
+        );
+        // A bomb: 100 KB of zeros is a few hundred bytes compressed, and
+        // over the limit (1000) inflated.
+        let bomb = compressed(Data::Binary, &vec![0u8; 100_000]);
+        assert!(bomb.len() < 1000);
+        assert_eq!(
+            feed_all(&mut ClientFrameParser::with_deflate(), &bomb, 4096),
+            Err(ClientFrameError::TooLarge(1000))
+        );
+        // Text that is not UTF-8 once inflated; garbage that does not inflate.
+        let bad_text = compressed(Data::Text, &[0xff, 0xfe, b'a']);
+        assert_eq!(
+            feed_all(&mut ClientFrameParser::with_deflate(), &bad_text, 4096),
+            Err(ClientFrameError::InvalidUtf8)
+        );
+        let mut garbage = Frame::message(vec![0xff; 16], OpCode::Data(Data::Binary), true);
+        garbage.header_mut().rsv1 = true;
+        assert!(matches!(
+            feed_all(
+                &mut ClientFrameParser::with_deflate(),
+                &client_frame(garbage),
+                4096
+            ),
+            Err(ClientFrameError::Protocol(_))
+        ));
+        // RSV1 belongs on a message's first frame only.
+        let mut first = Frame::message(b"ab".to_vec(), OpCode::Data(Data::Binary), false);
+        first.header_mut().rsv1 = false;
+        let mut rest = Frame::message(b"cd".to_vec(), OpCode::Data(Data::Continue), true);
+        rest.header_mut().rsv1 = true;
+        let mut both = client_frame(first);
+        both.extend(client_frame(rest));
+        assert_eq!(
+            feed_all(&mut ClientFrameParser::with_deflate(), &both, 4096),
+            Err(ClientFrameError::Protocol("reserved bits set"))
+        );
     }
 
     #[test]

@@ -66,6 +66,8 @@ pub struct Client {
     /// It had more to read when its read budget ran out: the shard comes
     /// back to it after looking at commands.
     pub more_to_read: bool,
+    /// It agreed to permessage-deflate: broadcasts go to it compressed.
+    pub deflate: bool,
 }
 
 impl Client {
@@ -81,6 +83,7 @@ impl Client {
             tx: None,
             control: ControlRate::new(now_ns),
             more_to_read: false,
+            deflate: false,
         }
     }
 

@@ -1,13 +1,16 @@
 //! The hub: owns the shards, assigns clients to them, and starts broadcasts.
 //!
-//! A broadcast is encoded into one WebSocket frame here, stamped, recorded, and
-//! handed to every shard at once; each shard's loop writes that same buffer.
+//! A broadcast is encoded into one WebSocket frame here (and, with
+//! permessage-deflate on (the default), one compressed frame for the clients that agreed to
+//! permessage-deflate), stamped, recorded, and handed to every shard at once;
+//! each shard's loop writes those same buffers.
 
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use skewscope_core::identity::{TestMessage, encode_test_message, payload_hash};
+use skewscope_core::permessage_deflate::deflate::MessageDeflater;
 use skewscope_core::record::{AgentConnectionOpened, AgentRecord, BroadcastStarted};
 use tungstenite::protocol::frame::Frame;
 use tungstenite::protocol::frame::coding::{Data, OpCode};
@@ -35,6 +38,10 @@ pub struct Hub {
     next_seq: AtomicU64,
     /// Broadcasts being fanned out right now.
     in_flight: tokio::sync::watch::Sender<u32>,
+    /// Compresses each broadcast once (unless `--no-deflate`).
+    deflater: Option<Mutex<MessageDeflater>>,
+    /// Clients that agreed to permessage-deflate, over the run.
+    deflate_clients: AtomicU64,
 }
 
 /// Lets background work (storing probes' uploads) step aside while a
@@ -111,7 +118,21 @@ impl Hub {
             next_broadcast: AtomicU64::new(1),
             next_seq: AtomicU64::new(1),
             in_flight: tokio::sync::watch::Sender::new(0),
+            deflater: config
+                .deflate
+                .then(|| Mutex::new(MessageDeflater::default())),
+            deflate_clients: AtomicU64::new(0),
         })
+    }
+
+    /// Whether clients that offer permessage-deflate get it (unless `--no-deflate`).
+    pub fn deflate(&self) -> bool {
+        self.deflater.is_some()
+    }
+
+    /// Clients that agreed to permessage-deflate, over the run.
+    pub fn deflate_clients(&self) -> u64 {
+        self.deflate_clients.load(Ordering::Relaxed)
     }
 
     /// A handle to wait until no broadcast is being fanned out.
@@ -134,6 +155,9 @@ impl Hub {
         peer: String,
         subprotocol: Option<String>,
     ) {
+        if client.deflate {
+            self.deflate_clients.fetch_add(1, Ordering::Relaxed);
+        }
         let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
         let Some((index, shard)) = shards
             .iter()
@@ -213,6 +237,16 @@ impl Hub {
         let id = self.next_broadcast.fetch_add(1, Ordering::Relaxed);
         let opcode = OpCode::Data(if text { Data::Text } else { Data::Binary });
         let frame: Arc<[u8]> = encode(Frame::message(payload.to_vec(), opcode, true)).into();
+        // Compressed once for every client that agreed; RSV1 marks it.
+        let compressed = self.deflater.as_ref().and_then(|deflater| {
+            let deflated = deflater
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .compress(payload)?;
+            let mut message = Frame::message(deflated, opcode, true);
+            message.header_mut().rsv1 = true;
+            Some(Arc::<[u8]>::from(encode(message)))
+        });
         let hash = payload_hash(payload);
         let start = skewscope_os::clock::now();
         // Recorded before any shard can record its sends for it.
@@ -225,7 +259,11 @@ impl Hub {
                 text,
                 at: start,
             }));
-        let job = Arc::new(Job { id, frame });
+        let job = Arc::new(Job {
+            id,
+            frame,
+            compressed,
+        });
         let _in_flight = InFlight::start(&self.in_flight);
         let waits: Vec<_> = {
             let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
@@ -287,6 +325,7 @@ mod tests {
             tx_timestamps: false,
             pin_shards: false,
             stall_shard: None,
+            deflate: false,
         };
         let mut config = config;
         adjust(&mut config);
@@ -303,6 +342,7 @@ mod tests {
             id,
             stream,
             leftover: Vec::new(),
+            deflate: false,
         };
         (client, peer)
     }

@@ -61,6 +61,9 @@ pub struct ShardConfig {
     /// blocks for good at its first broadcast, alive but stuck, so a test
     /// can see the watchdog restart the agent. `None` in every real run.
     pub stall_shard: Option<u16>,
+    /// Compress each broadcast once for the clients that agreed to
+    /// permessage-deflate (unless `--no-deflate`).
+    pub deflate: bool,
 }
 
 /// One broadcast as shards see it: the frame, encoded once.
@@ -70,6 +73,9 @@ pub struct Job {
     pub id: u64,
     /// The complete WebSocket frame, identical for every client.
     pub frame: Arc<[u8]>,
+    /// The same message compressed (RSV1), for the clients that agreed to
+    /// permessage-deflate; `None` when off or when it did not shrink.
+    pub compressed: Option<Arc<[u8]>>,
 }
 
 /// A freshly upgraded client handed to a shard.
@@ -81,6 +87,9 @@ pub struct NewClient {
     pub stream: std::net::TcpStream,
     /// Bytes the client sent right after its upgrade request.
     pub leftover: Vec<u8>,
+    /// It agreed to permessage-deflate: it gets the compressed frame, and
+    /// may send compressed messages.
+    pub deflate: bool,
 }
 
 enum Command {
@@ -350,7 +359,11 @@ impl Shard {
         let mut targets = 0u32;
         for (i, key) in self.sequencer.next(&self.order).enumerate() {
             let client = &mut self.clients[key];
-            let offer = client.offer(&job.frame, job.id, self.config.max_queue_bytes);
+            let frame = match &job.compressed {
+                Some(compressed) if client.deflate => compressed,
+                _ => &job.frame,
+            };
+            let offer = client.offer(frame, job.id, self.config.max_queue_bytes);
             let outcome = match offer {
                 Offer::Written => SendOutcome::Written,
                 Offer::Queued => SendOutcome::Queued,
@@ -402,6 +415,10 @@ impl Shard {
             return;
         }
         let mut client = Client::new(new.id, stream, mono_ns());
+        if new.deflate {
+            client.deflate = true;
+            client.inbound = skewscope_core::client_frames::ClientFrameParser::with_deflate();
+        }
         if self.config.tx_timestamps {
             match skewscope_os::tx_stamp::enable(&client.stream) {
                 Ok(()) => client.tx = Some(Default::default()),

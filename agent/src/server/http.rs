@@ -36,6 +36,16 @@ impl Request {
             .map(|(_, v)| v.as_str())
     }
 
+    /// Every value of the header `name` (lower case), in order: for headers a
+    /// client may repeat, like `Sec-WebSocket-Extensions`.
+    pub fn headers_named(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
     /// The value of `key` in the query string.
     pub fn query_param(&self, key: &str) -> Option<&str> {
         self.query

@@ -191,7 +191,7 @@ async fn upgrade(mut stream: TcpStream, peer: SocketAddr, request: Request, cont
         .await;
     }
     let conn = context.hub.next_connection_id();
-    let accepted = match accept(&request, conn, &context.subprotocols) {
+    let accepted = match accept(&request, conn, &context.subprotocols, context.hub.deflate()) {
         Ok(r) => r,
         Err(UpgradeError::Version) => {
             return respond(
@@ -224,6 +224,7 @@ async fn upgrade(mut stream: TcpStream, peer: SocketAddr, request: Request, cont
             id: conn,
             stream: std_stream,
             leftover: request.rest,
+            deflate: accepted.deflate,
         },
         label,
         peer.to_string(),
@@ -234,7 +235,7 @@ async fn upgrade(mut stream: TcpStream, peer: SocketAddr, request: Request, cont
 /// Upgrades an `/ingest` request and hands the connection to the ingest
 /// session (on this task: uploads never touch the fan-out shards).
 async fn ingest(mut stream: TcpStream, request: Request, context: &Context) {
-    let response = match accept(&request, 0, &[]) {
+    let response = match accept(&request, 0, &[], false) {
         Ok(r) => r.response,
         Err(e) => {
             context.ingest.counters.reject("handshake");
@@ -416,8 +417,9 @@ fn health(context: &Context) -> String {
         None => "null".into(),
     };
     format!(
-        "{{\"status\":\"ok\",\"clients\":{},\"refused_clients\":{},\"refused_pending\":{},\"records_lost\":{},\"time\":{time},\"ingest\":{}}}\n",
+        "{{\"status\":\"ok\",\"clients\":{},\"deflate_clients\":{},\"refused_clients\":{},\"refused_pending\":{},\"records_lost\":{},\"time\":{time},\"ingest\":{}}}\n",
         context.hub.clients(),
+        context.hub.deflate_clients(),
         context
             .refused_clients
             .load(std::sync::atomic::Ordering::Relaxed),

@@ -7,6 +7,7 @@
 use tungstenite::handshake::derive_accept_key;
 
 use crate::server::http::Request;
+use skewscope_core::permessage_deflate::answer_offers;
 
 /// Header carrying the agent's connection id in the upgrade response, so a
 /// probe can name its connection in the agent's log.
@@ -30,11 +31,19 @@ pub struct Accepted {
     pub response: String,
     /// The subprotocol chosen, if any.
     pub subprotocol: Option<String>,
+    /// permessage-deflate was agreed.
+    pub deflate: bool,
 }
 
 /// Checks the request and returns the 101 response for connection `conn`,
-/// choosing the first subprotocol the client offers that is in `ours`.
-pub fn accept(request: &Request, conn: u64, ours: &[String]) -> Result<Accepted, UpgradeError> {
+/// choosing the first subprotocol the client offers that is in `ours`, and
+/// answering a permessage-deflate offer when `deflate` (unless `--no-deflate`).
+pub fn accept(
+    request: &Request,
+    conn: u64,
+    ours: &[String],
+    deflate: bool,
+) -> Result<Accepted, UpgradeError> {
     if request.method != "GET" {
         return Err(UpgradeError::Invalid("method must be GET"));
     }
@@ -76,12 +85,23 @@ pub fn accept(request: &Request, conn: u64, ours: &[String]) -> Result<Accepted,
         .as_ref()
         .map(|p| format!("Sec-WebSocket-Protocol: {p}\r\n"))
         .unwrap_or_default();
+    let extension = if deflate {
+        let offers = request.headers_named("sec-websocket-extensions");
+        answer_offers(&offers)
+    } else {
+        None
+    };
+    let extension_line = extension
+        .as_ref()
+        .map(|e| format!("Sec-WebSocket-Extensions: {e}\r\n"))
+        .unwrap_or_default();
     Ok(Accepted {
         response: format!(
-            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n{protocol_line}{CONN_HEADER}: {conn}\r\n\r\n",
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n{protocol_line}{extension_line}{CONN_HEADER}: {conn}\r\n\r\n",
             derive_accept_key(key.as_bytes())
         ),
         subprotocol,
+        deflate: extension.is_some(),
     })
 }
 
@@ -125,7 +145,7 @@ mod tests {
 
     #[test]
     fn rfc_example_key_is_accepted() {
-        let resp = accept(&request(GOOD), 7, &[]).unwrap().response;
+        let resp = accept(&request(GOOD), 7, &[], false).unwrap().response;
         assert!(resp.starts_with("HTTP/1.1 101"));
         // The accept value from RFC 6455 §1.3.
         assert!(resp.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"));
@@ -137,7 +157,7 @@ mod tests {
         for dropped in GOOD {
             let partial: Vec<_> = GOOD.iter().filter(|h| *h != dropped).copied().collect();
             assert!(
-                accept(&request(&partial), 1, &[]).is_err(),
+                accept(&request(&partial), 1, &[], false).is_err(),
                 "without {dropped:?}"
             );
         }
@@ -155,7 +175,7 @@ mod tests {
             let mut h = GOOD.to_vec();
             h.retain(|(n, _)| *n != "sec-websocket-key");
             h.push(("sec-websocket-key", key));
-            assert!(accept(&request(&h), 1, &[]).is_err(), "{key}");
+            assert!(accept(&request(&h), 1, &[], false).is_err(), "{key}");
         }
     }
 
@@ -164,12 +184,39 @@ mod tests {
         let ours = ["chat".to_owned(), "v2.sync".to_owned()];
         let mut h = GOOD.to_vec();
         h.push(("sec-websocket-protocol", "graphql-ws, v2.sync, chat"));
-        let a = accept(&request(&h), 1, &ours).unwrap();
+        let a = accept(&request(&h), 1, &ours, false).unwrap();
         assert_eq!(a.subprotocol.as_deref(), Some("v2.sync"));
         assert!(a.response.contains("Sec-WebSocket-Protocol: v2.sync\r\n"));
         // None in common: still accepted, without the header.
-        let a = accept(&request(&h), 1, &["other".to_owned()]).unwrap();
+        let a = accept(&request(&h), 1, &["other".to_owned()], false).unwrap();
         assert_eq!(a.subprotocol, None);
         assert!(!a.response.contains("Sec-WebSocket-Protocol"));
+    }
+
+    #[test]
+    fn permessage_deflate_is_answered_only_with_deflate_on() {
+        let mut h = GOOD.to_vec();
+        h.push(("sec-websocket-extensions", "x-unknown"));
+        h.push((
+            "sec-websocket-extensions",
+            "permessage-deflate; client_max_window_bits",
+        ));
+        let on = accept(&request(&h), 1, &[], true).unwrap();
+        assert!(on.deflate);
+        assert!(on.response.contains(
+            "Sec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover; client_no_context_takeover\r\n"
+        ));
+        let off = accept(&request(&h), 1, &[], false).unwrap();
+        assert!(!off.deflate);
+        assert!(!off.response.contains("Sec-WebSocket-Extensions"));
+        // An offer the hub cannot honour: declined, the upgrade still made.
+        let mut small = GOOD.to_vec();
+        small.push((
+            "sec-websocket-extensions",
+            "permessage-deflate; server_max_window_bits=9",
+        ));
+        let declined = accept(&request(&small), 1, &[], true).unwrap();
+        assert!(!declined.deflate);
+        assert!(!declined.response.contains("Sec-WebSocket-Extensions"));
     }
 }

@@ -8,6 +8,7 @@ package main
 import (
 	"encoding/json"
 	"flag"
+	"io"
 	"log"
 	"net/http"
 	"strings"
@@ -26,11 +27,16 @@ type hub struct {
 
 var upgrader = websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
 
+// -compress: permessage-deflate as gorilla offers it (no context takeover,
+// each message compressed for each connection).
+var compress = flag.Bool("compress", false, "negotiate permessage-deflate and compress every message")
+
 func (h *hub) ws(w http.ResponseWriter, r *http.Request) {
 	c, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return
 	}
+	c.EnableWriteCompression(*compress)
 	h.mu.Lock()
 	h.conns = append(h.conns, c)
 	h.mu.Unlock()
@@ -52,6 +58,20 @@ func (h *hub) ws(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *hub) startTest(w http.ResponseWriter, r *http.Request) {
+	h.broadcast(w, []byte(message))
+}
+
+// publish broadcasts the request body as a text message.
+func (h *hub) publish(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	h.broadcast(w, body)
+}
+
+func (h *hub) broadcast(w http.ResponseWriter, payload []byte) {
 	start := time.Now()
 	h.mu.Lock()
 	var wg sync.WaitGroup
@@ -59,7 +79,7 @@ func (h *hub) startTest(w http.ResponseWriter, r *http.Request) {
 		wg.Add(1)
 		go func(c *websocket.Conn) {
 			defer wg.Done()
-			c.WriteMessage(websocket.TextMessage, []byte(message))
+			c.WriteMessage(websocket.TextMessage, payload)
 		}(c)
 	}
 	wg.Wait()
@@ -78,9 +98,11 @@ func (h *hub) healthz(w http.ResponseWriter, r *http.Request) {
 func main() {
 	addr := flag.String("listen", "127.0.0.1:8090", "address to listen on")
 	flag.Parse()
+	upgrader.EnableCompression = *compress
 	h := &hub{}
 	http.HandleFunc("/ws", h.ws)
 	http.HandleFunc("/start_test", h.startTest)
+	http.HandleFunc("/publish", h.publish)
 	http.HandleFunc("/healthz", h.healthz)
 	log.Fatal(http.ListenAndServe(*addr, nil))
 }

@@ -1,12 +1,14 @@
-//! permessage-deflate (RFC 7692), a client's side of it: what browsers
-//! offer, what the server's answer means, and inflating what the server
-//! then sends ([`inflate`]).
+//! permessage-deflate (RFC 7692): a client's side of it (what browsers
+//! offer, what the server's answer means, inflating what the server then
+//! sends: [`inflate`]) and the hub's (which offers it accepts, and each
+//! broadcast compressed once for every client that agreed: [`deflate`]).
 //!
 //! Servers that negotiate it (Python websockets and uvicorn do by default)
 //! compress every copy of a broadcast, per connection, for the clients
 //! that offer it, which every browser does. A probe that did not offer it
 //! would be sent plain frames: a cheaper fan-out than the real clients get.
 
+pub mod deflate;
 pub mod inflate;
 
 /// What Chromium and Firefox offer: the server compresses as it likes
@@ -71,13 +73,55 @@ pub fn read_answer(values: &[&str], offered: bool) -> Result<Option<Accepted>, A
         if accepted.is_some() {
             return Err(AnswerError::Twice);
         }
-        accepted = Some(parameters(parts)?);
+        accepted = Some(parameters(parts, Side::Answer)?);
     }
     Ok(accepted)
 }
 
+/// What the hub answers every offer it accepts: each message is
+/// compressed on its own both ways, so one compressed frame serves every
+/// client, and a client's message inflates without state kept between them.
+pub const HUB_ANSWER: &str =
+    "permessage-deflate; server_no_context_takeover; client_no_context_takeover";
+
+/// The hub's answer to a client's `Sec-WebSocket-Extensions` values: the
+/// first permessage-deflate offer it can honour gets [`HUB_ANSWER`] (with
+/// `server_max_window_bits=15` if the offer named it); offers it cannot
+/// (a smaller server window, unknown or repeated parameters, bad values)
+/// and other extensions are declined, as RFC 7692 §5 says. `None`: no
+/// extension.
+pub fn answer_offers(values: &[&str]) -> Option<String> {
+    values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .filter_map(|item| {
+            let mut parts = item.trim().split(';').map(str::trim);
+            let name = parts.next()?;
+            name.eq_ignore_ascii_case(NAME).then_some(parts)
+        })
+        .filter_map(|parts| parameters(parts, Side::Offer).ok())
+        // The compressor's window is 15 bits; a client that wants the
+        // server's smaller could not read what it sends.
+        .find(|offer| offer.server_max_window_bits.is_none_or(|b| b == 15))
+        .map(|offer| match offer.server_max_window_bits {
+            Some(bits) => format!("{HUB_ANSWER}; server_max_window_bits={bits}"),
+            None => HUB_ANSWER.to_owned(),
+        })
+}
+
+/// Which message the parameters are in: they differ only in that an offer
+/// may name `client_max_window_bits` without a value.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Offer,
+    Answer,
+}
+
 /// The parameters after the extension's name.
-fn parameters<'a>(parts: impl Iterator<Item = &'a str>) -> Result<Accepted, AnswerError> {
+fn parameters<'a>(
+    parts: impl Iterator<Item = &'a str>,
+    side: Side,
+) -> Result<Accepted, AnswerError> {
     let mut a = Accepted::default();
     let mut seen: Vec<String> = Vec::new();
     for part in parts.filter(|p| !p.is_empty()) {
@@ -101,6 +145,7 @@ fn parameters<'a>(parts: impl Iterator<Item = &'a str>) -> Result<Accepted, Answ
                     a.client_no_context_takeover = true;
                 }
             }
+            "client_max_window_bits" if side == Side::Offer && value.is_none() => {}
             "server_max_window_bits" | "client_max_window_bits" => {
                 let bits = value
                     .and_then(|v| v.parse::<u8>().ok())
@@ -153,6 +198,42 @@ mod tests {
         .unwrap()
         .unwrap();
         assert!(a.server_no_context_takeover && a.client_no_context_takeover);
+    }
+
+    #[test]
+    fn the_hub_accepts_the_offers_it_can_honour_and_declines_the_rest() {
+        let hub = |offers: &[&str]| answer_offers(offers);
+        // Browsers, Python websockets, gorilla.
+        assert_eq!(hub(&[BROWSER_OFFER]).as_deref(), Some(HUB_ANSWER));
+        assert_eq!(
+            hub(&["permessage-deflate; server_no_context_takeover; client_no_context_takeover"])
+                .as_deref(),
+            Some(HUB_ANSWER)
+        );
+        assert_eq!(
+            hub(&["permessage-deflate; server_max_window_bits=15"]).as_deref(),
+            Some(&*format!("{HUB_ANSWER}; server_max_window_bits=15"))
+        );
+        // A smaller window than the compressor's, then a fallback offer.
+        assert_eq!(
+            hub(&["permessage-deflate; server_max_window_bits=10"]),
+            None
+        );
+        assert_eq!(
+            hub(&["permessage-deflate; server_max_window_bits=10, permessage-deflate"]).as_deref(),
+            Some(HUB_ANSWER)
+        );
+        // Offers a server must decline: nothing is answered.
+        for bad in [
+            "permessage-deflate; mystery",
+            "permessage-deflate; server_no_context_takeover; server_no_context_takeover",
+            "permessage-deflate; server_max_window_bits",
+            "permessage-deflate; client_max_window_bits=99",
+            "x-webkit-deflate-frame",
+        ] {
+            assert_eq!(hub(&[bad]), None, "{bad}");
+        }
+        assert_eq!(hub(&[]), None);
     }
 
     #[test]
