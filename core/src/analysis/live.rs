@@ -242,6 +242,9 @@ impl LiveJoin {
                     // Only probes' connections: memory follows the probes,
                     // not the audience.
                     let labelled = &self.labelled;
+                    // Sized once: a filtered extend would grow the map step
+                    // by step, rehashing, on every broadcast.
+                    p.targets.reserve(s.slots.len().min(labelled.len()));
                     p.targets.extend(
                         s.slots
                             .iter()
