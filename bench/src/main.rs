@@ -182,6 +182,12 @@ enum Command {
         /// Rounds (each runs every build once); medians are printed.
         #[arg(long, default_value_t = 5)]
         rounds: usize,
+        /// Leave the agent's permessage-deflate on (its default), so probes
+        /// that offer it receive compressed frames and inflate them. Off:
+        /// the agent runs with --no-deflate and every build gets plain
+        /// frames, the receive path alone.
+        #[arg(long)]
+        agent_deflate: bool,
     },
     /// What the agent's live join (receive skew on /metrics) costs per
     /// receipt, beside the report's join of the same records.
@@ -262,12 +268,14 @@ fn main() -> anyhow::Result<()> {
             broadcasts,
             interval_ms,
             rounds,
+            agent_deflate,
         } => probe_cost::run(
             probe_bins,
             connections,
             broadcasts,
             Duration::from_millis(interval_ms),
             rounds,
+            agent_deflate,
         ),
         Command::LiveCost {
             probes,

@@ -182,6 +182,7 @@ pub fn run(
     broadcasts: u32,
     interval: Duration,
     rounds: usize,
+    agent_deflate: bool,
 ) -> anyhow::Result<()> {
     let probes = if probes.is_empty() {
         vec![sibling("skewscope-probe")?]
@@ -189,7 +190,12 @@ pub fn run(
         probes
     };
     let dir = tempfile::tempdir()?;
-    let agent = AgentProcess::start(&dir.path().join("agent"), &[])?;
+    let agent_args: &[&str] = if agent_deflate {
+        &[]
+    } else {
+        &["--no-deflate"]
+    };
+    let agent = AgentProcess::start(&dir.path().join("agent"), agent_args)?;
     let mut results: Vec<Vec<Round>> = vec![Vec::new(); probes.len()];
     for round in 0..rounds.max(1) {
         let mut order: Vec<usize> = (0..probes.len()).collect();
@@ -213,7 +219,12 @@ pub fn run(
         v[v.len() / 2]
     };
     println!(
-        "probe cost: {connections} connections, {broadcasts} broadcasts {interval:?} apart, one release agent, median of {rounds} rounds (builds interleaved)\n"
+        "probe cost: {connections} connections, {broadcasts} broadcasts {interval:?} apart, one release agent ({}), median of {rounds} rounds (builds interleaved)\n",
+        if agent_deflate {
+            "permessage-deflate on: builds that offer it inflate"
+        } else {
+            "--no-deflate: plain frames"
+        }
     );
     println!(
         "| probe build | CPU per receipt | ÷ first | peak RSS per connection | delivery p50 | delivery p99 | skew at kernel stamps p50 |"

@@ -30,59 +30,103 @@ pub enum InflateError {
 
 /// One connection's server-to-client decompression.
 pub struct Inflater {
-    state: Box<InflateState>,
-    /// `server_no_context_takeover` was negotiated: each message starts
-    /// a fresh stream.
-    fresh_each_message: bool,
+    window: Window,
+}
+
+/// Where an inflater's 32 KiB window lives.
+enum Window {
+    /// The connection's own: with context takeover, its messages are one
+    /// deflate stream.
+    Own(Box<InflateState>),
+    /// This thread's, shared by every connection whose server compresses
+    /// each message alone (`server_no_context_takeover`): nothing lasts
+    /// between messages, so one warm window serves them all, and such a
+    /// connection holds none (a probe's 200 connections would otherwise hold
+    /// 8 MiB of windows, each cold in the cache when its message comes).
+    Shared,
+}
+
+thread_local! {
+    static SHARED: std::cell::RefCell<Option<Box<InflateState>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 impl Inflater {
     /// An inflater for a connection whose handshake said whether the server
     /// takes over its context between messages.
     pub fn new(server_no_context_takeover: bool) -> Inflater {
-        Inflater {
-            state: InflateState::new_boxed(DataFormat::Raw),
-            fresh_each_message: server_no_context_takeover,
-        }
+        let window = if server_no_context_takeover {
+            Window::Shared
+        } else {
+            Window::Own(InflateState::new_boxed(DataFormat::Raw))
+        };
+        Inflater { window }
     }
 
     /// The plaintext of one compressed message, at most `max` bytes.
     pub fn message(&mut self, compressed: &[u8], max: usize) -> Result<Vec<u8>, InflateError> {
-        if self.fresh_each_message {
-            self.state.reset(DataFormat::Raw);
+        match &mut self.window {
+            Window::Own(state) => inflate_message(state, compressed, max),
+            Window::Shared => SHARED.with(|shared| {
+                let mut shared = shared.borrow_mut();
+                let state = shared.get_or_insert_with(|| InflateState::new_boxed(DataFormat::Raw));
+                // Zeroed too: a malformed message that reaches back past its
+                // own start reads zeros, never another connection's bytes.
+                state.reset(DataFormat::Raw);
+                inflate_message(state, compressed, max)
+            }),
         }
-        let mut out = Vec::new();
-        let mut chunk = [0u8; 16 * 1024];
-        for input in [compressed, &TAIL[..]] {
-            let mut input = input;
-            loop {
-                let r = inflate(&mut self.state, input, &mut chunk, MZFlush::Sync);
-                out.extend_from_slice(&chunk[..r.bytes_written]);
+    }
+}
+
+/// Inflates one message (with the tail RFC 7692 strips put back) straight
+/// into its output.
+fn inflate_message(
+    state: &mut InflateState,
+    compressed: &[u8],
+    max: usize,
+) -> Result<Vec<u8>, InflateError> {
+    // Room for typical ratios at once; grown as needed, bounded by `max`.
+    let mut out = vec![0u8; (compressed.len() * 4 + 64).min(max + 1)];
+    let mut written = 0;
+    for input in [compressed, &TAIL[..]] {
+        let mut input = input;
+        loop {
+            if written == out.len() {
                 if out.len() > max {
                     return Err(InflateError::TooLarge(max));
                 }
-                input = &input[r.bytes_consumed..];
-                match r.status {
-                    Ok(MZStatus::Ok | MZStatus::StreamEnd)
-                        if input.is_empty() && r.bytes_written < chunk.len() =>
-                    {
-                        break;
-                    }
-                    Ok(_) => {}
-                    // Nothing left to do with what was given.
-                    Err(MZError::Buf) if input.is_empty() => break,
-                    Err(_) => return Err(InflateError::Corrupt),
+                let grown = (out.len() * 2).min(max + 1).max(out.len() + 1);
+                out.resize(grown, 0);
+            }
+            let r = inflate(state, input, &mut out[written..], MZFlush::Sync);
+            written += r.bytes_written;
+            if written > max {
+                return Err(InflateError::TooLarge(max));
+            }
+            input = &input[r.bytes_consumed..];
+            match r.status {
+                Ok(MZStatus::Ok | MZStatus::StreamEnd)
+                    if input.is_empty() && written < out.len() =>
+                {
+                    break;
                 }
+                Ok(_) => {}
+                // Nothing left to do with what was given.
+                Err(MZError::Buf) if input.is_empty() && written < out.len() => break,
+                Err(MZError::Buf) => {}
+                Err(_) => return Err(InflateError::Corrupt),
             }
         }
-        Ok(out)
     }
+    out.truncate(written);
+    Ok(out)
 }
 
 impl std::fmt::Debug for Inflater {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Inflater")
-            .field("fresh_each_message", &self.fresh_each_message)
+            .field("shared_window", &matches!(self.window, Window::Shared))
             .finish_non_exhaustive()
     }
 }
@@ -148,6 +192,35 @@ mod tests {
             let alone = Deflater::new().message(word.as_bytes());
             assert_eq!(tap.message(&alone, 1 << 20).unwrap(), word.as_bytes());
         }
+    }
+
+    #[test]
+    fn connections_without_context_takeover_share_one_window_and_stay_apart() {
+        let hub = |plain: &[u8]| {
+            crate::permessage_deflate::deflate::MessageDeflater::default()
+                .compress(plain)
+                .unwrap()
+        };
+        let big = "0123456789abcdef".repeat(8192); // 128 KiB: the output grows
+        let mut inflaters = [Inflater::new(true), Inflater::new(true)];
+        for (i, plain) in [
+            (0, "first connection ".repeat(30)),
+            (1, big.clone()),
+            (0, "again, the first ".repeat(30)),
+        ] {
+            let got = inflaters[i]
+                .message(&hub(plain.as_bytes()), 1 << 20)
+                .unwrap();
+            assert_eq!(got, plain.as_bytes());
+        }
+        let [mut a, mut b] = inflaters;
+        let bomb = hub(&vec![0u8; 1 << 20]);
+        assert_eq!(b.message(&bomb, 1000), Err(InflateError::TooLarge(1000)));
+        // The window is still good for the next message.
+        assert_eq!(
+            a.message(&hub(b"ok ok ok ok"), 100).unwrap(),
+            b"ok ok ok ok"
+        );
     }
 
     #[test]
