@@ -98,6 +98,15 @@ async fn compressed_and_plain_probes_get_the_same_broadcasts_and_join() {
         "{head}"
     );
     wait_for_clients(&agent, 5).await;
+    // Two offering probe connections and the raw client; the declining two are plain.
+    let health = request(agent.addr, "GET", "/healthz", b"", None)
+        .await
+        .unwrap();
+    assert!(
+        health.body.contains("\"clients\":5,\"deflate_clients\":3"),
+        "{}",
+        health.body
+    );
     assert_eq!(start_test(agent.addr, None).await.unwrap().status, 200);
     for body in [state_message().into_bytes(), noise(2000)] {
         let r = request(agent.addr, "POST", "/publish", &body, None)
@@ -138,14 +147,6 @@ async fn compressed_and_plain_probes_get_the_same_broadcasts_and_join() {
             .unwrap();
         assert_eq!(summary.receipts, 6, "every broadcast on both connections");
     }
-    let health = request(agent.addr, "GET", "/healthz", b"", None)
-        .await
-        .unwrap();
-    assert!(
-        health.body.contains("\"deflate_clients\":3"),
-        "{}",
-        health.body
-    );
     let log = agent.log_path.clone();
     agent.shutdown().await.unwrap();
 

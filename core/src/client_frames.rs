@@ -86,8 +86,6 @@ pub struct ClientFrameParser {
     /// The compressed message in progress, unmasked (`None`: the message
     /// in progress, if any, is not compressed).
     compressed: Option<Vec<u8>>,
-    /// The `--max-frame` of the message in progress (for inflating it).
-    max_frame: usize,
 }
 
 impl ClientFrameParser {
@@ -113,7 +111,7 @@ impl ClientFrameParser {
             if self.skipping > 0 {
                 let n = (self.skipping as usize).min(bytes.len());
                 self.skipping -= n as u64;
-                self.payload(&bytes[..n])?;
+                self.payload(&bytes[..n], max_frame)?;
                 bytes = &bytes[n..];
             }
             if bytes.is_empty() {
@@ -181,7 +179,7 @@ impl ClientFrameParser {
                 self.frame_mask = mask;
                 self.frame_offset = 0;
                 self.frame_final = header.is_final;
-                self.payload(&buf[header_len..header_len + here])?;
+                self.payload(&buf[header_len..header_len + here], max_frame)?;
                 Ok(header_len + here)
             }
             OpCode::Control(control) => {
@@ -212,7 +210,7 @@ impl ClientFrameParser {
     /// Payload bytes of the current data frame, in order: text is
     /// unmasked in small pieces and checked; the frame's end, if it ends
     /// a text message, must end a character.
-    fn payload(&mut self, bytes: &[u8]) -> Result<(), ClientFrameError> {
+    fn payload(&mut self, bytes: &[u8], max_frame: usize) -> Result<(), ClientFrameError> {
         if let Some(kept) = self.compressed.as_mut() {
             // Bounded by --max-frame: check_data counted the message's length.
             kept.extend(
@@ -224,7 +222,7 @@ impl ClientFrameParser {
             if self.skipping == 0 && self.frame_final {
                 let kept = self.compressed.take().unwrap_or_default();
                 let text = std::mem::take(&mut self.text);
-                return self.inflated(&kept, text);
+                return inflated(&kept, text, max_frame);
             }
             return Ok(());
         }
@@ -244,24 +242,6 @@ impl ClientFrameParser {
                 self.utf8.finish()?;
             }
             self.text = false;
-        }
-        Ok(())
-    }
-
-    /// A whole compressed message, `kept`: it must inflate, within
-    /// `--max-frame` (the limit `check_data` was given), and be UTF-8 if text.
-    fn inflated(&mut self, kept: &[u8], text: bool) -> Result<(), ClientFrameError> {
-        let max = self.max_frame;
-        let plain = Inflater::new(true)
-            .message(kept, max)
-            .map_err(|e| match e {
-                InflateError::TooLarge(_) => ClientFrameError::TooLarge(max),
-                InflateError::Corrupt => {
-                    ClientFrameError::Protocol("a compressed message that does not inflate")
-                }
-            })?;
-        if text && std::str::from_utf8(&plain).is_err() {
-            return Err(ClientFrameError::InvalidUtf8);
         }
         Ok(())
     }
@@ -288,7 +268,6 @@ impl ClientFrameParser {
         if data == Data::Text {
             self.text = true;
         }
-        self.max_frame = max_frame;
         self.message_len += len;
         self.fragments += 1;
         if len > max_frame as u64 || self.message_len > max_frame as u64 {
@@ -305,6 +284,23 @@ impl ClientFrameParser {
         }
         Ok(())
     }
+}
+
+/// A whole compressed message, `kept`: it must inflate, within
+/// `--max-frame`, and be UTF-8 if text.
+fn inflated(kept: &[u8], text: bool, max: usize) -> Result<(), ClientFrameError> {
+    let plain = Inflater::new(true)
+        .message(kept, max)
+        .map_err(|e| match e {
+            InflateError::TooLarge(_) => ClientFrameError::TooLarge(max),
+            InflateError::Corrupt => {
+                ClientFrameError::Protocol("a compressed message that does not inflate")
+            }
+        })?;
+    if text && std::str::from_utf8(&plain).is_err() {
+        return Err(ClientFrameError::InvalidUtf8);
+    }
+    Ok(())
 }
 
 /// A close frame's status code, if it has one (RFC 6455 §5.5.1, §7.4):

@@ -151,7 +151,7 @@ impl ServerFrames {
         &mut self,
         mut bytes: &[u8],
         at_ns: u64,
-        out: &mut Vec<ServerEvent>,
+        out: &mut impl Extend<ServerEvent>,
     ) -> Result<(), ServerFrameError> {
         while !bytes.is_empty() {
             match &mut self.state {
@@ -243,27 +243,27 @@ impl ServerFrames {
     }
 
     /// A frame's last byte arrived at `at_ns`.
-    fn end_frame(&mut self, frame: FrameHead, at_ns: u64, out: &mut Vec<ServerEvent>) {
+    fn end_frame(&mut self, frame: FrameHead, at_ns: u64, out: &mut impl Extend<ServerEvent>) {
         self.state = State::Header {
             bytes: Vec::new(),
             first_at: None,
         };
         match frame.opcode {
-            8 => out.push(ServerEvent::Close(std::mem::take(&mut self.control))),
-            9 => out.push(ServerEvent::Ping(std::mem::take(&mut self.control))),
+            8 => out.extend([ServerEvent::Close(std::mem::take(&mut self.control))]),
+            9 => out.extend([ServerEvent::Ping(std::mem::take(&mut self.control))]),
             10 => {
                 self.control.clear();
-                out.push(ServerEvent::Pong);
+                out.extend([ServerEvent::Pong]);
             }
             _ if frame.fin => {
                 let m = self.message.take().expect("a data frame has a message");
-                out.push(ServerEvent::Message(TappedMessage {
+                out.extend([ServerEvent::Message(TappedMessage {
                     text: m.text,
                     compressed: m.compressed,
                     payload: m.payload,
                     first_byte_ns: m.first_at,
                     last_byte_ns: at_ns,
-                }));
+                })]);
             }
             _ => {}
         }

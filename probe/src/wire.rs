@@ -9,6 +9,7 @@
 //! latest ping's pong is kept (RFC 6455 §5.5.3 allows that), so a server
 //! that pings and never reads cannot grow what the probe holds for it.
 
+use std::collections::VecDeque;
 use std::io;
 
 use futures_util::FutureExt;
@@ -87,9 +88,8 @@ pub(crate) struct Wire {
     stream: Stream,
     buf: Box<[u8]>,
     frames: ServerFrames,
-    /// Events read but not yet handed out, and the next one's index.
-    events: Vec<ServerEvent>,
-    next_event: usize,
+    /// Events read but not yet handed out.
+    events: VecDeque<ServerEvent>,
     inflater: Option<Inflater>,
     max_message: usize,
     /// A frame being written (a pong), and how much of it is out.
@@ -126,8 +126,7 @@ impl Wire {
             stream,
             buf: vec![0; read_buffer].into_boxed_slice(),
             frames: ServerFrames::for_client(max_message, deflate.is_some()),
-            events: Vec::new(),
-            next_event: 0,
+            events: VecDeque::new(),
             inflater: deflate.map(|a| Inflater::new(a.server_no_context_takeover)),
             max_message,
             writing: Vec::new(),
@@ -152,13 +151,9 @@ impl Wire {
     /// The next thing the server sent; `None` once it closed the socket.
     pub(crate) async fn next(&mut self) -> Option<Result<Incoming, WireError>> {
         loop {
-            if let Some(event) = self.events.get_mut(self.next_event) {
-                let event = std::mem::replace(event, ServerEvent::Pong);
-                self.next_event += 1;
+            if let Some(event) = self.events.pop_front() {
                 return Some(self.incoming(event));
             }
-            self.events.clear();
-            self.next_event = 0;
             if let Some(e) = self.broken_at_start.take() {
                 return Some(Err(e));
             }

@@ -40,8 +40,6 @@ pub struct Hub {
     in_flight: tokio::sync::watch::Sender<u32>,
     /// Compresses each broadcast once (unless `--no-deflate`).
     deflater: Option<Mutex<MessageDeflater>>,
-    /// Clients that agreed to permessage-deflate, over the run.
-    deflate_clients: AtomicU64,
 }
 
 /// Lets background work (storing probes' uploads) step aside while a
@@ -121,7 +119,6 @@ impl Hub {
             deflater: config
                 .deflate
                 .then(|| Mutex::new(MessageDeflater::default())),
-            deflate_clients: AtomicU64::new(0),
         })
     }
 
@@ -130,9 +127,10 @@ impl Hub {
         self.deflater.is_some()
     }
 
-    /// Clients that agreed to permessage-deflate, over the run.
-    pub fn deflate_clients(&self) -> u64 {
-        self.deflate_clients.load(Ordering::Relaxed)
+    /// Connected clients that agreed to permessage-deflate.
+    pub fn deflate_clients(&self) -> usize {
+        let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        shards.iter().map(ShardHandle::deflate_clients).sum()
     }
 
     /// A handle to wait until no broadcast is being fanned out.
@@ -155,9 +153,6 @@ impl Hub {
         peer: String,
         subprotocol: Option<String>,
     ) {
-        if client.deflate {
-            self.deflate_clients.fetch_add(1, Ordering::Relaxed);
-        }
         let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
         let Some((index, shard)) = shards
             .iter()
@@ -237,16 +232,23 @@ impl Hub {
         let id = self.next_broadcast.fetch_add(1, Ordering::Relaxed);
         let opcode = OpCode::Data(if text { Data::Text } else { Data::Binary });
         let frame: Arc<[u8]> = encode(Frame::message(payload.to_vec(), opcode, true)).into();
-        // Compressed once for every client that agreed; RSV1 marks it.
-        let compressed = self.deflater.as_ref().and_then(|deflater| {
-            let deflated = deflater
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .compress(payload)?;
-            let mut message = Frame::message(deflated, opcode, true);
-            message.header_mut().rsv1 = true;
-            Some(Arc::<[u8]>::from(encode(message)))
-        });
+        // Compressed once for every client that agreed, if one is here; RSV1
+        // marks it. One that joins meanwhile gets the plain frame, which is
+        // always allowed.
+        let wanted = self.deflater.is_some() && self.deflate_clients() > 0;
+        let compressed = self
+            .deflater
+            .as_ref()
+            .filter(|_| wanted)
+            .and_then(|deflater| {
+                let deflated = deflater
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .compress(payload)?;
+                let mut message = Frame::message(deflated, opcode, true);
+                message.header_mut().rsv1 = true;
+                Some(Arc::<[u8]>::from(encode(message)))
+            });
         let hash = payload_hash(payload);
         let start = skewscope_os::clock::now();
         // Recorded before any shard can record its sends for it.

@@ -113,6 +113,8 @@ pub struct ShardHandle {
     clients: Arc<AtomicUsize>,
     /// When an unanswered heartbeat was asked for (monotonic ns), 0 if none.
     heartbeat_asked_at: Arc<AtomicU64>,
+    /// Of its clients, those that agreed to permessage-deflate.
+    deflate_clients: Arc<AtomicUsize>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -131,7 +133,9 @@ impl ShardHandle {
         let clients = Arc::new(AtomicUsize::new(0));
         let command_pending = Arc::new(AtomicBool::new(false));
         let heartbeat_asked_at = Arc::new(AtomicU64::new(0));
+        let deflate_clients = Arc::new(AtomicUsize::new(0));
         let shard = Shard {
+            deflate_count: deflate_clients.clone(),
             command_pending: command_pending.clone(),
             heartbeat_asked_at: heartbeat_asked_at.clone(),
             backlog: Vec::new(),
@@ -165,6 +169,7 @@ impl ShardHandle {
             command_pending,
             clients,
             heartbeat_asked_at,
+            deflate_clients,
             thread: Some(thread),
         })
     }
@@ -200,10 +205,18 @@ impl ShardHandle {
         self.clients.load(Ordering::Relaxed)
     }
 
+    /// Of those, the ones that agreed to permessage-deflate.
+    pub fn deflate_clients(&self) -> usize {
+        self.deflate_clients.load(Ordering::Relaxed)
+    }
+
     /// Hands a client to the shard.
     pub fn add(&self, client: NewClient) {
         // Counted now so the hub's least-loaded choice sees it at once.
         self.clients.fetch_add(1, Ordering::Relaxed);
+        if client.deflate {
+            self.deflate_clients.fetch_add(1, Ordering::Relaxed);
+        }
         self.send(Command::Add(client));
     }
 
@@ -254,6 +267,8 @@ struct Shard {
     recycle_tx: Sender<Vec<SendSlot>>,
     recycle_rx: Receiver<Vec<SendSlot>>,
     count: Arc<AtomicUsize>,
+    /// Its clients that agreed to permessage-deflate (the handle's count).
+    deflate_count: Arc<AtomicUsize>,
 }
 
 impl Shard {
@@ -411,6 +426,9 @@ impl Shard {
             Interest::READABLE | Interest::WRITABLE,
         ) {
             self.count.fetch_sub(1, Ordering::Relaxed);
+            if new.deflate {
+                self.deflate_count.fetch_sub(1, Ordering::Relaxed);
+            }
             self.record_close(new.id, CloseReason::SocketError(format!("register: {e}")));
             return;
         }
@@ -597,6 +615,9 @@ impl Shard {
             };
             let _ = self.poll.registry().deregister(&mut client.stream);
             self.count.fetch_sub(1, Ordering::Relaxed);
+            if client.deflate {
+                self.deflate_count.fetch_sub(1, Ordering::Relaxed);
+            }
             self.record_close(client.id, reason);
         }
         let clients = &self.clients;

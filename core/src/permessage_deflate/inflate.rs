@@ -63,6 +63,12 @@ impl Inflater {
         Inflater { window }
     }
 
+    /// Whether this connection holds a window of its own ([`INFLATER_BYTES`]);
+    /// not when its messages stand alone and share the thread's.
+    pub fn owns_window(&self) -> bool {
+        matches!(self.window, Window::Own(_))
+    }
+
     /// The plaintext of one compressed message, at most `max` bytes.
     pub fn message(&mut self, compressed: &[u8], max: usize) -> Result<Vec<u8>, InflateError> {
         match &mut self.window {

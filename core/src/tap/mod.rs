@@ -187,7 +187,9 @@ pub struct Tap {
     counters: TapCounters,
     /// Connections in the WebSocket phase now.
     websockets: usize,
-    /// Inflaters alive now (each [`inflate::INFLATER_BYTES`]).
+    /// Inflaters with a window of their own alive now (each
+    /// [`inflate::INFLATER_BYTES`]; those of servers without context
+    /// takeover share one per thread and count nothing).
     inflaters: usize,
 }
 
@@ -354,7 +356,7 @@ impl Gauges<'_> {
     fn leave(&mut self, phase: &Phase) {
         if let Phase::WebSocket { inflater, .. } = phase {
             *self.websockets -= 1;
-            *self.inflaters -= usize::from(inflater.is_some());
+            *self.inflaters -= usize::from(inflater.as_ref().is_some_and(Inflater::owns_window));
         }
     }
 }
@@ -410,13 +412,15 @@ fn take(
             deflate,
         });
         bytes = &bytes[end - before..];
-        // Inflaters are bounded in total: past it, this connection's
-        // compressed messages are counted, not identified.
+        // Windows of their own are bounded in total: past it, this
+        // connection's compressed messages are counted, not identified.
+        // Messages that stand alone share the thread's window.
+        let stand_alone = accepted.is_some_and(|a| a.server_no_context_takeover);
         let room = (*gauges.inflaters + 1) * inflate::INFLATER_BYTES <= MAX_INFLATER_BYTES;
-        let inflater = (deflate && room)
-            .then(|| Inflater::new(accepted.is_some_and(|a| a.server_no_context_takeover)));
+        let inflater = (deflate && (stand_alone || room)).then(|| Inflater::new(stand_alone));
+        let owns = inflater.as_ref().is_some_and(Inflater::owns_window);
         *gauges.websockets += 1;
-        *gauges.inflaters += usize::from(inflater.is_some());
+        *gauges.inflaters += usize::from(owns);
         *phase = Phase::WebSocket {
             frames: ServerFrames::new(max_message),
             identifier: Identifier::default(),

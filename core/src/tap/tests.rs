@@ -299,8 +299,14 @@ fn compressed_copies_are_inflated_and_identified_alike() {
         .collect();
     let plain = crate::identity::payload_hash(text.as_bytes());
     assert_eq!(hashes, vec![plain, plain]);
+    // A third whose server compresses each message alone: it shares the
+    // thread's window, so it holds none of its own.
+    const ALONE: &[u8] = b"HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover\r\n\r\n";
+    let mut c = Conn::open(&mut tap, 40012, 1, 1, &mut out);
+    c.send(&mut tap, ALONE, 2, &mut out);
+    c.send(&mut tap, &hello, 3, &mut out);
     let n = tap.counters();
-    assert_eq!((n.inflated, n.compressed, n.broken), (3, 0, 0));
+    assert_eq!((n.inflated, n.compressed, n.broken), (4, 0, 0));
     assert_eq!(
         tap.inflater_bytes(),
         2 * crate::permessage_deflate::inflate::INFLATER_BYTES
