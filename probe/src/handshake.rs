@@ -196,52 +196,16 @@ impl Upgrade {
             {
                 Ok((ws, response)) => {
                     let (stream, after_upgrade) = ws.into_inner().into_parts();
-                    let answer: Vec<&str> = response
-                        .headers()
-                        .get_all(header::SEC_WEBSOCKET_EXTENSIONS)
-                        .iter()
-                        .map(|v| v.to_str().unwrap_or("?"))
-                        .collect();
-                    let deflate = match read_answer(&answer, self.deflate) {
-                        Ok(deflate) => deflate,
-                        Err(e) => {
-                            let mut wire = Wire::new(stream, &[], None, settings.max_message, 16);
-                            let _ = wire.send_close(code::PROTOCOL, "bad extension").await;
-                            return Err(format!(
-                                "{e} ({}): RFC 6455 §4.1 requires failing the connection",
-                                answer.join(", ")
-                            ));
-                        }
-                    };
-                    let tls = match &stream {
-                        MaybeTlsStream::Rustls(stream) => {
-                            let session = stream.get_ref().1;
-                            Some(TlsInfo {
-                                version: session
-                                    .protocol_version()
-                                    .map_or_else(String::new, |v| format!("{v:?}")),
-                                cipher: session
-                                    .negotiated_cipher_suite()
-                                    .map_or_else(String::new, |c| format!("{:?}", c.suite())),
-                                verified,
-                            })
-                        }
-                        _ => None,
-                    };
-                    let wire = Wire::new(
-                        stream,
-                        &after_upgrade,
-                        deflate,
-                        settings.max_message,
-                        settings.read_buffer,
-                    );
-                    return Ok(Upgraded {
-                        wire,
-                        last_rx,
-                        response,
-                        tls,
-                        deflate,
-                    });
+                    return self
+                        .upgraded(
+                            stream,
+                            &after_upgrade,
+                            response,
+                            last_rx,
+                            verified,
+                            settings,
+                        )
+                        .await;
                 }
                 Err(WsError::Http(response)) if response.status().is_redirection() => {
                     let location = response
@@ -285,6 +249,69 @@ impl Upgrade {
             }
         }
         unreachable!("the loop returns by its last hop")
+    }
+}
+
+impl Upgrade {
+    /// A `101` came: checks what it says of extensions (failing the
+    /// connection with 1002 where a client must) and hands the socket, and
+    /// the bytes read behind the response, to the probe's own frame reader.
+    async fn upgraded(
+        &self,
+        stream: MaybeTlsStream<RxStamped>,
+        after_upgrade: &[u8],
+        response: Response,
+        last_rx: LastRx,
+        verified: bool,
+        settings: Framing,
+    ) -> Result<Upgraded, String> {
+        let answer: Vec<&str> = response
+            .headers()
+            .get_all(header::SEC_WEBSOCKET_EXTENSIONS)
+            .iter()
+            .map(|v| v.to_str().unwrap_or("?"))
+            .collect();
+        let deflate = match read_answer(&answer, self.deflate) {
+            Ok(deflate) => deflate,
+            Err(e) => {
+                let why = format!(
+                    "{e} ({}): RFC 6455 §4.1 requires failing the connection",
+                    answer.join(", ")
+                );
+                let mut wire = Wire::new(stream, &[], None, settings.max_message, 16);
+                let _ = wire.send_close(code::PROTOCOL, "bad extension").await;
+                return Err(why);
+            }
+        };
+        let tls = match &stream {
+            MaybeTlsStream::Rustls(stream) => {
+                let session = stream.get_ref().1;
+                Some(TlsInfo {
+                    version: session
+                        .protocol_version()
+                        .map_or_else(String::new, |v| format!("{v:?}")),
+                    cipher: session
+                        .negotiated_cipher_suite()
+                        .map_or_else(String::new, |c| format!("{:?}", c.suite())),
+                    verified,
+                })
+            }
+            _ => None,
+        };
+        let wire = Wire::new(
+            stream,
+            after_upgrade,
+            deflate,
+            settings.max_message,
+            settings.read_buffer,
+        );
+        Ok(Upgraded {
+            wire,
+            last_rx,
+            response,
+            tls,
+            deflate,
+        })
     }
 }
 

@@ -99,8 +99,9 @@ pub(crate) struct Wire {
     pong_owed: Option<Vec<u8>>,
     /// The masking keys' source.
     mask: fastrand::Rng,
-    /// What was wrong with the bytes behind the `101`, for the first read.
-    broken_at_start: Option<WireError>,
+    /// What was wrong with the stream, handed out once the messages read
+    /// before it have been: a bad frame loses nothing that came first.
+    broken: Option<WireError>,
 }
 
 impl std::fmt::Debug for Wire {
@@ -135,10 +136,10 @@ impl Wire {
             // Masking guards proxies against a script that chooses the
             // bytes a browser sends; a probe's pongs echo the server's own.
             mask: fastrand::Rng::new(),
-            broken_at_start: None,
+            broken: None,
         };
         if let Err(e) = wire.frames.push(after_upgrade, 0, &mut wire.events) {
-            wire.broken_at_start = Some(frame_error(e));
+            wire.broken = Some(frame_error(e));
         }
         wire
     }
@@ -154,7 +155,7 @@ impl Wire {
             if let Some(event) = self.events.pop_front() {
                 return Some(self.incoming(event));
             }
-            if let Some(e) = self.broken_at_start.take() {
+            if let Some(e) = self.broken.take() {
                 return Some(Err(e));
             }
             self.write_owed_if_ready();
@@ -164,7 +165,7 @@ impl Wire {
                 Err(e) => return Some(Err(e.into())),
             };
             if let Err(e) = self.frames.push(&self.buf[..n], 0, &mut self.events) {
-                return Some(Err(frame_error(e)));
+                self.broken = Some(frame_error(e));
             }
         }
     }
@@ -291,6 +292,33 @@ fn close_payload(payload: &[u8]) -> Result<Option<(u16, String)>, WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_bad_frame_loses_nothing_read_before_it() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
+        let (client, server) = tokio::join!(client, listener.accept());
+        let (mut server, _) = server.unwrap();
+        let (stamped, _) = RxStamped::new(client.unwrap());
+        let mut wire = Wire::new(MaybeTlsStream::Plain(stamped), &[], None, 1 << 20, 4096);
+        // After the upgrade, in one write: a good frame, then RSV1 unagreed.
+        server
+            .write_all(&[0x81, 0x02, b'o', b'k', 0xC1, 0x02, b'h', b'i'])
+            .await
+            .unwrap();
+        let first = wire.next().await.unwrap().unwrap();
+        assert_eq!(
+            first,
+            Incoming::Message {
+                payload: b"ok".to_vec()
+            }
+        );
+        assert!(matches!(
+            wire.next().await,
+            Some(Err(WireError::Protocol(_)))
+        ));
+    }
 
     #[test]
     fn close_frames_are_read_as_rfc_6455_defines_them() {

@@ -269,10 +269,12 @@ fn redirect_loops_tls_ports_and_unoffered_extensions_fail_with_what_was_answered
 
     // A frame with a reserved bit set (RSV1, as compression would without
     // having been agreed): a protocol error, answered with 1002, not a drop.
-    let (port, server) = raw_server("", &[0xC1, 0x02, b'h', b'i']);
+    // The message read before it, in the same bytes, is still recorded.
+    let (port, server) = raw_server("", &[0x81, 0x02, b'o', b'k', 0xC1, 0x02, b'h', b'i']);
     let url = format!("ws://127.0.0.1:{port}/ws");
     let (_, records) = probe(dir.path(), &url, &["--no-deflate"]);
     assert_eq!(server.join().unwrap().0, 1002);
+    assert_eq!(receipts(&records), 1, "the message before the bad frame");
     assert!(
         close_reason(&records).is_some_and(|r| r.contains("reserved bit")),
         "{:?}",
