@@ -19,6 +19,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+mod stream;
+pub use stream::{BodyDecoder, Next};
+
 /// First bytes of every skewscope log.
 pub const MAGIC: &[u8; 8] = b"SKWSCOPE";
 /// The format version this build writes and reads.
@@ -318,46 +321,21 @@ pub fn read_header(path: &Path, bytes: &[u8]) -> Result<LogKind, LogError> {
 
 /// Decodes the records after the header, recovering from damage.
 pub fn decode_records<R: DeserializeOwned>(body: &[u8]) -> Decoded<R> {
+    let mut decoder = BodyDecoder::new();
+    decoder.push(body);
+    decoder.finish();
     let mut records = Vec::new();
-    let mut skipped = 0u64;
-    let mut torn_tail = false;
-    let mut pos = 0usize;
-    while pos < body.len() {
-        match frame_at(body, pos) {
-            FrameAt::Intact(payload) => {
-                let next = pos + FRAME_HEADER_LEN + payload.len();
-                match postcard::from_bytes::<R>(payload) {
-                    Ok(r) => records.push(r),
-                    Err(_) => skipped += (next - pos) as u64,
-                }
-                pos = next;
-            }
-            FrameAt::Truncated => {
-                // Nothing intact follows: either the writer died mid-record or the
-                // length is corrupt. Look for a later intact frame before giving up.
-                match resync(body, pos + 1) {
-                    Some(next) => {
-                        skipped += (next - pos) as u64;
-                        pos = next;
-                    }
-                    None => {
-                        skipped += (body.len() - pos) as u64;
-                        torn_tail = true;
-                        pos = body.len();
-                    }
-                }
-            }
-            FrameAt::Corrupt => {
-                let next = resync(body, pos + 1).unwrap_or(body.len());
-                skipped += (next - pos) as u64;
-                pos = next;
-            }
+    let mut undecodable = 0u64;
+    while let Next::Frame(payload) = decoder.next_frame() {
+        match postcard::from_bytes::<R>(payload) {
+            Ok(r) => records.push(r),
+            Err(_) => undecodable += (FRAME_HEADER_LEN + payload.len()) as u64,
         }
     }
     Decoded {
         records,
-        skipped_bytes: skipped,
-        torn_tail,
+        skipped_bytes: decoder.skipped_bytes() + undecodable,
+        torn_tail: decoder.torn_tail(),
     }
 }
 
@@ -404,28 +382,11 @@ pub fn frame_at(body: &[u8], pos: usize) -> FrameAt<'_> {
 pub const RESYNC_MAX_LEN: usize = 1 << 20;
 
 /// Finds the next offset at or after `from` where an intact frame starts.
-/// Linear in the bytes scanned: a candidate's CRC is computed only if its
-/// length is at most [`RESYNC_MAX_LEN`] and what follows it could be a frame
-/// too (the end, or a header with a possible length), which random bytes
-/// pass about once in 260,000 offsets.
 fn resync(body: &[u8], from: usize) -> Option<usize> {
-    let length_at = |b: &[u8]| u32::from_le_bytes(b[..4].try_into().unwrap()) as usize;
-    let plausible = |at: usize| {
-        let rest = &body[at..];
-        if rest.len() < FRAME_HEADER_LEN {
-            return false;
-        }
-        let len = length_at(rest);
-        if len == 0 || len > RESYNC_MAX_LEN || rest.len() < FRAME_HEADER_LEN + len {
-            return false;
-        }
-        let after = &rest[FRAME_HEADER_LEN + len..];
-        after.len() < 4 || length_at(after) <= MAX_RECORD_LEN
-    };
-    (from..body.len()).find(|&at| {
-        plausible(at)
-            && matches!(frame_at(body, at), FrameAt::Intact(payload) if !payload.is_empty())
-    })
+    match stream::scan_for_frame(body, from, true) {
+        stream::Scan::Found(at) => Some(at),
+        stream::Scan::NeedMore(_) | stream::Scan::Nothing => None,
+    }
 }
 
 /// How much of `body` after `from` can be handed to a reader that follows a
@@ -459,35 +420,136 @@ pub enum AnyLog {
 }
 
 /// Reads a log file of either kind. Damage inside the file is recovered and
-/// counted; only a missing or foreign file is an error.
+/// counted; only a missing or foreign file is an error. Every record is held:
+/// for long logs, read with [`LogFileReader`] instead.
 #[cfg(feature = "fs")]
 pub fn read_file(path: &Path) -> Result<AnyLog, LogError> {
-    use std::io::Read;
-    let io = |source| LogError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    if !std::fs::metadata(path).map_err(io)?.is_file() {
-        return Err(LogError::NotAFile {
-            path: path.to_owned(),
-        });
+    fn all<R: DeserializeOwned>(mut reader: LogFileReader) -> Result<Decoded<R>, LogError> {
+        let mut records = Vec::new();
+        while let Some(r) = reader.next_record()? {
+            records.push(r);
+        }
+        Ok(Decoded {
+            records,
+            skipped_bytes: reader.skipped_bytes(),
+            torn_tail: reader.torn_tail(),
+        })
     }
-    // The header first: a large file that is not a log is refused unread.
-    let mut file = std::fs::File::open(path).map_err(io)?;
-    let mut bytes = Vec::new();
-    (&mut file)
-        .take(HEADER_LEN as u64)
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
-    read_header(path, &bytes)?;
-    file.read_to_end(&mut bytes).map_err(io)?;
-    let kind = read_header(path, &bytes)?;
-    let body = &bytes[HEADER_LEN..];
-    check_kind(path, kind, body)?;
-    Ok(match kind {
-        LogKind::Agent => AnyLog::Agent(decode_records(body)),
-        LogKind::Probe => AnyLog::Probe(decode_records(body)),
+    let reader = LogFileReader::open(path)?;
+    Ok(match reader.kind() {
+        LogKind::Agent => AnyLog::Agent(all(reader)?),
+        LogKind::Probe => AnyLog::Probe(all(reader)?),
     })
+}
+
+/// Bytes read from a log file at a time.
+#[cfg(feature = "fs")]
+const READ_CHUNK: usize = 256 * 1024;
+
+/// A log file's records, read as they come: memory is one chunk plus the
+/// frame being read, whatever the file's size, so a report over a day-long
+/// log does not hold the file.
+#[cfg(feature = "fs")]
+pub struct LogFileReader {
+    path: PathBuf,
+    file: File,
+    kind: LogKind,
+    decoder: BodyDecoder,
+    chunk: Vec<u8>,
+    undecodable: u64,
+}
+
+#[cfg(feature = "fs")]
+impl LogFileReader {
+    /// Opens a log: refuses what is not a regular file before opening it, a
+    /// foreign header before reading further, and a header whose kind the
+    /// first records contradict.
+    pub fn open(path: &Path) -> Result<LogFileReader, LogError> {
+        use std::io::Read;
+        let io = |source| LogError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        if !std::fs::metadata(path).map_err(io)?.is_file() {
+            return Err(LogError::NotAFile {
+                path: path.to_owned(),
+            });
+        }
+        let mut file = File::open(path).map_err(io)?;
+        let mut head = Vec::with_capacity(HEADER_LEN);
+        (&mut file)
+            .take(HEADER_LEN as u64)
+            .read_to_end(&mut head)
+            .map_err(io)?;
+        let kind = read_header(path, &head)?;
+        let mut reader = LogFileReader {
+            path: path.to_owned(),
+            file,
+            kind,
+            decoder: BodyDecoder::new(),
+            chunk: vec![0; READ_CHUNK],
+            undecodable: 0,
+        };
+        // The first chunk holds the records the kind is checked against.
+        let mut first = Vec::new();
+        (&mut reader.file)
+            .take(READ_CHUNK as u64)
+            .read_to_end(&mut first)
+            .map_err(io)?;
+        check_kind(path, kind, &first)?;
+        reader.decoder.push(&first);
+        if first.len() < READ_CHUNK {
+            reader.decoder.finish();
+        }
+        Ok(reader)
+    }
+
+    /// Which writer the header names (checked against the records).
+    pub fn kind(&self) -> LogKind {
+        self.kind
+    }
+
+    /// The next record that decodes as `R`; `None` at the end of the file.
+    /// Frames that do not decode are counted as skipped.
+    pub fn next_record<R: DeserializeOwned>(&mut self) -> Result<Option<R>, LogError> {
+        use std::io::Read;
+        loop {
+            match self.decoder.next_frame() {
+                Next::Frame(payload) => match postcard::from_bytes::<R>(payload) {
+                    Ok(r) => return Ok(Some(r)),
+                    Err(_) => self.undecodable += (FRAME_HEADER_LEN + payload.len()) as u64,
+                },
+                Next::End => return Ok(None),
+                Next::NeedMore => {
+                    let n = loop {
+                        match self.file.read(&mut self.chunk) {
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                            other => break other,
+                        }
+                    }
+                    .map_err(|source| LogError::Io {
+                        path: self.path.clone(),
+                        source,
+                    })?;
+                    if n == 0 {
+                        self.decoder.finish();
+                    } else {
+                        self.decoder.push(&self.chunk[..n]);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Bytes so far that were not part of an intact, decodable record.
+    pub fn skipped_bytes(&self) -> u64 {
+        self.decoder.skipped_bytes() + self.undecodable
+    }
+
+    /// Whether the file ended in the middle of a record.
+    pub fn torn_tail(&self) -> bool {
+        self.decoder.torn_tail()
+    }
 }
 
 #[cfg(test)]

@@ -6,8 +6,8 @@
 use serde::Serialize;
 
 use crate::analysis::clock_model::{Correction, DeviceClock, find_steps};
-use crate::analysis::join::{Joined, JoinedReceipt};
-use crate::analysis::stats::Summary;
+use crate::analysis::join::{Joined, JoinedBroadcast, JoinedReceipt};
+use crate::analysis::stats::{Summary, SummaryBuilder};
 use crate::record::ClockState;
 
 /// A distribution of estimates with the distributions of their lower and upper
@@ -107,39 +107,94 @@ pub struct Timing {
 
 /// Computes every clock-aware figure.
 pub fn timing(joined: &Joined) -> Timing {
-    let clocks = device_clocks(joined);
-    let devices = device_summaries(joined, &clocks);
-    let agent_steps = joined
-        .agent
-        .as_ref()
-        .map(|a| summarise_steps(&find_steps(&a.stamps)))
-        .unwrap_or_default();
-
-    let correction = |r: &JoinedReceipt| -> Option<Correction> {
-        let stamp = crate::Stamp {
-            wall_ns: r.wall_ns,
-            mono_ns: r.mono_ns,
-        };
-        clocks[joined.connections[r.connection].probe].at(stamp)
-    };
-    let mut skew_corrected = Vec::new();
-    let mut skew_intra = Vec::new();
-    let mut latency_corrected = Vec::new();
-    let mut fanout_position = Vec::new();
-    let mut network = Vec::new();
-    let mut delivery = Vec::new();
-    let mut uncorrected = 0u64;
-    let mut no_kernel = 0u64;
+    let mut builder = TimingBuilder::new(joined);
     for b in &joined.broadcasts {
+        builder.add(joined, b);
+    }
+    builder.finish(joined)
+}
+
+/// [`BoundedSummary`] built one (estimate, lo, hi) at a time.
+#[derive(Clone, Debug, Default)]
+pub struct BoundedSummaryBuilder {
+    estimate: SummaryBuilder,
+    lo: SummaryBuilder,
+    hi: SummaryBuilder,
+}
+
+impl BoundedSummaryBuilder {
+    /// Adds one estimate with its bounds.
+    pub fn add(&mut self, (estimate, lo, hi): (i64, i64, i64)) {
+        self.estimate.add(estimate);
+        self.lo.add(lo);
+        self.hi.add(hi);
+    }
+
+    /// The summary; `None` when nothing was added.
+    pub fn finish(&self) -> Option<BoundedSummary> {
+        Some(BoundedSummary {
+            estimate: self.estimate.finish()?,
+            lo: self.lo.finish()?,
+            hi: self.hi.finish()?,
+        })
+    }
+}
+
+/// The clock-aware figures built one broadcast at a time, so a long run's
+/// receipts are never all held (see [`crate::analysis::join::BroadcastSink`]).
+pub struct TimingBuilder {
+    clocks: Vec<DeviceClock>,
+    skew_corrected: BoundedSummaryBuilder,
+    skew_intra: SummaryBuilder,
+    latency_corrected: BoundedSummaryBuilder,
+    fanout_position: SummaryBuilder,
+    network: BoundedSummaryBuilder,
+    delivery: SummaryBuilder,
+    uncorrected: u64,
+    no_kernel: u64,
+}
+
+impl TimingBuilder {
+    /// Builds the clock models of `joined`'s probes (their records, not
+    /// its broadcasts, which come one by one to [`TimingBuilder::add`]).
+    pub fn new(joined: &Joined) -> TimingBuilder {
+        TimingBuilder {
+            clocks: device_clocks(joined),
+            skew_corrected: BoundedSummaryBuilder::default(),
+            skew_intra: SummaryBuilder::new(),
+            latency_corrected: BoundedSummaryBuilder::default(),
+            fanout_position: SummaryBuilder::new(),
+            network: BoundedSummaryBuilder::default(),
+            delivery: SummaryBuilder::new(),
+            uncorrected: 0,
+            no_kernel: 0,
+        }
+    }
+
+    /// The device clocks built from the probes' records.
+    pub fn clocks(&self) -> &[DeviceClock] {
+        &self.clocks
+    }
+
+    /// Adds one broadcast of `joined`.
+    pub fn add(&mut self, joined: &Joined, b: &JoinedBroadcast) {
+        let clocks = &self.clocks;
+        let correction = |r: &JoinedReceipt| -> Option<Correction> {
+            let stamp = crate::Stamp {
+                wall_ns: r.wall_ns,
+                mono_ns: r.mono_ns,
+            };
+            clocks[joined.connections[r.connection].probe].at(stamp)
+        };
         // (corrected arrival, bound) of every receipt that has a correction.
         let mut corrected: Vec<(i64, i64)> = Vec::new();
         for r in &b.receipts {
             match r.kernel_delay_ns {
-                Some(d) => delivery.push(d as i64),
-                None => no_kernel += 1,
+                Some(d) => self.delivery.add(d as i64),
+                None => self.no_kernel += 1,
             }
             let Some(c) = correction(r) else {
-                uncorrected += 1;
+                self.uncorrected += 1;
                 continue;
             };
             let at = r.arrival_wall_ns() as i64 + c.theta_ns;
@@ -147,63 +202,71 @@ pub fn timing(joined: &Joined) -> Timing {
             corrected.push((at, e));
             if let Some(a) = b.agent {
                 let start = a.start.wall_ns as i64;
-                latency_corrected.push((at - start, at - e - start, at + e - start));
+                self.latency_corrected
+                    .add((at - start, at - e - start, at + e - start));
                 let sent = r.tx_wall_ns.or(r.sent_wall_ns).map(|t| t as i64);
                 if let Some(sent) = sent {
-                    network.push((at - sent, at - e - sent, at + e - sent));
+                    self.network.add((at - sent, at - e - sent, at + e - sent));
                 }
             }
         }
         if let Some(a) = b.agent {
-            fanout_position.extend(
-                b.receipts
-                    .iter()
-                    .filter_map(|r| r.sent_wall_ns)
-                    .map(|t| t as i64 - a.start.wall_ns as i64),
-            );
+            for t in b.receipts.iter().filter_map(|r| r.sent_wall_ns) {
+                self.fanout_position.add(t as i64 - a.start.wall_ns as i64);
+            }
         }
-        skew_corrected.extend(corrected_spread(&corrected));
-        for probe in 0..joined.probes.len() {
-            let arrivals: Vec<u64> = b
-                .receipts
-                .iter()
-                .filter(|r| joined.connections[r.connection].probe == probe)
-                .map(JoinedReceipt::arrival_wall_ns)
-                .collect();
-            if arrivals.len() >= 2 {
-                let spread =
-                    arrivals.iter().max().unwrap_or(&0) - arrivals.iter().min().unwrap_or(&0);
-                skew_intra.push(spread as i64);
+        if let Some(spread) = corrected_spread(&corrected) {
+            self.skew_corrected.add(spread);
+        }
+        // Per probe: (min, max, count) of its arrivals.
+        let mut per_probe: Vec<(u64, u64, u32)> = vec![(u64::MAX, 0, 0); joined.probes.len()];
+        for r in &b.receipts {
+            let p = &mut per_probe[joined.connections[r.connection].probe];
+            let t = r.arrival_wall_ns();
+            *p = (p.0.min(t), p.1.max(t), p.2 + 1);
+        }
+        for (min, max, n) in per_probe {
+            if n >= 2 {
+                self.skew_intra.add((max - min) as i64);
             }
         }
     }
 
-    // One clock only when every log names the same one: the boot id where
-    // recorded (host names repeat across devices of one image).
-    let one_host = joined
-        .clocks()
-        .collect::<std::collections::HashSet<_>>()
-        .len()
-        <= 1;
-    let no_contradiction = devices.iter().all(|d| {
-        d.clock_steps.is_empty()
-            && match (d.offset_ns, d.offset_bound_ns) {
-                (Some(o), Some(b)) => o.unsigned_abs() <= b,
-                _ => true,
-            }
-    });
-    Timing {
-        devices,
-        one_clock: one_host && no_contradiction && agent_steps.is_empty(),
-        agent_steps,
-        skew_corrected: BoundedSummary::of(&skew_corrected),
-        skew_intra_device: Summary::of(&skew_intra),
-        latency_corrected: BoundedSummary::of(&latency_corrected),
-        fanout_position: Summary::of(&fanout_position),
-        network: BoundedSummary::of(&network),
-        delivery: Summary::of(&delivery),
-        uncorrected_receipts: uncorrected,
-        receipts_without_kernel_stamp: no_kernel,
+    /// The figures, with `joined`'s probes and agent for the clock summaries.
+    pub fn finish(&self, joined: &Joined) -> Timing {
+        let devices = device_summaries(joined, &self.clocks);
+        let agent_steps = joined
+            .agent
+            .as_ref()
+            .map(|a| summarise_steps(&find_steps(&a.stamps)))
+            .unwrap_or_default();
+        // One clock only when every log names the same one: the boot id where
+        // recorded (host names repeat across devices of one image).
+        let one_host = joined
+            .clocks()
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+            <= 1;
+        let no_contradiction = devices.iter().all(|d| {
+            d.clock_steps.is_empty()
+                && match (d.offset_ns, d.offset_bound_ns) {
+                    (Some(o), Some(b)) => o.unsigned_abs() <= b,
+                    _ => true,
+                }
+        });
+        Timing {
+            devices,
+            one_clock: one_host && no_contradiction && agent_steps.is_empty(),
+            agent_steps,
+            skew_corrected: self.skew_corrected.finish(),
+            skew_intra_device: self.skew_intra.finish(),
+            latency_corrected: self.latency_corrected.finish(),
+            fanout_position: self.fanout_position.finish(),
+            network: self.network.finish(),
+            delivery: self.delivery.finish(),
+            uncorrected_receipts: self.uncorrected,
+            receipts_without_kernel_stamp: self.no_kernel,
+        }
     }
 }
 

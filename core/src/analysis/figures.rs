@@ -11,7 +11,8 @@
 
 use crate::Stamp;
 use crate::analysis::clock_figures::{corrected_spread, device_clocks, device_summaries};
-use crate::analysis::join::{BroadcastKey, Joined, JoinedReceipt};
+use crate::analysis::clock_model::DeviceClock;
+use crate::analysis::join::{BroadcastKey, Joined, JoinedBroadcast, JoinedReceipt};
 use crate::record::MessageKey;
 
 /// Most receipts the latency scatter draws (one mark each).
@@ -121,22 +122,46 @@ struct Arrival {
 
 /// Computes the plot series of a joined run.
 pub fn figures(joined: &Joined) -> Figures {
-    let clocks = device_clocks(joined);
-    let corrected_arrival = |r: &JoinedReceipt| {
-        let stamp = Stamp {
-            wall_ns: r.wall_ns,
-            mono_ns: r.mono_ns,
-        };
-        clocks[joined.connections[r.connection].probe]
-            .at(stamp)
-            .map(|c| (r.arrival_wall_ns() as i64 + c.theta_ns, c.bound_ns as i64))
-    };
-
-    let mut broadcasts = Vec::with_capacity(joined.broadcasts.len());
-    let mut receipts = Vec::new();
-    // Lateness of each receipt, per broadcast: (connection, ns).
-    let mut lateness: Vec<Vec<(usize, i64)>> = Vec::with_capacity(joined.broadcasts.len());
+    let mut builder = FiguresBuilder::new(joined, device_clocks(joined));
     for b in &joined.broadcasts {
+        builder.add(joined, b);
+    }
+    builder.finish(joined)
+}
+
+/// The plot series built one broadcast at a time, in memory bounded by the
+/// caps above, not by the run.
+pub struct FiguresBuilder {
+    clocks: Vec<DeviceClock>,
+    broadcasts: Sample<BroadcastPoint>,
+    receipts: Sample<ReceiptPoint>,
+    heatmap: HeatmapBuilder,
+}
+
+impl FiguresBuilder {
+    /// Figures of `joined`'s logs with the probes' clock models `clocks`
+    /// (as [`device_clocks`] builds them).
+    pub fn new(joined: &Joined, clocks: Vec<DeviceClock>) -> FiguresBuilder {
+        FiguresBuilder {
+            clocks,
+            broadcasts: Sample::new(MAX_BROADCAST_POINTS),
+            receipts: Sample::new(MAX_RECEIPT_POINTS),
+            heatmap: HeatmapBuilder::new(joined.connections.len()),
+        }
+    }
+
+    /// Adds one broadcast of `joined`.
+    pub fn add(&mut self, joined: &Joined, b: &JoinedBroadcast) {
+        let clocks = &self.clocks;
+        let corrected_arrival = |r: &JoinedReceipt| {
+            let stamp = Stamp {
+                wall_ns: r.wall_ns,
+                mono_ns: r.mono_ns,
+            };
+            clocks[joined.connections[r.connection].probe]
+                .at(stamp)
+                .map(|c| (r.arrival_wall_ns() as i64 + c.theta_ns, c.bound_ns as i64))
+        };
         let arrivals: Vec<Arrival> = b
             .receipts
             .iter()
@@ -149,7 +174,7 @@ pub fn figures(joined: &Joined) -> Figures {
         let corrected: Vec<(i64, i64)> = arrivals.iter().filter_map(|a| a.corrected).collect();
         let first_wall = b.receipts.iter().map(|r| r.wall_ns).min();
         let at_wall_ns = b.agent.map(|a| a.start.wall_ns).or(first_wall).unwrap_or(0);
-        broadcasts.push(BroadcastPoint {
+        self.broadcasts.offer(BroadcastPoint {
             label: describe(b.key),
             at_wall_ns,
             skew_ns: b.skew_ns(),
@@ -165,11 +190,9 @@ pub fn figures(joined: &Joined) -> Figures {
             _ => a.raw,
         };
         let earliest = arrivals.iter().map(at).min().unwrap_or(0);
-        lateness.push(
-            arrivals
-                .iter()
-                .map(|a| (a.connection, at(a) - earliest))
-                .collect(),
+        self.heatmap.add(
+            arrivals.iter().map(|a| (a.connection, at(a) - earliest)),
+            &b.missing,
         );
 
         if let Some(agent) = b.agent {
@@ -180,7 +203,7 @@ pub fn figures(joined: &Joined) -> Figures {
                     Some((t, _)) => (t - start, true),
                     None => (a.raw - start, false),
                 };
-                receipts.push(ReceiptPoint {
+                self.receipts.offer(ReceiptPoint {
                     probe: joined.connections[r.connection].probe,
                     position_ns: sent as i64 - start,
                     latency_ns,
@@ -189,38 +212,92 @@ pub fn figures(joined: &Joined) -> Figures {
             }
         }
     }
-    let broadcasts_total = broadcasts.len();
-    let receipts_total = receipts.len();
-    let heatmap = heatmap(joined, &lateness);
 
-    // The offsets from the clock models built above, not a second pass
-    // over every receipt.
-    let devices = device_summaries(joined, &clocks);
-    let probes = joined
-        .probes
-        .iter()
-        .zip(&devices)
-        .map(|(p, d)| ProbeClockPoint {
-            name: p.name.clone(),
-            offset_ns: d.offset_ns.zip(d.offset_bound_ns),
-            claim_ns: p
-                .clock_states
-                .last()
+    /// The figures, with `joined`'s probes and agent for the clock points.
+    pub fn finish(self, joined: &Joined) -> Figures {
+        // The offsets from the clock models built above, not a second pass
+        // over every receipt.
+        let devices = device_summaries(joined, &self.clocks);
+        let probes = joined
+            .probes
+            .iter()
+            .zip(&devices)
+            .map(|(p, d)| ProbeClockPoint {
+                name: p.name.clone(),
+                offset_ns: d.offset_ns.zip(d.offset_bound_ns),
+                claim_ns: p
+                    .clock_states
+                    .last()
+                    .and_then(crate::record::ClockState::claimed_bound_ns),
+            })
+            .collect();
+        let (broadcasts, broadcasts_total) = self.broadcasts.finish();
+        let (receipts, receipts_total) = self.receipts.finish();
+        Figures {
+            broadcasts,
+            broadcasts_total,
+            receipts,
+            receipts_total,
+            heatmap: self.heatmap.finish(joined),
+            probes,
+            agent_claim_ns: joined
+                .agent
+                .as_ref()
+                .and_then(|a| a.clock_states.last())
                 .and_then(crate::record::ClockState::claimed_bound_ns),
-        })
-        .collect();
-    Figures {
-        broadcasts: thin(broadcasts, MAX_BROADCAST_POINTS),
-        broadcasts_total,
-        receipts: thin(receipts, MAX_RECEIPT_POINTS),
-        receipts_total,
-        heatmap,
-        probes,
-        agent_claim_ns: joined
-            .agent
-            .as_ref()
-            .and_then(|a| a.clock_states.last())
-            .and_then(crate::record::ClockState::claimed_bound_ns),
+        }
+    }
+}
+
+/// Items offered one by one, kept evenly (every n-th, n doubling as they
+/// come) so that at most `max` + 1 remain, the first and the last among them.
+struct Sample<T> {
+    kept: Vec<T>,
+    last: Option<T>,
+    stride: usize,
+    offered: usize,
+    max: usize,
+}
+
+impl<T> Sample<T> {
+    fn new(max: usize) -> Sample<T> {
+        Sample {
+            kept: Vec::new(),
+            last: None,
+            stride: 1,
+            offered: 0,
+            max,
+        }
+    }
+
+    /// Offers the next item.
+    fn offer(&mut self, item: T) {
+        let i = self.offered;
+        self.offered += 1;
+        if i % self.stride != 0 {
+            self.last = Some(item);
+            return;
+        }
+        self.last = None;
+        self.kept.push(item);
+        if self.kept.len() == 2 * self.max {
+            // Every other one: what a stride twice as long would have kept.
+            // The newest is at an odd place: it stays only as the last.
+            self.last = self.kept.pop();
+            let mut k = 0;
+            self.kept.retain(|_| {
+                k += 1;
+                (k - 1) % 2 == 0
+            });
+            self.stride *= 2;
+        }
+    }
+
+    /// What was kept, and how many were offered.
+    fn finish(self) -> (Vec<T>, usize) {
+        let mut kept = self.kept;
+        kept.extend(self.last);
+        (thin(kept, self.max), self.offered)
     }
 }
 
@@ -239,61 +316,92 @@ fn thin<T>(items: Vec<T>, max: usize) -> Vec<T> {
         .collect()
 }
 
-fn heatmap(joined: &Joined, lateness: &[Vec<(usize, i64)>]) -> Heatmap {
-    let connections = joined.connections.len();
-    if connections == 0 || lateness.is_empty() {
-        return Heatmap {
-            connections_total: connections,
-            ..Heatmap::default()
-        };
+/// Lateness per connection × column of broadcasts, folded as broadcasts
+/// come: columns of one broadcast each, pairs merged (and the broadcasts per
+/// column doubled) whenever they would exceed [`MAX_HEATMAP_COLUMNS`].
+struct HeatmapBuilder {
+    connections: usize,
+    /// (sum, count) per connection × column, row-major with `MAX_HEATMAP_COLUMNS` per row.
+    sums: Vec<(i64, u32)>,
+    /// (sum, count) per connection over the run.
+    totals: Vec<(i64, u32)>,
+    missed: Vec<u32>,
+    per_column: usize,
+    broadcasts: usize,
+}
+
+impl HeatmapBuilder {
+    fn new(connections: usize) -> HeatmapBuilder {
+        HeatmapBuilder {
+            connections,
+            sums: vec![(0, 0); connections * MAX_HEATMAP_COLUMNS],
+            totals: vec![(0, 0); connections],
+            missed: vec![0; connections],
+            per_column: 1,
+            broadcasts: 0,
+        }
     }
-    let per_column = lateness.len().div_ceil(MAX_HEATMAP_COLUMNS);
-    let columns = lateness.len().div_ceil(per_column);
-    // (sum, count) per connection × column, and per connection overall.
-    let mut sums = vec![(0i64, 0u32); connections * columns];
-    let mut totals = vec![(0i64, 0u32); connections];
-    for (i, receipts) in lateness.iter().enumerate() {
-        for &(c, late) in receipts {
-            let cell = &mut sums[c * columns + i / per_column];
+
+    fn add(&mut self, lateness: impl Iterator<Item = (usize, i64)>, missing: &[usize]) {
+        if self.broadcasts / self.per_column == MAX_HEATMAP_COLUMNS {
+            for row in self.sums.chunks_mut(MAX_HEATMAP_COLUMNS) {
+                for k in 0..MAX_HEATMAP_COLUMNS / 2 {
+                    let (a, b) = (row[2 * k], row[2 * k + 1]);
+                    row[k] = (a.0 + b.0, a.1 + b.1);
+                }
+                row[MAX_HEATMAP_COLUMNS / 2..].fill((0, 0));
+            }
+            self.per_column *= 2;
+        }
+        let column = self.broadcasts / self.per_column;
+        self.broadcasts += 1;
+        for (c, late) in lateness {
+            let cell = &mut self.sums[c * MAX_HEATMAP_COLUMNS + column];
             cell.0 += late;
             cell.1 += 1;
-            totals[c].0 += late;
-            totals[c].1 += 1;
+            self.totals[c].0 += late;
+            self.totals[c].1 += 1;
+        }
+        for &m in missing {
+            self.missed[m] += 1;
         }
     }
-    let mut missed = vec![0u32; connections];
-    for b in &joined.broadcasts {
-        for &m in &b.missing {
-            missed[m] += 1;
+
+    fn finish(self, joined: &Joined) -> Heatmap {
+        let connections = self.connections;
+        if connections == 0 || self.broadcasts == 0 {
+            return Heatmap {
+                connections_total: connections,
+                ..Heatmap::default()
+            };
         }
-    }
-    let mean = |(sum, n): (i64, u32)| (n > 0).then(|| sum / i64::from(n));
-    let mut chosen: Vec<usize> = (0..connections).collect();
-    if connections > MAX_HEATMAP_ROWS {
-        chosen.sort_by_key(|&c| std::cmp::Reverse(mean(totals[c]).unwrap_or(i64::MIN)));
-        chosen.truncate(MAX_HEATMAP_ROWS);
-        chosen.sort_unstable();
-    }
-    let rows = chosen
-        .into_iter()
-        .map(|c| {
-            let conn = &joined.connections[c];
-            HeatmapRow {
-                label: format!("{} #{}", joined.probes[conn.probe].name, conn.conn),
-                mean_ns: mean(totals[c]).unwrap_or(0),
-                cells: sums[c * columns..(c + 1) * columns]
-                    .iter()
-                    .map(|&s| mean(s))
-                    .collect(),
-                missed: missed[c],
-            }
-        })
-        .collect();
-    Heatmap {
-        rows,
-        broadcasts_per_column: per_column,
-        columns,
-        connections_total: connections,
+        let columns = self.broadcasts.div_ceil(self.per_column);
+        let mean = |(sum, n): (i64, u32)| (n > 0).then(|| sum / i64::from(n));
+        let mut chosen: Vec<usize> = (0..connections).collect();
+        if connections > MAX_HEATMAP_ROWS {
+            chosen.sort_by_key(|&c| std::cmp::Reverse(mean(self.totals[c]).unwrap_or(i64::MIN)));
+            chosen.truncate(MAX_HEATMAP_ROWS);
+            chosen.sort_unstable();
+        }
+        let rows = chosen
+            .into_iter()
+            .map(|c| {
+                let conn = &joined.connections[c];
+                let row = &self.sums[c * MAX_HEATMAP_COLUMNS..c * MAX_HEATMAP_COLUMNS + columns];
+                HeatmapRow {
+                    label: format!("{} #{}", joined.probes[conn.probe].name, conn.conn),
+                    mean_ns: mean(self.totals[c]).unwrap_or(0),
+                    cells: row.iter().map(|&s| mean(s)).collect(),
+                    missed: self.missed[c],
+                }
+            })
+            .collect();
+        Heatmap {
+            rows,
+            broadcasts_per_column: self.per_column,
+            columns,
+            connections_total: connections,
+        }
     }
 }
 

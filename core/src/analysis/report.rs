@@ -3,9 +3,11 @@
 
 use serde::Serialize;
 
-use crate::analysis::clock_figures::{BoundedSummary, DeviceClockSummary, StepSummary, timing};
+use crate::analysis::clock_figures::{
+    BoundedSummary, DeviceClockSummary, StepSummary, TimingBuilder,
+};
 use crate::analysis::join::{ClockIdentity, Joined, JoinedBroadcast};
-use crate::analysis::stats::Summary;
+use crate::analysis::stats::{Summary, SummaryBuilder};
 use crate::record::{ClockState, SendOrder, TimeServiceCounters};
 
 /// How much a log file contributed, and what was lost reading it.
@@ -195,48 +197,130 @@ pub struct Report {
 impl Report {
     /// Computes the report of a joined run.
     pub fn build(joined: &Joined, inputs: Vec<InputSummary>) -> Report {
-        let skews: Vec<i64> = joined
-            .broadcasts
-            .iter()
-            .filter_map(|b| b.skew_ns())
-            .map(|s| s as i64)
-            .collect();
-        let userspace_skews: Vec<i64> = joined
-            .broadcasts
-            .iter()
-            .filter_map(|b| spread(b.receipts.iter().map(|r| r.wall_ns)))
-            .map(|s| s as i64)
-            .collect();
-        let latencies: Vec<i64> = joined
-            .broadcasts
-            .iter()
-            .filter_map(|b| b.agent.map(|a| (a, &b.receipts)))
-            .flat_map(|(a, receipts)| {
-                receipts
-                    .iter()
-                    .map(move |r| (r.arrival_wall_ns() as i128 - a.start.wall_ns as i128) as i64)
-            })
-            .collect();
-        let timing = timing(joined);
-        let fanouts: Vec<i64> = joined
-            .broadcasts
-            .iter()
-            .filter_map(|b| b.agent.and_then(|a| a.fanout_span_ns))
-            .map(|s| s as i64)
-            .collect();
+        let mut builder = ReportBuilder::new(joined);
+        for b in &joined.broadcasts {
+            builder.add(joined, b);
+        }
+        builder.finish(joined, inputs)
+    }
+}
 
+/// How many broadcasts the report lists as the worst.
+const WORST_LISTED: usize = 5;
+
+/// The report built one broadcast at a time: what it keeps is histograms
+/// and counts, so its memory does not grow with the receipts.
+pub struct ReportBuilder {
+    timing: TimingBuilder,
+    skews: SummaryBuilder,
+    userspace_skews: SummaryBuilder,
+    latencies: SummaryBuilder,
+    fanouts: SummaryBuilder,
+    /// Per probe: receipts and missing receipts.
+    per_probe: Vec<(u64, u64)>,
+    /// The worst so far: (skew, arrival order, summary), worst first.
+    worst: Vec<(Option<u64>, u64, BroadcastSummary)>,
+    broadcasts: u64,
+    receipts: u64,
+    missing: u64,
+    queued: u64,
+    dropped: u64,
+}
+
+impl ReportBuilder {
+    /// A report of `joined`'s logs, its broadcasts to come through
+    /// [`ReportBuilder::add`].
+    pub fn new(joined: &Joined) -> ReportBuilder {
+        ReportBuilder {
+            timing: TimingBuilder::new(joined),
+            skews: SummaryBuilder::new(),
+            userspace_skews: SummaryBuilder::new(),
+            latencies: SummaryBuilder::new(),
+            fanouts: SummaryBuilder::new(),
+            per_probe: vec![(0, 0); joined.probes.len()],
+            worst: Vec::with_capacity(WORST_LISTED + 1),
+            broadcasts: 0,
+            receipts: 0,
+            missing: 0,
+            queued: 0,
+            dropped: 0,
+        }
+    }
+
+    /// The probes' clock models, for figures drawn from the same join.
+    pub fn timing(&self) -> &TimingBuilder {
+        &self.timing
+    }
+
+    /// Adds one broadcast of `joined`.
+    pub fn add(&mut self, joined: &Joined, b: &JoinedBroadcast) {
+        self.timing.add(joined, b);
+        let skew = b.skew_ns();
+        if let Some(s) = skew {
+            self.skews.add(s as i64);
+        }
+        if let Some(s) = spread(b.receipts.iter().map(|r| r.wall_ns)) {
+            self.userspace_skews.add(s as i64);
+        }
+        if let Some(a) = b.agent {
+            for r in &b.receipts {
+                self.latencies
+                    .add((r.arrival_wall_ns() as i128 - a.start.wall_ns as i128) as i64);
+            }
+            if let Some(f) = a.fanout_span_ns {
+                self.fanouts.add(f as i64);
+            }
+            self.queued += u64::from(a.queued);
+            self.dropped += u64::from(a.dropped);
+        }
+        for r in &b.receipts {
+            self.per_probe[joined.connections[r.connection].probe].0 += 1;
+        }
+        for &m in &b.missing {
+            self.per_probe[joined.connections[m].probe].1 += 1;
+        }
+        self.receipts += b.receipts.len() as u64;
+        self.missing += b.missing.len() as u64;
+
+        // Worst first; among equals, the one that came first.
+        let order = self.broadcasts;
+        self.broadcasts += 1;
+        let place = self.worst.partition_point(|w| w.0 >= skew);
+        if place < WORST_LISTED {
+            self.worst.insert(
+                place,
+                (
+                    skew,
+                    order,
+                    BroadcastSummary {
+                        broadcast: crate::analysis::figures::describe(b.key),
+                        receipts: b.receipts.len() as u64,
+                        missing: b.missing.len() as u64,
+                        skew_ns: skew,
+                        fanout_ns: b.agent.and_then(|a| a.fanout_span_ns),
+                    },
+                ),
+            );
+            self.worst.truncate(WORST_LISTED);
+        }
+    }
+
+    /// The report, with `joined`'s final counts (duplicates, unmatched).
+    pub fn finish(&self, joined: &Joined, inputs: Vec<InputSummary>) -> Report {
+        let timing = self.timing.finish(joined);
         let mut probes: Vec<ProbeSummary> = joined
             .probes
             .iter()
             .zip(&timing.devices)
-            .map(|(p, clock)| ProbeSummary {
+            .zip(&self.per_probe)
+            .map(|((p, clock), &(receipts, missing))| ProbeSummary {
                 name: p.name.clone(),
                 host: p.host.clone(),
                 boot_id: p.identity.as_ref().and_then(|i| i.boot_id.clone()),
                 connections: 0,
                 reconnects: 0,
-                receipts: 0,
-                missing: 0,
+                receipts,
+                missing,
                 clock: clock.clone(),
                 ended: p.ended,
                 tls_connections: p.tls_connections,
@@ -252,28 +336,6 @@ impl Report {
                 probes[c.probe].reconnects += 1;
             }
         }
-        for b in &joined.broadcasts {
-            for r in &b.receipts {
-                probes[joined.connections[r.connection].probe].receipts += 1;
-            }
-            for &m in &b.missing {
-                probes[joined.connections[m].probe].missing += 1;
-            }
-        }
-
-        let mut worst: Vec<&JoinedBroadcast> = joined.broadcasts.iter().collect();
-        worst.sort_by_key(|b| std::cmp::Reverse(b.skew_ns()));
-        let worst_broadcasts = worst
-            .into_iter()
-            .take(5)
-            .map(|b| BroadcastSummary {
-                broadcast: crate::analysis::figures::describe(b.key),
-                receipts: b.receipts.len() as u64,
-                missing: b.missing.len() as u64,
-                skew_ns: b.skew_ns(),
-                fanout_ns: b.agent.and_then(|a| a.fanout_span_ns),
-            })
-            .collect();
 
         let agent = joined.agent.as_ref().map(|a| AgentSummary {
             host: a.host.clone(),
@@ -283,16 +345,8 @@ impl Report {
                 SendOrder::Rotate => "rotate",
                 SendOrder::Shuffle => "shuffle",
             },
-            queued: joined
-                .broadcasts
-                .iter()
-                .filter_map(|b| b.agent.map(|a| a.queued as u64))
-                .sum(),
-            dropped: joined
-                .broadcasts
-                .iter()
-                .filter_map(|b| b.agent.map(|a| a.dropped as u64))
-                .sum(),
+            queued: self.queued,
+            dropped: self.dropped,
             claim: a.clock_states.last().cloned(),
             time_service: a.time_service,
             clock_steps: timing.agent_steps.clone(),
@@ -321,36 +375,28 @@ impl Report {
             agent,
             clock_basis,
             clocks_named_by,
-            broadcasts: joined.broadcasts.len() as u64,
+            broadcasts: self.broadcasts,
             connections: probes.iter().map(|p| p.connections).sum(),
             reconnects: probes.iter().map(|p| p.reconnects).sum(),
-            receipts: joined
-                .broadcasts
-                .iter()
-                .map(|b| b.receipts.len() as u64)
-                .sum(),
-            missing: joined
-                .broadcasts
-                .iter()
-                .map(|b| b.missing.len() as u64)
-                .sum(),
+            receipts: self.receipts,
+            missing: self.missing,
             duplicates: joined.duplicates,
             unmatched: joined.unmatched,
-            skew_ns: Summary::of(&skews),
-            skew_userspace_ns: Summary::of(&userspace_skews),
+            skew_ns: self.skews.finish(),
+            skew_userspace_ns: self.userspace_skews.finish(),
             skew_corrected_ns: timing.skew_corrected,
             skew_intra_device_ns: timing.skew_intra_device,
-            latency_ns: Summary::of(&latencies),
+            latency_ns: self.latencies.finish(),
             latency_corrected_ns: timing.latency_corrected,
             latency_from_trigger: None,
-            fanout_ns: Summary::of(&fanouts),
+            fanout_ns: self.fanouts.finish(),
             fanout_position_ns: timing.fanout_position,
             network_ns: timing.network,
             delivery_ns: timing.delivery,
             uncorrected_receipts: timing.uncorrected_receipts,
             receipts_without_kernel_stamp: timing.receipts_without_kernel_stamp,
             probes,
-            worst_broadcasts,
+            worst_broadcasts: self.worst.iter().map(|w| w.2.clone()).collect(),
             tap: joined.tap.clone(),
         }
     }

@@ -10,8 +10,8 @@
 
 use serde::Serialize;
 
-use crate::analysis::join::{Joined, JoinedReceipt};
-use crate::analysis::stats::Summary;
+use crate::analysis::join::{Joined, JoinedBroadcast, JoinedReceipt};
+use crate::analysis::stats::{Summary, SummaryBuilder};
 
 /// A line of a triggers file that is not a time.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -66,33 +66,61 @@ pub struct TriggerLatency {
 /// and measures every receipt from it. `triggers` must be sorted (as
 /// [`parse`] returns them).
 pub fn latency(joined: &Joined, triggers: &[u64]) -> TriggerLatency {
-    let mut latencies = Vec::new();
-    let mut used = vec![false; triggers.len()];
-    let mut paired = 0u64;
-    let mut before_any = 0u64;
+    let mut builder = TriggerLatencyBuilder::new(triggers);
     for b in &joined.broadcasts {
+        builder.add(b);
+    }
+    builder.finish()
+}
+
+/// [`latency`] built one broadcast at a time.
+pub struct TriggerLatencyBuilder<'t> {
+    triggers: &'t [u64],
+    latencies: SummaryBuilder,
+    used: Vec<bool>,
+    paired: u64,
+    before_any: u64,
+}
+
+impl<'t> TriggerLatencyBuilder<'t> {
+    /// Against `triggers`, sorted.
+    pub fn new(triggers: &'t [u64]) -> Self {
+        TriggerLatencyBuilder {
+            triggers,
+            latencies: SummaryBuilder::new(),
+            used: vec![false; triggers.len()],
+            paired: 0,
+            before_any: 0,
+        }
+    }
+
+    /// Adds one broadcast.
+    pub fn add(&mut self, b: &JoinedBroadcast) {
         let Some(first) = b.receipts.iter().map(JoinedReceipt::arrival_wall_ns).min() else {
-            continue;
+            return;
         };
         // Index of the last trigger <= first.
-        let after = triggers.partition_point(|&t| t <= first);
+        let after = self.triggers.partition_point(|&t| t <= first);
         let Some(i) = after.checked_sub(1) else {
-            before_any += 1;
-            continue;
+            self.before_any += 1;
+            return;
         };
-        used[i] = true;
-        paired += 1;
-        latencies.extend(
-            b.receipts
-                .iter()
-                .map(|r| (r.arrival_wall_ns() - triggers[i]) as i64),
-        );
+        self.used[i] = true;
+        self.paired += 1;
+        for r in &b.receipts {
+            self.latencies
+                .add((r.arrival_wall_ns() - self.triggers[i]) as i64);
+        }
     }
-    TriggerLatency {
-        latency_ns: Summary::of(&latencies),
-        broadcasts: paired,
-        before_any_trigger: before_any,
-        unused_triggers: used.iter().filter(|u| !**u).count() as u64,
+
+    /// The latencies and pairing counts.
+    pub fn finish(&self) -> TriggerLatency {
+        TriggerLatency {
+            latency_ns: self.latencies.finish(),
+            broadcasts: self.paired,
+            before_any_trigger: self.before_any,
+            unused_triggers: self.used.iter().filter(|u| !**u).count() as u64,
+        }
     }
 }
 

@@ -84,6 +84,28 @@ fn thinning_keeps_the_first_and_last_and_at_most_the_cap() {
 }
 
 #[test]
+fn a_sample_taken_as_items_come_is_even_and_keeps_first_and_last() {
+    for n in [0usize, 1, 3, 1_000, 1_999, 2_000, 2_001, 10_001, 123_457] {
+        let mut sample = Sample::new(1_000);
+        for i in 0..n {
+            sample.offer(i);
+        }
+        let (kept, offered) = sample.finish();
+        assert_eq!(offered, n);
+        assert!(kept.len() <= 1_001, "{n}: {}", kept.len());
+        assert_eq!(kept.first().copied(), (n > 0).then_some(0));
+        assert_eq!(kept.last().copied(), n.checked_sub(1));
+        assert!(kept.windows(2).all(|w| w[0] < w[1]), "{n}: in order");
+        if n >= 1_000 {
+            // Evenly: no gap more than four times the mean.
+            let widest = kept.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+            assert!(widest <= 4 * n / kept.len() + 1, "{n}: gap {widest}");
+            assert!(kept.len() >= 250, "{n}: only {}", kept.len());
+        }
+    }
+}
+
+#[test]
 fn a_large_run_is_folded_to_the_caps_and_keeps_its_latest_connection() {
     use crate::record::*;
     // 200 connections on one probe, 500 broadcasts; connection 137 always

@@ -1,0 +1,253 @@
+//! Reading a log's body as it comes, in pieces, with memory bounded by the
+//! largest frame rather than by the file: a report over a long run must not
+//! hold the whole file, and a reader of a growing log gets the same records
+//! in any split.
+//!
+//! [`BodyDecoder`] is handed bytes ([`BodyDecoder::push`]) and yields frames;
+//! it keeps only the bytes of the frame it is looking at. Damage is handled
+//! as [`super::decode_records`] always did: a torn tail is flagged, a
+//! corrupt stretch skipped and counted, resynchronising in linear time.
+
+use super::{FRAME_HEADER_LEN, FrameAt, MAX_RECORD_LEN, RESYNC_MAX_LEN, frame_at};
+
+/// What the decoder has for its caller.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next<'a> {
+    /// An intact frame's payload.
+    Frame(&'a [u8]),
+    /// More bytes are needed before anything can be said ([`BodyDecoder::push`],
+    /// or [`BodyDecoder::finish`] at the end of the input).
+    NeedMore,
+    /// Every byte pushed has been accounted for, and the input has ended.
+    End,
+}
+
+/// Why the decoder is scanning for the next intact frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Damage {
+    /// A frame announced more bytes than follow it.
+    Truncated,
+    /// A frame's length or checksum did not hold.
+    Corrupt,
+}
+
+/// An incremental decoder of record frames (see the module doc).
+#[derive(Debug, Default)]
+pub struct BodyDecoder {
+    buf: Vec<u8>,
+    /// Where the next frame (or the damaged stretch) starts in `buf`.
+    pos: usize,
+    /// While resynchronising: why, and the next offset to try.
+    scanning: Option<(Damage, usize)>,
+    ended: bool,
+    skipped: u64,
+    torn_tail: bool,
+}
+
+impl BodyDecoder {
+    /// A decoder at the start of a log body.
+    pub fn new() -> BodyDecoder {
+        BodyDecoder::default()
+    }
+
+    /// Appends the next bytes of the body. Bytes already decoded are
+    /// dropped first, so the buffer holds at most the frame being read.
+    pub fn push(&mut self, bytes: &[u8]) {
+        if self.pos > 0 {
+            self.buf.drain(..self.pos);
+            if let Some((_, at)) = &mut self.scanning {
+                *at -= self.pos;
+            }
+            self.pos = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Says the body has ended: what is left is decided on what was pushed.
+    pub fn finish(&mut self) {
+        self.ended = true;
+    }
+
+    /// Bytes that were not part of an intact frame so far.
+    pub fn skipped_bytes(&self) -> u64 {
+        self.skipped
+    }
+
+    /// Whether the body ended in the middle of a frame.
+    pub fn torn_tail(&self) -> bool {
+        self.torn_tail
+    }
+
+    /// Bytes held: what bounds this decoder's memory.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The next frame, or what is needed to get one.
+    pub fn next_frame(&mut self) -> Next<'_> {
+        loop {
+            if let Some((damage, from)) = self.scanning {
+                match scan_for_frame(&self.buf, from, self.ended) {
+                    Scan::Found(at) => {
+                        self.skipped += (at - self.pos) as u64;
+                        self.pos = at;
+                        self.scanning = None;
+                    }
+                    Scan::NeedMore(at) => {
+                        self.scanning = Some((damage, at));
+                        return Next::NeedMore;
+                    }
+                    Scan::Nothing => {
+                        self.skipped += (self.buf.len() - self.pos) as u64;
+                        self.torn_tail |= damage == Damage::Truncated;
+                        self.pos = self.buf.len();
+                        self.scanning = None;
+                        return Next::End;
+                    }
+                }
+            }
+            if self.pos == self.buf.len() {
+                return if self.ended { Next::End } else { Next::NeedMore };
+            }
+            match frame_at(&self.buf, self.pos) {
+                FrameAt::Intact(payload) => {
+                    let (start, len) = (self.pos + FRAME_HEADER_LEN, payload.len());
+                    self.pos = start + len;
+                    return Next::Frame(&self.buf[start..start + len]);
+                }
+                // More may come: a frame is only torn when the body has ended.
+                FrameAt::Truncated if !self.ended => return Next::NeedMore,
+                FrameAt::Truncated => self.scanning = Some((Damage::Truncated, self.pos + 1)),
+                FrameAt::Corrupt => self.scanning = Some((Damage::Corrupt, self.pos + 1)),
+            }
+        }
+    }
+}
+
+/// Looks for the next offset at or after `from` of `body` where an intact
+/// frame starts; `ended` says no bytes follow `body`. Linear in the bytes
+/// scanned: a candidate's CRC is computed only if its length is at most
+/// [`RESYNC_MAX_LEN`] and what follows it could be a frame too (the end, or a
+/// header with a possible length), which random bytes pass about once in
+/// 260,000 offsets.
+pub(super) fn scan_for_frame(body: &[u8], from: usize, ended: bool) -> Scan {
+    let length_at = |b: &[u8]| u32::from_le_bytes(b[..4].try_into().unwrap()) as usize;
+    for at in from..body.len() {
+        let rest = &body[at..];
+        if rest.len() < FRAME_HEADER_LEN {
+            if ended {
+                continue;
+            }
+            return Scan::NeedMore(at);
+        }
+        let len = length_at(rest);
+        if len == 0 || len > RESYNC_MAX_LEN {
+            continue;
+        }
+        // The candidate and the length after it must both be here.
+        if rest.len() < FRAME_HEADER_LEN + len + 4 && !ended {
+            return Scan::NeedMore(at);
+        }
+        if rest.len() < FRAME_HEADER_LEN + len {
+            continue;
+        }
+        let after = &rest[FRAME_HEADER_LEN + len..];
+        let plausible = after.len() < 4 || length_at(after) <= MAX_RECORD_LEN;
+        if plausible && matches!(frame_at(body, at), FrameAt::Intact(p) if !p.is_empty()) {
+            return Scan::Found(at);
+        }
+    }
+    if ended {
+        Scan::Nothing
+    } else {
+        Scan::NeedMore(body.len())
+    }
+}
+
+/// What a scan for the next intact frame found.
+pub(super) enum Scan {
+    /// One starts here.
+    Found(usize),
+    /// The bytes up to here hold none; more are needed to go on.
+    NeedMore(usize),
+    /// None, and the body has ended.
+    Nothing,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::{Decoded, HEADER_LEN, LogKind, LogWriter, decode_records};
+    use crate::record::{MessageKey, ProbeRecord, Receipt};
+
+    fn log_body(n: u64) -> Vec<u8> {
+        let mut w = LogWriter::new(Vec::new(), LogKind::Probe).unwrap();
+        for i in 0..n {
+            w.append(&ProbeRecord::Receipt(Receipt {
+                conn: i as u32,
+                key: MessageKey::Seq(i),
+                hash: i,
+                len: 450,
+                at: crate::Stamp {
+                    wall_ns: 1_700_000_000_000_000_000 + i,
+                    mono_ns: i,
+                },
+                kernel_delay_ns: Some(i),
+            }))
+            .unwrap();
+        }
+        w.into_inner()[HEADER_LEN..].to_vec()
+    }
+
+    /// Decodes `body` pushed in pieces of the given sizes (cycled).
+    fn in_pieces(body: &[u8], sizes: &[usize]) -> (Vec<ProbeRecord>, u64, bool, usize) {
+        let mut d = BodyDecoder::new();
+        let (mut records, mut at, mut most) = (Vec::new(), 0, 0);
+        for &size in sizes.iter().cycle() {
+            loop {
+                match d.next_frame() {
+                    Next::Frame(p) => records.push(postcard::from_bytes(p).unwrap()),
+                    Next::NeedMore | Next::End => break,
+                }
+            }
+            if at == body.len() {
+                break;
+            }
+            let end = (at + size).min(body.len());
+            d.push(&body[at..end]);
+            most = most.max(d.buffered());
+            at = end;
+            if at == body.len() {
+                d.finish();
+            }
+        }
+        (records, d.skipped_bytes(), d.torn_tail(), most)
+    }
+
+    #[test]
+    fn any_split_reads_what_reading_at_once_does_damage_included() {
+        let mut body = log_body(50);
+        let one = body.len() / 50;
+        // A flipped byte in frame 7, 3 KB of garbage after frame 20, a torn tail.
+        body[7 * one + FRAME_HEADER_LEN + 2] ^= 0x5a;
+        let garbage: Vec<u8> = (0..3_000u32).map(|i| i.wrapping_mul(2_654_435_761) as u8).collect();
+        body.splice(21 * one..21 * one, garbage);
+        body.truncate(body.len() - 5);
+        let whole: Decoded<ProbeRecord> = decode_records(&body);
+        assert_eq!(whole.records.len(), 48);
+        assert!(whole.torn_tail);
+        for sizes in [&[1usize][..], &[3, 700, 17], &[one], &[4096]] {
+            let (records, skipped, torn, _) = in_pieces(&body, sizes);
+            assert_eq!(records, whole.records, "pieces of {sizes:?}");
+            assert_eq!((skipped, torn), (whole.skipped_bytes, whole.torn_tail));
+        }
+    }
+
+    #[test]
+    fn the_buffer_holds_a_frame_not_the_body() {
+        let body = log_body(10_000);
+        let (records, _, _, most) = in_pieces(&body, &[64 * 1024]);
+        assert_eq!(records.len(), 10_000);
+        assert!(most < 2 * 64 * 1024, "held {most} bytes");
+    }
+}
