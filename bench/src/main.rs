@@ -205,25 +205,39 @@ enum Command {
         #[arg(long, default_value_t = 3)]
         runs: usize,
     },
-    /// What `skewscope report` costs on a long run: decode, join and report a
-    /// probe log of 10^6 receipts and 10^5 time exchanges, in memory.
+    /// What `skewscope report` costs on a long run: time and peak memory as
+    /// a process, on probe logs of two shapes (100 connections; one
+    /// connection, a broadcast per receipt), beside the same report with
+    /// every receipt held at once.
     ReportCost {
-        /// Probe connections (receipts = connections × broadcasts).
-        #[arg(long, default_value_t = 100)]
-        connections: u32,
-        /// Broadcasts.
-        #[arg(long, default_value_t = 10_000)]
-        broadcasts: u64,
+        /// Receipts per log.
+        #[arg(long, default_value_t = 1_000_000)]
+        receipts: u64,
         /// Time exchanges (one a second).
         #[arg(long, default_value_t = 100_000)]
         exchanges: u64,
-        /// Runs; the median is printed.
+        /// Runs; the medians are printed.
         #[arg(long, default_value_t = 3)]
         runs: usize,
-        /// Instead, write the synthetic log to FILE (for timing `skewscope
-        /// report` on it as a process: its peak memory).
+        /// The `skewscope` binary measured (default: the one beside this bench).
+        #[arg(long, value_name = "PATH")]
+        skewscope: Option<std::path::PathBuf>,
+        /// Instead, write one synthetic log to FILE, of `--connections` ×
+        /// `--broadcasts` receipts.
         #[arg(long, value_name = "FILE")]
         write: Option<std::path::PathBuf>,
+        /// With `--write`: probe connections.
+        #[arg(long, default_value_t = 100)]
+        connections: u32,
+        /// With `--write`: broadcasts.
+        #[arg(long, default_value_t = 10_000)]
+        broadcasts: u64,
+        /// (Internal) the whole-run report of FILE, for the side-by-side.
+        #[arg(long, value_name = "FILE", hide = true)]
+        whole_run: Option<std::path::PathBuf>,
+        /// (Internal) run the rest of the line and print its time and peak memory.
+        #[arg(long, hide = true, num_args = 1.., allow_hyphen_values = true)]
+        peak_of: Option<Vec<std::ffi::OsString>>,
     },
 }
 
@@ -284,14 +298,20 @@ fn main() -> anyhow::Result<()> {
             runs,
         } => live_cost::run(probes, connections, broadcasts, runs),
         Command::ReportCost {
-            connections,
-            broadcasts,
+            receipts,
             exchanges,
             runs,
+            skewscope,
             write,
-        } => match write {
-            Some(path) => report_cost::write(&path, connections, broadcasts, exchanges),
-            None => report_cost::run(connections, broadcasts, exchanges, runs),
+            connections,
+            broadcasts,
+            whole_run,
+            peak_of,
+        } => match (write, whole_run, peak_of) {
+            (Some(path), _, _) => report_cost::write(&path, connections, broadcasts, exchanges),
+            (_, Some(path), _) => report_cost::whole_run(&path),
+            (_, _, Some(command)) => report_cost::peak_of(&command),
+            (None, None, None) => report_cost::run(receipts, exchanges, runs, skewscope),
         },
         Command::Upload {
             connections,

@@ -1,13 +1,16 @@
-//! What a report costs on a long run: one probe log with 10^6 receipts and
-//! 10^5 time exchanges (a day of exchanges at one a second is 86,400),
-//! decoded, joined and reported in memory, phase by phase.
+//! What a report costs on a long run: `skewscope report` as a process on
+//! synthetic probe logs (10^6 receipts and 10^5 time exchanges by default;
+//! a day of exchanges at one a second is 86,400), its time and peak memory
+//! beside those of the same report with every receipt held at once.
 
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Instant;
 
+use anyhow::Context;
 use skewscope_core::Stamp;
 use skewscope_core::analysis::join::join;
 use skewscope_core::analysis::report::Report;
-use skewscope_core::log::{Decoded, HEADER_LEN, LogKind, LogWriter, decode_records};
+use skewscope_core::log::{AnyLog, LogKind, LogWriter, read_file};
 use skewscope_core::record::{
     MessageKey, ProbeConnectionOpened, ProbeRecord, ProbeStarted, Receipt, TimeSample,
 };
@@ -74,8 +77,6 @@ fn synthetic_log(connections: u32, broadcasts: u64, exchanges: u64) -> Vec<u8> {
     log.into_inner()
 }
 
-/// Builds the log once, then times decoding, joining and the report `runs`
-/// times; prints the median of each phase.
 /// Writes the synthetic log to `path`.
 pub fn write(
     path: &std::path::Path,
@@ -89,46 +90,151 @@ pub fn write(
     Ok(())
 }
 
-pub fn run(connections: u32, broadcasts: u64, exchanges: u64, runs: usize) -> anyhow::Result<()> {
-    let bytes = synthetic_log(connections, broadcasts, exchanges);
-    println!(
-        "report cost: 1 probe log, {} receipts, {} time exchanges, {:.0} MB; median of {runs} runs",
-        u64::from(connections) * broadcasts,
-        exchanges,
-        bytes.len() as f64 / 1e6
+/// One measured process: wall time and peak resident memory.
+#[derive(Clone, Copy)]
+struct Cost {
+    secs: f64,
+    peak_kib: u64,
+}
+
+/// Runs `command` as a child of a fresh process of this bench (so that its
+/// children's peak memory is this one's), and reads back what it cost.
+fn measure(command: &[&std::ffi::OsStr]) -> anyhow::Result<Cost> {
+    let out = Command::new(std::env::current_exe()?)
+        .args(["report-cost", "--peak-of"])
+        .args(command)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{:?} failed: {}",
+        command,
+        String::from_utf8_lossy(&out.stderr)
     );
-    let (mut decode, mut joining, mut report) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..runs {
-        let t = Instant::now();
-        let decoded: Decoded<ProbeRecord> = decode_records(&bytes[HEADER_LEN..]);
-        decode.push(t.elapsed());
-        let t = Instant::now();
-        let joined = join(None, &[&decoded.records]);
-        joining.push(t.elapsed());
-        let t = Instant::now();
-        let r = Report::build(&joined, Vec::new());
-        report.push(t.elapsed());
-        anyhow::ensure!(
-            r.receipts == u64::from(connections) * broadcasts
-                && r.probes[0].clock.time_samples == exchanges,
-            "the synthetic run was not read back whole"
-        );
-    }
-    let median = |v: &mut Vec<Duration>| {
-        v.sort();
-        v[v.len() / 2]
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut words = text.split_whitespace();
+    let (Some(secs), Some(peak)) = (words.next(), words.next()) else {
+        anyhow::bail!("no measurement from {command:?}: {text}");
     };
-    let (d, j, r) = (
-        median(&mut decode),
-        median(&mut joining),
-        median(&mut report),
-    );
-    println!("  decode  {:>8.2} s", d.as_secs_f64());
-    println!("  join    {:>8.2} s", j.as_secs_f64());
-    println!(
-        "  report  {:>8.2} s   (clock model and figures)",
-        r.as_secs_f64()
-    );
-    println!("  total   {:>8.2} s", (d + j + r).as_secs_f64());
+    Ok(Cost {
+        secs: secs.parse()?,
+        peak_kib: peak.parse()?,
+    })
+}
+
+/// `--peak-of`: runs `command`, discarding its output, and prints its wall
+/// time and its peak resident memory (this process's only child).
+pub fn peak_of(command: &[std::ffi::OsString]) -> anyhow::Result<()> {
+    let (program, args) = command.split_first().context("nothing to run")?;
+    let t = Instant::now();
+    let status = Command::new(program)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .status()?;
+    let secs = t.elapsed().as_secs_f64();
+    anyhow::ensure!(status.success(), "{program:?} exited with {status}");
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)?;
+    println!("{secs} {}", usage.max_rss());
     Ok(())
+}
+
+/// `--whole-run`: the report of a probe log with every record decoded and
+/// every receipt joined at once (the collector's design before it
+/// streamed), for the side-by-side.
+pub fn whole_run(path: &std::path::Path) -> anyhow::Result<()> {
+    let AnyLog::Probe(decoded) = read_file(path)? else {
+        anyhow::bail!("{}: not a probe log", path.display());
+    };
+    let r = Report::build(&join(None, &[&decoded.records]), Vec::new());
+    println!("{} receipts", r.receipts);
+    Ok(())
+}
+
+/// Writes logs of `receipts` receipts in two shapes (100 connections, and
+/// one connection: a broadcast per receipt), runs `skewscope report` on
+/// each as a process and the whole-run report beside it, `runs` times, and
+/// prints the medians side by side.
+pub fn run(
+    receipts: u64,
+    exchanges: u64,
+    runs: usize,
+    skewscope: Option<std::path::PathBuf>,
+) -> anyhow::Result<()> {
+    let skewscope = match skewscope {
+        Some(path) => path,
+        None => std::env::current_exe()?
+            .parent()
+            .context("the bench's directory")?
+            .join("skewscope"),
+    };
+    anyhow::ensure!(
+        skewscope.is_file(),
+        "{} not found: build it (cargo build --release --bins) or pass --skewscope",
+        skewscope.display()
+    );
+    let dir = tempfile::tempdir()?;
+    let me = std::env::current_exe()?;
+    println!(
+        "report cost: `skewscope report` ({}) on synthetic probe logs of {receipts} receipts and {exchanges} time exchanges, as processes; median of {runs} runs",
+        skewscope.display()
+    );
+    println!(
+        "{:<32} {:>8}  {:>9} {:>9}  {:>9} {:>9}  {:>11} {:>9}",
+        "shape",
+        "file MB",
+        "streamed",
+        "peak MB",
+        "whole run",
+        "peak MB",
+        "peak÷whole",
+        "peak÷file"
+    );
+    for connections in [100u32, 1] {
+        let broadcasts = (receipts / u64::from(connections)).max(1);
+        let log = dir.path().join(format!("probe-{connections}.sklog"));
+        let bytes = synthetic_log(connections, broadcasts, exchanges);
+        std::fs::write(&log, &bytes)?;
+        let file_mb = bytes.len() as f64 / 1e6;
+        drop(bytes);
+        let (mut streamed, mut whole) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            streamed.push(measure(&[
+                skewscope.as_os_str(),
+                "report".as_ref(),
+                log.as_os_str(),
+            ])?);
+            whole.push(measure(&[
+                me.as_os_str(),
+                "report-cost".as_ref(),
+                "--whole-run".as_ref(),
+                log.as_os_str(),
+            ])?);
+        }
+        let (s, w) = (median(&streamed), median(&whole));
+        let mb = |kib: u64| kib as f64 * 1024.0 / 1e6;
+        println!(
+            "{:<32} {:>8.1}  {:>7.2} s {:>9.1}  {:>7.2} s {:>9.1}  {:>11.3} {:>9.2}",
+            format!("{connections} conn × {broadcasts} broadcasts"),
+            file_mb,
+            s.secs,
+            mb(s.peak_kib),
+            w.secs,
+            mb(w.peak_kib),
+            s.peak_kib as f64 / w.peak_kib as f64,
+            mb(s.peak_kib) / file_mb,
+        );
+        std::fs::remove_file(&log)?;
+    }
+    Ok(())
+}
+
+/// Medians of time and of peak memory, each on its own.
+fn median(costs: &[Cost]) -> Cost {
+    let mut secs: Vec<f64> = costs.iter().map(|c| c.secs).collect();
+    let mut peaks: Vec<u64> = costs.iter().map(|c| c.peak_kib).collect();
+    secs.sort_by(f64::total_cmp);
+    peaks.sort_unstable();
+    Cost {
+        secs: secs[secs.len() / 2],
+        peak_kib: peaks[peaks.len() / 2],
+    }
 }

@@ -2,20 +2,75 @@
 
 use std::path::{Path, PathBuf};
 
+use std::cell::RefCell;
+
 use anyhow::{Context, bail};
-use skewscope_core::analysis::join::{Joined, Window};
-use skewscope_core::analysis::report::InputSummary;
-use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::analysis::figures::{Figures, FiguresBuilder};
+use skewscope_core::analysis::join::{
+    self, BroadcastSink, Joined, JoinedBroadcast, ProbeSource, Window,
+};
+use skewscope_core::analysis::report::{InputSummary, Report, ReportBuilder};
+use skewscope_core::analysis::triggers::TriggerLatencyBuilder;
+use skewscope_core::log::{LogError, LogFileReader, LogKind};
 use skewscope_core::record::{AgentRecord, ProbeRecord};
 
-/// Every record from the files given, sorted by writer.
+/// The logs given, sorted by writer: agent runs in memory, probe logs as
+/// files the join reads as it goes (a probe log can be far larger than
+/// memory should be).
 pub struct Inputs {
     /// Each agent run's records (its segments in order), in the order given.
     pub agents: Vec<Vec<AgentRecord>>,
-    /// Each probe log's records, in the order given.
-    pub probes: Vec<Vec<ProbeRecord>>,
+    /// Each probe run's files (a rotated log's segments), in the order given.
+    pub probes: Vec<ProbeFiles>,
     /// What each file contributed and what was lost reading it.
     pub summaries: Vec<InputSummary>,
+}
+
+/// One probe run's log files, read again by each pass of the join, each
+/// file up to the length it had when first read.
+pub struct ProbeFiles {
+    files: Vec<(PathBuf, u64)>,
+    /// Name, host and start of its `Started` record.
+    run: Option<(String, String, u64)>,
+    /// Its `Identity` record's run id.
+    pub run_id: Option<u128>,
+    /// Whether any connection was to the agent's hub (the agent named it).
+    hub_side: bool,
+    /// Whether any connection was to a server that is not the agent.
+    foreign_side: bool,
+    /// Why a later pass could not read a file, if one could not.
+    failed: RefCell<Option<String>>,
+}
+
+impl ProbeFiles {
+    /// An error if a pass after the first could not read one of the files.
+    fn check(&self) -> anyhow::Result<()> {
+        match self.failed.borrow().as_ref() {
+            Some(e) => bail!("{e}"),
+            None => Ok(()),
+        }
+    }
+
+    fn fail(&self, e: LogError) {
+        self.failed.borrow_mut().get_or_insert(e.to_string());
+    }
+}
+
+impl ProbeSource for ProbeFiles {
+    fn records(&self) -> Box<dyn Iterator<Item = ProbeRecord> + '_> {
+        Box::new(self.files.iter().flat_map(move |(path, len)| {
+            let mut reader = LogFileReader::open_upto(path, *len)
+                .map_err(|e| self.fail(e))
+                .ok();
+            std::iter::from_fn(move || match reader.as_mut()?.next_record() {
+                Ok(record) => record,
+                Err(e) => {
+                    self.fail(e);
+                    None
+                }
+            })
+        }))
+    }
 }
 
 /// The record logs named: files as given, and for a directory (an agent's
@@ -54,7 +109,9 @@ pub fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 /// Reads every file; damage inside a file is recovered and counted, a foreign
-/// or unreadable file is an error naming it.
+/// or unreadable file is an error naming it. Agent logs are decoded into
+/// memory; probe logs are only read through, for what the report's inputs
+/// table says and for which run each is.
 pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
     let mut inputs = Inputs {
         agents: Vec::new(),
@@ -63,16 +120,21 @@ pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
     };
     for path in files {
         let file = path.display().to_string();
-        match read_file(path)? {
-            AnyLog::Agent(decoded) => {
+        let mut reader = LogFileReader::open(path)?;
+        match reader.kind() {
+            LogKind::Agent => {
+                let mut records = Vec::new();
+                while let Some(r) = reader.next_record::<AgentRecord>()? {
+                    records.push(r);
+                }
                 inputs.summaries.push(InputSummary {
                     file: file.clone(),
                     kind: "agent",
-                    records: decoded.records.len() as u64,
-                    skipped_bytes: decoded.skipped_bytes,
-                    torn_tail: decoded.torn_tail,
+                    records: records.len() as u64,
+                    skipped_bytes: reader.skipped_bytes(),
+                    torn_tail: reader.torn_tail(),
                 });
-                let run = agent_run(&decoded.records);
+                let run = agent_run(&records);
                 // Another segment of a run already read (rotated by size or
                 // SIGHUP) continues it; else it is another run (a restart).
                 match inputs
@@ -80,27 +142,56 @@ pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
                     .iter_mut()
                     .find(|a| run.is_some() && agent_run(a) == run)
                 {
-                    Some(records) => records.extend(decoded.records),
-                    None => inputs.agents.push(decoded.records),
+                    Some(earlier) => earlier.extend(records),
+                    None => inputs.agents.push(records),
                 }
             }
-            AnyLog::Probe(decoded) => {
+            LogKind::Probe => {
+                let mut log = ProbeFiles {
+                    files: vec![(path.clone(), reader.read_len())],
+                    run: None,
+                    run_id: None,
+                    hub_side: false,
+                    foreign_side: false,
+                    failed: RefCell::new(None),
+                };
+                let mut count = 0u64;
+                while let Some(r) = reader.next_record::<ProbeRecord>()? {
+                    count += 1;
+                    match r {
+                        ProbeRecord::Started(s) if log.run.is_none() => {
+                            log.run = Some((s.name, s.host, s.at.wall_ns));
+                        }
+                        ProbeRecord::Identity(i) if log.run_id.is_none() => {
+                            log.run_id = Some(i.run_id)
+                        }
+                        ProbeRecord::ConnectionOpened(o) => {
+                            log.hub_side |= o.agent_conn.is_some();
+                            log.foreign_side |= o.agent_conn.is_none();
+                        }
+                        _ => {}
+                    }
+                }
                 inputs.summaries.push(InputSummary {
                     file,
                     kind: "probe",
-                    records: decoded.records.len() as u64,
-                    skipped_bytes: decoded.skipped_bytes,
-                    torn_tail: decoded.torn_tail,
+                    records: count,
+                    skipped_bytes: reader.skipped_bytes(),
+                    torn_tail: reader.torn_tail(),
                 });
-                let run = probe_run(&decoded.records);
                 // A probe log reopened after rotation continues the same run.
                 match inputs
                     .probes
                     .iter_mut()
-                    .find(|p| run.is_some() && probe_run(p) == run)
+                    .find(|p| log.run.is_some() && p.run == log.run)
                 {
-                    Some(records) => records.extend(decoded.records),
-                    None => inputs.probes.push(decoded.records),
+                    Some(earlier) => {
+                        earlier.files.extend(log.files);
+                        earlier.run_id = earlier.run_id.or(log.run_id);
+                        earlier.hub_side |= log.hub_side;
+                        earlier.foreign_side |= log.foreign_side;
+                    }
+                    None => inputs.probes.push(log),
                 }
             }
         }
@@ -116,14 +207,6 @@ fn agent_run(records: &[AgentRecord]) -> Option<(String, u64)> {
     })
 }
 
-/// A probe run's identity: its `Started` record's name, host and time.
-fn probe_run(records: &[ProbeRecord]) -> Option<(String, String, u64)> {
-    records.iter().find_map(|r| match r {
-        ProbeRecord::Started(s) => Some((s.name.clone(), s.host.clone(), s.at.wall_ns)),
-        _ => None,
-    })
-}
-
 /// Which broadcasts a report covers, and whose they were.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Scope {
@@ -134,51 +217,76 @@ pub struct Scope {
     pub agent_as_reference: bool,
 }
 
-/// Joins the inputs within `scope`. A window of the agent's broadcasts
-/// joins only probes the agent named (connected to its hub); a report of a
-/// foreign server only probes it did not: a data directory can hold both.
-pub fn join(inputs: &Inputs, scope: Scope) -> Joined {
-    let hub_side = |records: &[ProbeRecord]| {
-        records
-            .iter()
-            .any(|r| matches!(r, ProbeRecord::ConnectionOpened(o) if o.agent_conn.is_some()))
-    };
-    let foreign_side = |records: &[ProbeRecord]| {
-        records
-            .iter()
-            .any(|r| matches!(r, ProbeRecord::ConnectionOpened(o) if o.agent_conn.is_none()))
-    };
-    let probes: Vec<&[ProbeRecord]> = inputs
+/// The probe logs a join within `scope` reads: a window of the agent's
+/// broadcasts joins only probes the agent named (connected to its hub); a
+/// report of a foreign server only probes it did not: a data directory can
+/// hold both.
+fn probes_in(inputs: &Inputs, scope: Scope) -> Vec<&dyn ProbeSource> {
+    inputs
         .probes
         .iter()
-        .map(Vec::as_slice)
         .filter(|p| match (scope.agent_as_reference, scope.window) {
-            (true, _) | (false, Some(Window::FirstReceiptBetween { .. })) => foreign_side(p),
-            (false, Some(Window::AgentIds { .. })) => hub_side(p),
+            (true, _) | (false, Some(Window::FirstReceiptBetween { .. })) => p.foreign_side,
+            (false, Some(Window::AgentIds { .. })) => p.hub_side,
             (false, None) => true,
         })
-        .collect();
+        .map(|p| p as &dyn ProbeSource)
+        .collect()
+}
+
+/// Joins the inputs within `scope`, every broadcast to `sink`.
+fn join_into(
+    inputs: &Inputs,
+    scope: Scope,
+    sink: &mut dyn BroadcastSink,
+) -> anyhow::Result<Joined> {
+    let probes = probes_in(inputs, scope);
     let agents: Vec<&[AgentRecord]> = inputs.agents.iter().map(Vec::as_slice).collect();
     let latest = agents
         .iter()
         .copied()
         .max_by_key(|a| agent_run(a).map(|r| r.1));
-    let mut joined = match (latest, scope.agent_as_reference) {
-        (Some(agent), true) => skewscope_core::analysis::join::join_with_reference(agent, &probes),
-        _ => skewscope_core::analysis::join::join_runs(&agents, &probes),
+    let mut within = Within {
+        window: scope.window,
+        inner: sink,
     };
-    if let Some(window) = &scope.window {
-        joined.keep(window);
+    let joined = match (latest, scope.agent_as_reference) {
+        (Some(agent), true) => join::join_sources_with_reference(agent, &probes, &mut within),
+        _ => join::join_runs_sources(&agents, &probes, &mut within),
+    };
+    for p in &inputs.probes {
+        p.check()?;
     }
-    joined
+    Ok(joined)
+}
+
+/// Passes on the broadcasts inside a window.
+struct Within<'a> {
+    window: Option<Window>,
+    inner: &'a mut dyn BroadcastSink,
+}
+
+impl BroadcastSink for Within<'_> {
+    fn broadcast(&mut self, run: &Joined, broadcast: JoinedBroadcast) {
+        let latest = run.agent_runs.saturating_sub(1);
+        if self.window.is_none_or(|w| w.contains(&broadcast, latest)) {
+            self.inner.broadcast(run, broadcast);
+        }
+    }
+}
+
+/// Joins the inputs within `scope`, every broadcast kept (the audit's
+/// progress needs them; a report streams them instead).
+pub fn join(inputs: &Inputs, scope: Scope) -> anyhow::Result<Joined> {
+    let mut rows: Vec<JoinedBroadcast> = Vec::new();
+    let mut joined = join_into(inputs, scope, &mut rows)?;
+    joined.broadcasts = rows;
+    Ok(joined)
 }
 
 /// Joins the inputs and computes the report; with trigger times (sorted), also
 /// the latency from them.
-pub fn report(
-    inputs: Inputs,
-    triggers: Option<&[u64]>,
-) -> skewscope_core::analysis::report::Report {
+pub fn report(inputs: Inputs, triggers: Option<&[u64]>) -> anyhow::Result<Report> {
     report_within(inputs, triggers, Scope::default())
 }
 
@@ -187,8 +295,45 @@ pub fn report_within(
     inputs: Inputs,
     triggers: Option<&[u64]>,
     scope: Scope,
-) -> skewscope_core::analysis::report::Report {
-    analyse(inputs, triggers, scope, false).0
+) -> anyhow::Result<Report> {
+    Ok(analyse(inputs, triggers, scope, false)?.0)
+}
+
+/// The report, and the plot series when asked, built as the join hands
+/// over each broadcast: neither holds the run's receipts.
+struct Analysis<'t> {
+    report: Option<ReportBuilder>,
+    figures: Option<FiguresBuilder>,
+    triggers: Option<TriggerLatencyBuilder<'t>>,
+    want_figures: bool,
+}
+
+impl Analysis<'_> {
+    /// The builders, made from the run's logs when the first broadcast (or
+    /// the end) comes.
+    fn started(&mut self, run: &Joined) -> &mut ReportBuilder {
+        if self.report.is_none() {
+            let report = ReportBuilder::new(run);
+            if self.want_figures {
+                let clocks = report.timing().clocks().to_vec();
+                self.figures = Some(FiguresBuilder::new(run, clocks));
+            }
+            self.report = Some(report);
+        }
+        self.report.as_mut().expect("made above")
+    }
+}
+
+impl BroadcastSink for Analysis<'_> {
+    fn broadcast(&mut self, run: &Joined, broadcast: JoinedBroadcast) {
+        self.started(run).add(run, &broadcast);
+        if let Some(f) = &mut self.figures {
+            f.add(run, &broadcast);
+        }
+        if let Some(t) = &mut self.triggers {
+            t.add(&broadcast);
+        }
+    }
 }
 
 /// [`report_within`], and the series the HTML page plots when `figures`
@@ -198,16 +343,23 @@ pub fn analyse(
     triggers: Option<&[u64]>,
     scope: Scope,
     figures: bool,
-) -> (
-    skewscope_core::analysis::report::Report,
-    Option<skewscope_core::analysis::figures::Figures>,
-) {
-    let joined = join(&inputs, scope);
-    let mut report = skewscope_core::analysis::report::Report::build(&joined, inputs.summaries);
-    report.latency_from_trigger =
-        triggers.map(|t| skewscope_core::analysis::triggers::latency(&joined, t));
-    let figures = figures.then(|| skewscope_core::analysis::figures::figures(&joined));
-    (report, figures)
+) -> anyhow::Result<(Report, Option<Figures>)> {
+    let mut analysis = Analysis {
+        report: None,
+        figures: None,
+        triggers: triggers.map(TriggerLatencyBuilder::new),
+        want_figures: figures,
+    };
+    let joined = join_into(&inputs, scope, &mut analysis)?;
+    analysis.started(&joined);
+    let mut report = analysis
+        .report
+        .as_ref()
+        .expect("started above")
+        .finish(&joined, inputs.summaries);
+    report.latency_from_trigger = analysis.triggers.as_ref().map(|t| t.finish());
+    let figures = analysis.figures.map(|f| f.finish(&joined));
+    Ok((report, figures))
 }
 
 /// Reads a triggers file (see [`skewscope_core::analysis::triggers::parse`]); errors name the file

@@ -200,7 +200,7 @@ fn run(command: Command) -> anyhow::Result<u8> {
                 triggers.as_deref(),
                 scope,
                 html.is_some(),
-            );
+            )?;
             print!("{}", table::render(&report));
             write_json(&report, json.as_deref())?;
             if let (Some(out), Some(figures)) = (&html, &figures) {
@@ -239,7 +239,7 @@ fn run(command: Command) -> anyhow::Result<u8> {
                 None,
                 inputs::Scope::default(),
                 html.is_some(),
-            );
+            )?;
             print!("{}", table::render(&report));
             if let (Some(out), Some(figures)) = (&html, &figures) {
                 let title = format!("skewscope demo: {clients} connections on loopback");

@@ -102,7 +102,7 @@ async fn agent_and_two_probes_join_exactly() {
             _ => None,
         })
         .collect();
-    let joined = collector::inputs::join(&inputs, Default::default());
+    let joined = collector::inputs::join(&inputs, Default::default()).unwrap();
     let named: Vec<_> = joined
         .connections
         .iter()
@@ -113,7 +113,7 @@ async fn agent_and_two_probes_join_exactly() {
         assert_eq!(agent_peers[&agent_conn], local);
         assert_eq!(remote, agent_addr.to_string());
     }
-    let r = report(inputs, None);
+    let r = report(inputs, None).unwrap();
     assert_eq!(r.broadcasts, total);
     assert_eq!(r.connections, 8);
     assert_eq!(r.receipts, 8 * total);
@@ -233,7 +233,8 @@ async fn probes_alone_measure_a_foreign_server() {
     let r = report(
         read_inputs(&[dir.path().join("a.sklog"), dir.path().join("b.sklog")]).unwrap(),
         None,
-    );
+    )
+    .unwrap();
     assert_eq!(r.broadcasts, 6);
     assert_eq!(r.connections, 5);
     assert_eq!(r.receipts, 30);

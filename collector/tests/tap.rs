@@ -38,7 +38,7 @@ async fn finish_and_report(
         window: None,
         agent_as_reference: true,
     };
-    report_within(inputs, None, scope)
+    report_within(inputs, None, scope).unwrap()
 }
 
 #[test]

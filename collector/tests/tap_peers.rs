@@ -288,7 +288,7 @@ fn audit(peer: Peer, over_a_link: bool) {
         window: None,
         agent_as_reference: true,
     };
-    let r = report_within(inputs, None, scope);
+    let r = report_within(inputs, None, scope).unwrap();
     let receipts = 2 * u64::from(PER_PROBE) * BROADCASTS;
     assert_eq!(r.broadcasts, BROADCASTS);
     assert_eq!((r.receipts, r.missing), (receipts, 0));

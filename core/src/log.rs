@@ -452,7 +452,9 @@ const READ_CHUNK: usize = 256 * 1024;
 #[cfg(feature = "fs")]
 pub struct LogFileReader {
     path: PathBuf,
-    file: File,
+    file: std::io::Take<File>,
+    /// The file's length when opened: what is read, however it grows.
+    len: u64,
     kind: LogKind,
     decoder: BodyDecoder,
     chunk: Vec<u8>,
@@ -463,19 +465,28 @@ pub struct LogFileReader {
 impl LogFileReader {
     /// Opens a log: refuses what is not a regular file before opening it, a
     /// foreign header before reading further, and a header whose kind the
-    /// first records contradict.
+    /// first records contradict. Reads the file as long as it is now: a log
+    /// still being written ends there for this reader.
     pub fn open(path: &Path) -> Result<LogFileReader, LogError> {
+        LogFileReader::open_upto(path, u64::MAX)
+    }
+
+    /// [`LogFileReader::open`], reading at most the first `len` bytes: a
+    /// second pass over a growing log reads what the first did.
+    pub fn open_upto(path: &Path, len: u64) -> Result<LogFileReader, LogError> {
         use std::io::Read;
         let io = |source| LogError::Io {
             path: path.to_owned(),
             source,
         };
-        if !std::fs::metadata(path).map_err(io)?.is_file() {
+        let meta = std::fs::metadata(path).map_err(io)?;
+        if !meta.is_file() {
             return Err(LogError::NotAFile {
                 path: path.to_owned(),
             });
         }
-        let mut file = File::open(path).map_err(io)?;
+        let len = len.min(meta.len());
+        let mut file = File::open(path).map_err(io)?.take(len);
         let mut head = Vec::with_capacity(HEADER_LEN);
         (&mut file)
             .take(HEADER_LEN as u64)
@@ -485,6 +496,7 @@ impl LogFileReader {
         let mut reader = LogFileReader {
             path: path.to_owned(),
             file,
+            len,
             kind,
             decoder: BodyDecoder::new(),
             chunk: vec![0; READ_CHUNK],
@@ -507,6 +519,12 @@ impl LogFileReader {
     /// Which writer the header names (checked against the records).
     pub fn kind(&self) -> LogKind {
         self.kind
+    }
+
+    /// How many bytes of the file this reader reads (its length when
+    /// opened): what a later pass passes to [`LogFileReader::open_upto`].
+    pub fn read_len(&self) -> u64 {
+        self.len
     }
 
     /// The next record that decodes as `R`; `None` at the end of the file.

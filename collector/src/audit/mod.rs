@@ -232,7 +232,8 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
             read = Some(inputs::read_inputs(&files).map_err(|e| CannotAudit(format!("{e:#}")))?);
         }
         let inputs = read.as_ref().expect("read above");
-        let joined = inputs::join(inputs, scope(window));
+        let joined =
+            inputs::join(inputs, scope(window)).map_err(|e| CannotAudit(format!("{e:#}")))?;
         let uploading: Vec<(u128, String)> = status
             .probes
             .iter()
@@ -245,7 +246,7 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
         let out_of_scope: Vec<u128> = inputs
             .probes
             .iter()
-            .filter_map(|records| run_of(records))
+            .filter_map(|log| log.run_id)
             .filter(|run| {
                 !joined
                     .probes
@@ -275,7 +276,8 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
         std::thread::sleep(POLL);
     };
     let triggers = (!trigger_times.is_empty()).then_some(trigger_times.as_slice());
-    let (mut report, figures) = inputs::analyse(inputs, triggers, scope(window), options.figures);
+    let (mut report, figures) = inputs::analyse(inputs, triggers, scope(window), options.figures)
+        .map_err(|e| CannotAudit(format!("{e:#}")))?;
     // Name the logs as the agent does, not by the copy's (maybe temporary) path.
     for input in &mut report.inputs {
         if let Ok(name) = std::path::Path::new(&input.file).strip_prefix(&dir) {
@@ -379,14 +381,6 @@ fn sync_logs(
     }
     files.sort();
     Ok((files, fetched))
-}
-
-/// The run id of a probe log, from its `Identity` record.
-fn run_of(records: &[skewscope_core::record::ProbeRecord]) -> Option<u128> {
-    records.iter().find_map(|r| match r {
-        skewscope_core::record::ProbeRecord::Identity(i) => Some(i.run_id),
-        _ => None,
-    })
 }
 
 /// How far the audited broadcasts have been reported.

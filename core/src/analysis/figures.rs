@@ -274,7 +274,7 @@ impl<T> Sample<T> {
     fn offer(&mut self, item: T) {
         let i = self.offered;
         self.offered += 1;
-        if i % self.stride != 0 {
+        if !i.is_multiple_of(self.stride) {
             self.last = Some(item);
             return;
         }

@@ -9,12 +9,12 @@
 //! message keys the probes saw, and a connection misses a broadcast that arrived
 //! elsewhere while it was connected.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 
 use crate::Stamp;
 use crate::record::{
-    AgentRecord, ClockState, LogFull, MessageKey, ProbeRecord, RunIdentity, SendOrder, SendOutcome,
-    TimeSample, TimeServiceCounters, TxKind,
+    AgentRecord, ClockState, MessageKey, ProbeRecord, RunIdentity, SendOrder, SendOutcome,
+    TimeSample, TimeServiceCounters,
 };
 
 /// One probe connection, as the report numbers them.
@@ -239,6 +239,9 @@ pub struct Joined {
     pub agent_runs: u32,
     /// What the agent's tap of the server saw, when it tapped one.
     pub tap: Option<crate::analysis::tapped::TapSummary>,
+    /// The most receipts a streamed join held at once (of broadcasts still
+    /// arriving): what its memory grows with, rather than the run's receipts.
+    pub most_receipts_held: u64,
 }
 
 /// Which broadcasts a report is about: an audit judges its own, not the
@@ -319,27 +322,75 @@ struct Slot {
     tx_mono: Option<u64>,
 }
 
+mod probes;
+mod stream;
 #[cfg(test)]
 pub(crate) mod tests;
 
-/// Joins one agent run (optional) with any number of probe logs.
-pub fn join(agent: Option<&[AgentRecord]>, probes: &[&[ProbeRecord]]) -> Joined {
-    let (connections, probe_infos, receipts) = collect_probes(probes);
-    let mut joined = Joined {
-        agent: None,
-        probes: probe_infos,
-        connections,
-        broadcasts: Vec::new(),
-        duplicates: 0,
-        unmatched: 0,
-        agent_runs: u32::from(agent.is_some()),
-        tap: None,
-    };
-    match agent {
-        Some(records) => join_with_agent(&mut joined, records, &receipts),
-        None => join_probes_only(&mut joined, &receipts),
+/// A probe log the join can read more than once: the first pass reads its
+/// own side, the second its receipts. Files are read as they come, so a
+/// long log is never held whole.
+pub trait ProbeSource {
+    /// Its records, in log order, from the start.
+    fn records(&self) -> Box<dyn Iterator<Item = ProbeRecord> + '_>;
+}
+
+impl ProbeSource for &[ProbeRecord] {
+    fn records(&self) -> Box<dyn Iterator<Item = ProbeRecord> + '_> {
+        Box::new(self.iter().cloned())
     }
+}
+
+impl ProbeSource for Vec<ProbeRecord> {
+    fn records(&self) -> Box<dyn Iterator<Item = ProbeRecord> + '_> {
+        Box::new(self.iter().cloned())
+    }
+}
+
+/// Where a streamed join hands each broadcast once it is final, with the run
+/// it belongs to (connections, probes, agent; not yet its final counts).
+pub trait BroadcastSink {
+    /// One final broadcast.
+    fn broadcast(&mut self, run: &Joined, broadcast: JoinedBroadcast);
+}
+
+impl BroadcastSink for Vec<JoinedBroadcast> {
+    fn broadcast(&mut self, _run: &Joined, broadcast: JoinedBroadcast) {
+        self.push(broadcast);
+    }
+}
+
+/// Joins one agent run (optional) with any number of probe logs, every
+/// broadcast kept: agent broadcasts in id order, the others by first receipt.
+pub fn join(agent: Option<&[AgentRecord]>, probes: &[&[ProbeRecord]]) -> Joined {
+    let sources: Vec<&dyn ProbeSource> = probes.iter().map(|p| p as &dyn ProbeSource).collect();
+    collected(|sink| join_sources(agent, &sources, sink))
+}
+
+/// Runs a streamed join into a Vec and returns the run with its broadcasts
+/// in the order [`join`] documents.
+fn collected(run: impl FnOnce(&mut dyn BroadcastSink) -> Joined) -> Joined {
+    let mut rows: Vec<JoinedBroadcast> = Vec::new();
+    let mut joined = run(&mut rows);
+    rows.sort_by_cached_key(|b| {
+        let first = match b.key {
+            BroadcastKey::Agent { .. } => 0,
+            BroadcastKey::Message(_) => b.receipts.iter().map(|r| r.wall_ns).min().unwrap_or(0),
+        };
+        (first, b.key)
+    });
+    joined.broadcasts = rows;
     joined
+}
+
+/// [`join`] with probe logs read as they come, each broadcast handed to
+/// `sink` once final; the run is returned without broadcasts.
+pub fn join_sources(
+    agent: Option<&[AgentRecord]>,
+    probes: &[&dyn ProbeSource],
+    sink: &mut dyn BroadcastSink,
+) -> Joined {
+    stream::plan(agent, probes).stream(probes, &mut |run, b| sink.broadcast(run, b))
 }
 
 /// Joins probe logs of a server that is not the agent, with an agent run as
@@ -347,7 +398,27 @@ pub fn join(agent: Option<&[AgentRecord]>, probes: &[&[ProbeRecord]]) -> Joined 
 /// are what the probes received, as without an agent; the agent's own
 /// broadcasts, if any, are left out (they went to other connections).
 pub fn join_with_reference(agent: &[AgentRecord], probes: &[&[ProbeRecord]]) -> Joined {
-    let mut joined = join(None, probes);
+    let sources: Vec<&dyn ProbeSource> = probes.iter().map(|p| p as &dyn ProbeSource).collect();
+    reference_joined(agent, &sources)
+}
+
+/// [`join_with_reference`] over any sources, handing each broadcast to
+/// `sink`. A tap's records regroup receipts by the copy the tap saw, which
+/// needs every broadcast at once: this join holds them all.
+pub fn join_sources_with_reference(
+    agent: &[AgentRecord],
+    probes: &[&dyn ProbeSource],
+    sink: &mut dyn BroadcastSink,
+) -> Joined {
+    let mut joined = reference_joined(agent, probes);
+    for b in std::mem::take(&mut joined.broadcasts) {
+        sink.broadcast(&joined, b);
+    }
+    joined
+}
+
+fn reference_joined(agent: &[AgentRecord], probes: &[&dyn ProbeSource]) -> Joined {
+    let mut joined = collected(|sink| join_sources(None, probes, sink));
     let clock_only: Vec<AgentRecord> = agent
         .iter()
         .filter(|r| {
@@ -373,8 +444,35 @@ pub fn join_with_reference(agent: &[AgentRecord], probes: &[&[ProbeRecord]]) -> 
 /// and receipts go to the run that was up when they happened: run k from its
 /// `Started` until the next run's. Broadcast ids are per run.
 pub fn join_runs(agents: &[&[AgentRecord]], probes: &[&[ProbeRecord]]) -> Joined {
+    let sources: Vec<&dyn ProbeSource> = probes.iter().map(|p| p as &dyn ProbeSource).collect();
+    collected(|sink| join_runs_sources(agents, &sources, sink))
+}
+
+/// A probe log's records about connections during one agent run, with the
+/// run's own records (identity, clock, time exchange) whole.
+struct DuringRun<'a> {
+    log: &'a dyn ProbeSource,
+    from_wall_ns: u64,
+    until_wall_ns: u64,
+}
+
+impl ProbeSource for DuringRun<'_> {
+    fn records(&self) -> Box<dyn Iterator<Item = ProbeRecord> + '_> {
+        Box::new(self.log.records().filter(|r| {
+            probes::connection_time(r)
+                .is_none_or(|t| (self.from_wall_ns..self.until_wall_ns).contains(&t))
+        }))
+    }
+}
+
+/// [`join_runs`] over any sources, handing each broadcast to `sink`.
+pub fn join_runs_sources(
+    agents: &[&[AgentRecord]],
+    probes: &[&dyn ProbeSource],
+    sink: &mut dyn BroadcastSink,
+) -> Joined {
     if agents.len() < 2 {
-        return join(agents.first().copied(), probes);
+        return join_sources(agents.first().copied(), probes, sink);
     }
     let started = |records: &[AgentRecord]| {
         records.iter().find_map(|r| match r {
@@ -388,41 +486,43 @@ pub fn join_runs(agents: &[&[AgentRecord]], probes: &[&[ProbeRecord]]) -> Joined
         .collect();
     runs.sort_by_key(|r| r.0);
     // Each probe whole: its clock records and stamps belong to every run.
-    let mut merged = join(None, probes);
-    merged.broadcasts.clear();
-    merged.connections.clear();
-    (merged.duplicates, merged.unmatched) = (0, 0);
-    merged.agent_runs = runs.len() as u32;
-    for (k, &(start, records)) in runs.iter().enumerate() {
-        let end = runs.get(k + 1).map_or(u64::MAX, |r| r.0);
-        let spans: Vec<Vec<ProbeRecord>> = probes
-            .iter()
-            .map(|p| {
-                p.iter()
-                    .filter(|r| connection_time(r).is_none_or(|t| (start..end).contains(&t)))
-                    .cloned()
-                    .collect()
-            })
-            .collect();
-        let spans: Vec<&[ProbeRecord]> = spans.iter().map(Vec::as_slice).collect();
-        let mut run = join(Some(records), &spans);
+    let whole = probes::collect_probes(probes);
+    let mut merged = Joined {
+        agent: None,
+        probes: whole.probes,
+        connections: Vec::new(),
+        broadcasts: Vec::new(),
+        duplicates: 0,
+        unmatched: 0,
+        agent_runs: runs.len() as u32,
+        tap: None,
+        most_receipts_held: 0,
+    };
+    let spans: Vec<Vec<DuringRun>> = runs
+        .iter()
+        .enumerate()
+        .map(|(k, &(start, _))| {
+            let end = runs.get(k + 1).map_or(u64::MAX, |r| r.0);
+            probes
+                .iter()
+                .map(|&log| DuringRun {
+                    log,
+                    from_wall_ns: start,
+                    until_wall_ns: end,
+                })
+                .collect()
+        })
+        .collect();
+    let mut plans = Vec::new();
+    for (k, &(_, records)) in runs.iter().enumerate() {
+        let sources: Vec<&dyn ProbeSource> =
+            spans[k].iter().map(|s| s as &dyn ProbeSource).collect();
+        let plan = stream::plan(Some(records), &sources);
         let offset = merged.connections.len();
-        merged.connections.append(&mut run.connections);
-        for mut b in run.broadcasts {
-            if let BroadcastKey::Agent { run, .. } = &mut b.key {
-                *run = k as u32;
-            }
-            for r in &mut b.receipts {
-                r.connection += offset;
-            }
-            for m in &mut b.missing {
-                *m += offset;
-            }
-            merged.broadcasts.push(b);
-        }
-        merged.duplicates += run.duplicates;
-        merged.unmatched += run.unmatched;
-        merged.agent = match (merged.agent.take(), run.agent) {
+        merged
+            .connections
+            .extend(plan.joined.connections.iter().cloned());
+        merged.agent = match (merged.agent.take(), plan.joined.agent.clone()) {
             (None, agent) => agent,
             (Some(mut earlier), Some(later)) => {
                 earlier.clock_states.extend(later.clock_states);
@@ -432,448 +532,35 @@ pub fn join_runs(agents: &[&[AgentRecord]], probes: &[&[ProbeRecord]]) -> Joined
             }
             (earlier, None) => earlier,
         };
+        plans.push((offset, plan));
     }
-    merged
-}
-
-/// When a record about a connection happened; `None` for the run's own
-/// records (identity, clock, time exchange), which every agent run keeps.
-fn connection_time(record: &ProbeRecord) -> Option<u64> {
-    match record {
-        ProbeRecord::ConnectionOpened(o) => Some(o.at.wall_ns),
-        ProbeRecord::ConnectionFailed(f) => Some(f.at.wall_ns),
-        ProbeRecord::ConnectionClosed(c) => Some(c.at.wall_ns),
-        ProbeRecord::Receipt(r) => Some(r.at.wall_ns),
-        ProbeRecord::Started(_)
-        | ProbeRecord::Stopped(_)
-        | ProbeRecord::ClockState(_)
-        | ProbeRecord::TimeSample(_)
-        | ProbeRecord::Identity(_)
-        | ProbeRecord::ConnectionAddresses(_)
-        | ProbeRecord::ConnectionTls(_)
-        | ProbeRecord::ConnectionDeflate(_)
-        | ProbeRecord::LogFull(_) => None,
-    }
-}
-
-struct RawReceipt {
-    connection: usize,
-    key: MessageKey,
-    hash: u64,
-    at: Stamp,
-    kernel_delay_ns: Option<u64>,
-}
-
-fn collect_probes(probes: &[&[ProbeRecord]]) -> (Vec<Connection>, Vec<Probe>, Vec<RawReceipt>) {
-    let mut connections: Vec<Connection> = Vec::new();
-    let mut infos = Vec::new();
-    let mut receipts = Vec::new();
-    for (p, records) in probes.iter().enumerate() {
-        // Each time a connection index opens is its own connection here (a
-        // reconnect after the server closed it): its own agent id and its own
-        // window, so broadcasts sent while it was down are not missing for it.
-        let mut current: BTreeMap<u32, usize> = BTreeMap::new();
-        let mut info = Probe::default();
-        let mut last_wall = 0u64;
-        let mut closed: HashMap<usize, u64> = HashMap::new();
-        let new_episode = |conn: u32, connections: &mut Vec<Connection>| -> usize {
-            connections.push(Connection {
-                probe: p,
-                conn,
-                agent_conn: None,
-                opened_wall_ns: None,
-                until_wall_ns: 0,
-                addresses: None,
-            });
-            connections.len() - 1
-        };
-        for record in records.iter() {
-            if let Some(at) = stamp_of(record) {
-                info.stamps.push(at);
+    let (mut duplicates, mut unmatched, mut most_held) = (0, 0, 0);
+    for (k, (offset, plan)) in plans.into_iter().enumerate() {
+        let sources: Vec<&dyn ProbeSource> =
+            spans[k].iter().map(|s| s as &dyn ProbeSource).collect();
+        let run = plan.stream(&sources, &mut |_, mut b| {
+            if let BroadcastKey::Agent { run, .. } = &mut b.key {
+                *run = k as u32;
             }
-            match record {
-                ProbeRecord::Started(s) => {
-                    info.name = s.name.clone();
-                    info.host = s.host.clone();
-                    last_wall = last_wall.max(s.at.wall_ns);
-                }
-                ProbeRecord::ConnectionOpened(o) => {
-                    let i = match current.get(&o.conn) {
-                        // Receipts came before its open record: the same one.
-                        Some(&i) if connections[i].opened_wall_ns.is_none() => i,
-                        _ => {
-                            let i = new_episode(o.conn, &mut connections);
-                            current.insert(o.conn, i);
-                            i
-                        }
-                    };
-                    connections[i].agent_conn = o.agent_conn;
-                    connections[i].opened_wall_ns = Some(o.at.wall_ns);
-                    last_wall = last_wall.max(o.at.wall_ns);
-                }
-                ProbeRecord::ConnectionFailed(f) => last_wall = last_wall.max(f.at.wall_ns),
-                ProbeRecord::ConnectionClosed(c) => {
-                    if let Some(&i) = current.get(&c.conn) {
-                        closed.insert(i, c.at.wall_ns);
-                    }
-                    last_wall = last_wall.max(c.at.wall_ns);
-                }
-                ProbeRecord::Receipt(r) => {
-                    let connection = *current
-                        .entry(r.conn)
-                        .or_insert_with(|| new_episode(r.conn, &mut connections));
-                    receipts.push(RawReceipt {
-                        connection,
-                        key: r.key,
-                        hash: r.hash,
-                        at: r.at,
-                        kernel_delay_ns: r.kernel_delay_ns,
-                    });
-                    last_wall = last_wall.max(r.at.wall_ns);
-                }
-                // Recording ended there: later broadcasts are not missing.
-                ProbeRecord::Stopped(at) => {
-                    last_wall = last_wall.max(at.wall_ns);
-                    info.ended = RunEnd::Stopped;
-                }
-                ProbeRecord::LogFull(LogFull { at, .. }) => {
-                    last_wall = last_wall.max(at.wall_ns);
-                    info.ended = RunEnd::LogFull;
-                }
-                ProbeRecord::ClockState(c) => info.clock_states.push((**c).clone()),
-                ProbeRecord::TimeSample(t) => info.samples.push(*t),
-                ProbeRecord::Identity(i) => {
-                    info.identity.get_or_insert_with(|| i.clone());
-                }
-                ProbeRecord::ConnectionTls(t) => {
-                    info.tls_connections += 1;
-                    info.tls_unverified += u64::from(!t.verified);
-                }
-                ProbeRecord::ConnectionDeflate(_) => info.deflate_connections += 1,
-                ProbeRecord::ConnectionAddresses(a) => {
-                    if let Some(&i) = current.get(&a.conn) {
-                        connections[i].addresses = Some((a.local.clone(), a.remote.clone()));
-                    }
-                }
+            for r in &mut b.receipts {
+                r.connection += offset;
             }
-        }
-        info.clock = ClockIdentity::of(&info.host, info.identity.as_ref());
-        for (i, c) in connections.iter_mut().enumerate() {
-            if c.probe == p {
-                c.until_wall_ns = closed.get(&i).copied().unwrap_or(last_wall);
+            for m in &mut b.missing {
+                *m += offset;
             }
-        }
-        infos.push(info);
-    }
-    (connections, infos, receipts)
-}
-
-/// The stamp a probe record carries, for clock-step detection.
-fn stamp_of(record: &ProbeRecord) -> Option<Stamp> {
-    match record {
-        ProbeRecord::Started(s) => Some(s.at),
-        ProbeRecord::ConnectionOpened(o) => Some(o.at),
-        ProbeRecord::ConnectionFailed(f) => Some(f.at),
-        ProbeRecord::ConnectionClosed(c) => Some(c.at),
-        ProbeRecord::Receipt(r) => Some(r.at),
-        ProbeRecord::Stopped(at) => Some(*at),
-        ProbeRecord::ClockState(c) => Some(c.at),
-        // Its two stamps are checked by the exchange itself.
-        ProbeRecord::TimeSample(t) => Some(t.t4),
-        ProbeRecord::LogFull(l) => Some(l.at),
-        ProbeRecord::Identity(_)
-        | ProbeRecord::ConnectionAddresses(_)
-        | ProbeRecord::ConnectionTls(_)
-        | ProbeRecord::ConnectionDeflate(_) => None,
-    }
-}
-
-fn join_with_agent(joined: &mut Joined, records: &[AgentRecord], receipts: &[RawReceipt]) {
-    let mut broadcasts: BTreeMap<u64, AgentBroadcast> = BTreeMap::new();
-    for record in records {
-        match record {
-            // Every segment of a run repeats it: keep what earlier ones built.
-            AgentRecord::Started(s) if joined.agent.is_none() => {
-                joined.agent = Some(Agent {
-                    host: s.host.clone(),
-                    identity: None,
-                    clock: ClockIdentity::HostName(s.host.clone()),
-                    shards: s.shards,
-                    order: s.order,
-                    per_client_times: s.per_client_times,
-                    clock_states: Vec::new(),
-                    time_service: None,
-                    stamps: Vec::new(),
-                    ended: RunEnd::NoStopRecord,
-                    records_lost: 0,
-                })
-            }
-            AgentRecord::Stopped(_) => {
-                if let Some(a) = joined.agent.as_mut() {
-                    a.ended = RunEnd::Stopped;
-                }
-            }
-            AgentRecord::Broadcast(b) => {
-                if let Some(a) = joined.agent.as_mut() {
-                    a.stamps.push(b.at);
-                }
-                broadcasts.insert(
-                    b.id,
-                    AgentBroadcast {
-                        seq: b.seq,
-                        hash: b.hash,
-                        start: b.at,
-                        slots: HashMap::new(),
-                    },
-                );
-            }
-            AgentRecord::ShardSends(s) => {
-                if let Some(b) = broadcasts.get_mut(&s.broadcast) {
-                    for slot in &s.slots {
-                        let done_mono = (slot.outcome == SendOutcome::Written && slot.mono_ns != 0)
-                            .then_some(slot.mono_ns);
-                        b.slots.insert(
-                            slot.conn,
-                            Slot {
-                                outcome: slot.outcome,
-                                done_mono,
-                                tx_mono: None,
-                            },
-                        );
-                    }
-                }
-            }
-            AgentRecord::SendCompleted(c) => {
-                if let Some(slot) = broadcasts
-                    .get_mut(&c.broadcast)
-                    .and_then(|b| b.slots.get_mut(&c.conn))
-                {
-                    slot.done_mono = Some(c.mono_ns);
-                }
-            }
-            AgentRecord::TxStamp(t) if t.kind == TxKind::Software => {
-                if let Some(slot) = broadcasts
-                    .get_mut(&t.broadcast)
-                    .and_then(|b| b.slots.get_mut(&t.conn))
-                {
-                    slot.tx_mono = Some(t.mono_ns);
-                }
-            }
-            AgentRecord::ClockState(c) => {
-                if let Some(a) = joined.agent.as_mut() {
-                    a.clock_states.push(c.clone());
-                }
-            }
-            AgentRecord::TimeService(t) => {
-                if let Some(a) = joined.agent.as_mut() {
-                    a.time_service = Some(*t);
-                }
-            }
-            AgentRecord::Identity(i) => {
-                if let Some(a) = joined.agent.as_mut()
-                    && a.identity.is_none()
-                {
-                    a.identity = Some(i.clone());
-                    a.clock = ClockIdentity::of(&a.host, Some(i));
-                }
-            }
-            // The tap's records are joined in `analysis::tapped`.
-            AgentRecord::Started(_)
-            | AgentRecord::ConnectionOpened(_)
-            | AgentRecord::ConnectionClosed(_)
-            | AgentRecord::TxStamp(_)
-            | AgentRecord::TapStarted(_)
-            | AgentRecord::TapConnectionOpened(_)
-            | AgentRecord::TapConnectionClosed(_)
-            | AgentRecord::TapBroadcast(_)
-            | AgentRecord::TapCounters(_)
-            | AgentRecord::TapConnectionTotals(_)
-            | AgentRecord::ConnectionSubprotocol(_) => {}
-            AgentRecord::RecordsLost(l) => {
-                if let Some(a) = joined.agent.as_mut() {
-                    a.records_lost += l.count;
-                }
-            }
-        }
-    }
-
-    let by_seq: HashMap<u64, u64> = broadcasts
-        .iter()
-        .filter_map(|(&id, b)| b.seq.map(|s| (s, id)))
-        .collect();
-    // (agent conn, hash) → the broadcasts with that payload sent to that conn, in order.
-    let mut by_conn_hash: HashMap<(u64, u64), Vec<u64>> = HashMap::new();
-    for (&id, b) in &broadcasts {
-        for &conn in b.slots.keys() {
-            by_conn_hash.entry((conn, b.hash)).or_default().push(id);
-        }
-    }
-    for ids in by_conn_hash.values_mut() {
-        ids.sort_unstable();
-    }
-    // An agent's connection ids start again at 1 when it restarts, so a
-    // probe that reconnected to a later run has episodes with the same id.
-    let mut by_agent_conn: HashMap<u64, Vec<usize>> = HashMap::new();
-    for (i, c) in joined.connections.iter().enumerate() {
-        if let Some(a) = c.agent_conn {
-            by_agent_conn.entry(a).or_default().push(i);
-        }
-    }
-
-    let mut got: HashMap<u64, BTreeMap<usize, JoinedReceipt>> = HashMap::new();
-    // Episodes with a receipt of this run: where an id is shared, the one
-    // this run's broadcasts went to.
-    let mut matched_episodes: HashSet<usize> = HashSet::new();
-    for r in receipts {
-        let agent_conn = joined.connections[r.connection].agent_conn;
-        let id = match r.key {
-            MessageKey::Seq(seq) => by_seq
-                .get(&seq)
-                .copied()
-                .filter(|id| broadcasts[id].hash == r.hash),
-            MessageKey::Hash { hash, occurrence } => agent_conn.and_then(|a| {
-                by_conn_hash
-                    .get(&(a, hash))
-                    .and_then(|ids| ids.get(occurrence as usize).copied())
-            }),
-        };
-        let Some(id) = id else {
-            joined.unmatched += 1;
-            continue;
-        };
-        matched_episodes.insert(r.connection);
-        let b = &broadcasts[&id];
-        let slot = agent_conn.and_then(|a| b.slots.get(&a));
-        let mut joined_receipt = plain_receipt(r);
-        joined_receipt.sent_wall_ns = slot.and_then(|s| s.done_mono).map(|m| b.start.wall_at(m));
-        joined_receipt.tx_wall_ns = slot.and_then(|s| s.tx_mono).map(|m| b.start.wall_at(m));
-        keep_first(
-            got.entry(id).or_default(),
-            joined_receipt,
-            &mut joined.duplicates,
-        );
-    }
-
-    for (id, b) in &broadcasts {
-        let receipts_of = got.remove(id).unwrap_or_default();
-        let episode_of = |a: &u64| -> Option<usize> {
-            let episodes = by_agent_conn.get(a)?;
-            match episodes.as_slice() {
-                [one] => Some(*one),
-                _ => episodes
-                    .iter()
-                    .copied()
-                    .find(|i| matched_episodes.contains(i))
-                    .or_else(|| {
-                        episodes
-                            .iter()
-                            .copied()
-                            .find(|&i| listening(&joined.connections[i], b.start.wall_ns))
-                    }),
-            }
-        };
-        let mut missing: Vec<usize> = b
-            .slots
-            .keys()
-            .filter_map(episode_of)
-            // The agent saw it connected; the probe's own clock only says when it
-            // stopped listening (a probe that stopped early is not missing later ones).
-            .filter(|&i| {
-                !receipts_of.contains_key(&i)
-                    && b.start.wall_ns <= joined.connections[i].until_wall_ns
-            })
-            .collect();
-        // Probe connections the agent could not name: judge them by their window.
-        missing.extend(
-            joined
-                .connections
-                .iter()
-                .enumerate()
-                .filter(|(i, c)| {
-                    c.agent_conn.is_none()
-                        && !receipts_of.contains_key(i)
-                        && listening(c, b.start.wall_ns)
-                })
-                .map(|(i, _)| i),
-        );
-        missing.sort_unstable();
-        let last_done = b.slots.values().filter_map(|s| s.done_mono).max();
-        let count = |o: SendOutcome| b.slots.values().filter(|s| s.outcome == o).count() as u32;
-        joined.broadcasts.push(JoinedBroadcast {
-            key: BroadcastKey::Agent { run: 0, id: *id },
-            agent: Some(AgentSide {
-                start: b.start,
-                targets: b.slots.len() as u32,
-                queued: count(SendOutcome::Queued),
-                dropped: count(SendOutcome::Dropped) + count(SendOutcome::Failed),
-                fanout_span_ns: last_done.map(|t| t.saturating_sub(b.start.mono_ns)),
-            }),
-            receipts: receipts_of.into_values().collect(),
-            missing,
+            sink.broadcast(&merged, b);
         });
+        duplicates += run.duplicates;
+        unmatched += run.unmatched;
+        most_held = most_held.max(run.most_receipts_held);
     }
-}
-
-/// A receipt with what the probe knows; the agent's side is filled in by the caller.
-fn plain_receipt(r: &RawReceipt) -> JoinedReceipt {
-    JoinedReceipt {
-        connection: r.connection,
-        wall_ns: r.at.wall_ns,
-        mono_ns: r.at.mono_ns,
-        kernel_delay_ns: r.kernel_delay_ns,
-        sent_wall_ns: None,
-        tx_wall_ns: None,
-    }
-}
-
-/// Keeps a connection's first receipt of a broadcast; later ones are duplicates.
-fn keep_first(
-    receipts_of: &mut BTreeMap<usize, JoinedReceipt>,
-    r: JoinedReceipt,
-    duplicates: &mut u64,
-) {
-    match receipts_of.entry(r.connection) {
-        std::collections::btree_map::Entry::Occupied(_) => *duplicates += 1,
-        std::collections::btree_map::Entry::Vacant(v) => {
-            v.insert(r);
-        }
-    }
+    merged.duplicates = duplicates;
+    merged.unmatched = unmatched;
+    merged.most_receipts_held = most_held;
+    merged
 }
 
 /// Whether a connection was open and listening at wall time `t`.
 fn listening(c: &Connection, t: u64) -> bool {
     c.opened_wall_ns.is_some_and(|o| o <= t) && t <= c.until_wall_ns
-}
-
-fn join_probes_only(joined: &mut Joined, receipts: &[RawReceipt]) {
-    let mut got: BTreeMap<MessageKey, BTreeMap<usize, JoinedReceipt>> = BTreeMap::new();
-    for r in receipts {
-        keep_first(
-            got.entry(r.key).or_default(),
-            plain_receipt(r),
-            &mut joined.duplicates,
-        );
-    }
-    let mut rows: Vec<(u64, JoinedBroadcast)> = got
-        .into_iter()
-        .map(|(key, receipts_of)| {
-            let first = receipts_of.values().map(|r| r.wall_ns).min().unwrap_or(0);
-            let missing = joined
-                .connections
-                .iter()
-                .enumerate()
-                .filter(|(i, c)| !receipts_of.contains_key(i) && listening(c, first))
-                .map(|(i, _)| i)
-                .collect();
-            let row = JoinedBroadcast {
-                key: BroadcastKey::Message(key),
-                agent: None,
-                receipts: receipts_of.into_values().collect(),
-                missing,
-            };
-            (first, row)
-        })
-        .collect();
-    rows.sort_by_key(|(first, row)| (*first, row.key));
-    joined.broadcasts = rows.into_iter().map(|(_, row)| row).collect();
 }

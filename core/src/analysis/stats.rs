@@ -161,7 +161,9 @@ mod tests {
 
     #[test]
     fn built_one_at_a_time_in_any_order_it_is_the_same_within_precision() {
-        let mut values: Vec<i64> = (0..20_000).map(|i| 3_000_000_000 + (i * 37) % 9_973).collect();
+        let mut values: Vec<i64> = (0..20_000)
+            .map(|i| 3_000_000_000 + (i * 37) % 9_973)
+            .collect();
         let sorted = Summary::of(&values).unwrap();
         values.reverse();
         let reversed = Summary::of(&values).unwrap();

@@ -107,7 +107,11 @@ impl BodyDecoder {
                 }
             }
             if self.pos == self.buf.len() {
-                return if self.ended { Next::End } else { Next::NeedMore };
+                return if self.ended {
+                    Next::End
+                } else {
+                    Next::NeedMore
+                };
             }
             match frame_at(&self.buf, self.pos) {
                 FrameAt::Intact(payload) => {
@@ -204,11 +208,8 @@ mod tests {
         let mut d = BodyDecoder::new();
         let (mut records, mut at, mut most) = (Vec::new(), 0, 0);
         for &size in sizes.iter().cycle() {
-            loop {
-                match d.next_frame() {
-                    Next::Frame(p) => records.push(postcard::from_bytes(p).unwrap()),
-                    Next::NeedMore | Next::End => break,
-                }
+            while let Next::Frame(p) = d.next_frame() {
+                records.push(postcard::from_bytes(p).unwrap());
             }
             if at == body.len() {
                 break;
@@ -230,7 +231,9 @@ mod tests {
         let one = body.len() / 50;
         // A flipped byte in frame 7, 3 KB of garbage after frame 20, a torn tail.
         body[7 * one + FRAME_HEADER_LEN + 2] ^= 0x5a;
-        let garbage: Vec<u8> = (0..3_000u32).map(|i| i.wrapping_mul(2_654_435_761) as u8).collect();
+        let garbage: Vec<u8> = (0..3_000u32)
+            .map(|i| i.wrapping_mul(2_654_435_761) as u8)
+            .collect();
         body.splice(21 * one..21 * one, garbage);
         body.truncate(body.len() - 5);
         let whole: Decoded<ProbeRecord> = decode_records(&body);

@@ -417,3 +417,108 @@ fn connections_without_a_certificate_check_are_counted_per_probe() {
         .collect();
     assert_eq!(counts, [(2, 0), (1, 1), (0, 0)]);
 }
+
+/// Two devices' logs of `broadcasts` broadcasts to `conns` connections each,
+/// 1 ms apart; the second device's clock reads `behind_ns` behind the first's.
+fn two_devices(broadcasts: u64, conns: u32, behind_ns: u64) -> (ProbeLog, ProbeLog) {
+    let all: Vec<(u32, Option<u64>)> = (0..conns).map(|c| (c, None)).collect();
+    let (mut a, mut b) = (ProbeLog::new("a", &all), ProbeLog::new("b", &all));
+    for n in 0..broadcasts {
+        let t = 1_000_000 + behind_ns + n * 1_000_000;
+        for c in 0..conns {
+            a.receive(c, MessageKey::Seq(n), n, t + u64::from(c) * 1_000);
+            b.receive(
+                c,
+                MessageKey::Seq(n),
+                n,
+                t - behind_ns + 500 + u64::from(c) * 1_000,
+            );
+        }
+    }
+    a.stop(2_000_000 + behind_ns + broadcasts * 1_000_000);
+    b.stop(2_000_000 + broadcasts * 1_000_000);
+    (a, b)
+}
+
+/// Every broadcast a streamed join hands over, in the order it did.
+fn streamed(probes: &[&[ProbeRecord]]) -> (Joined, Vec<JoinedBroadcast>) {
+    let sources: Vec<&dyn ProbeSource> = probes.iter().map(|p| p as &dyn ProbeSource).collect();
+    let mut rows = Vec::new();
+    let joined = join_sources(None, &sources, &mut rows);
+    (joined, rows)
+}
+
+#[test]
+fn a_streamed_join_holds_only_the_broadcasts_still_arriving() {
+    let (a, b) = two_devices(2_000, 10, 0);
+    let (joined, rows) = streamed(&[&a.0, &b.0]);
+    assert_eq!(rows.len(), 2_000);
+    assert!(
+        rows.iter()
+            .all(|r| r.receipts.len() == 20 && r.missing.is_empty())
+    );
+    // 40,000 receipts; at most a broadcast or two of them at once.
+    assert!(
+        joined.most_receipts_held <= 40,
+        "held {}",
+        joined.most_receipts_held
+    );
+    // Each broadcast once, and each as the whole-run join has it.
+    let mut sorted = rows.clone();
+    sorted.sort_by_key(|r| r.key);
+    let whole = join(None, &[&a.0, &b.0]);
+    assert_eq!(sorted, whole.broadcasts);
+    assert_eq!(whole.most_receipts_held, joined.most_receipts_held);
+}
+
+#[test]
+fn clocks_far_apart_cost_memory_not_correctness() {
+    // The second device reads 2 s behind: merged by wall time, its receipts
+    // of a broadcast come 2,000 broadcasts before the first device's.
+    let (a, b) = two_devices(3_000, 2, 2_000_000_000);
+    let (joined, rows) = streamed(&[&a.0, &b.0]);
+    assert_eq!(rows.len(), 3_000);
+    assert!(
+        rows.iter()
+            .all(|r| r.receipts.len() == 4 && r.missing.is_empty())
+    );
+    assert!(
+        (4_000..=4_100).contains(&joined.most_receipts_held),
+        "held {}",
+        joined.most_receipts_held
+    );
+    let mut sorted = rows;
+    sorted.sort_by_key(|r| r.key);
+    assert_eq!(sorted, join(None, &[&a.0, &b.0]).broadcasts);
+}
+
+#[test]
+fn a_streamed_agent_join_hands_over_unreceived_broadcasts_too() {
+    let mut agent = vec![agent_started("srv")];
+    for id in 0..50u64 {
+        agent.extend(broadcast(id, Some(id), id, 1_000 + id * 10_000, &[1, 2]));
+    }
+    let mut p = ProbeLog::new("dev", &[(0, Some(1)), (1, Some(2))]);
+    // Only the even broadcasts arrive, and on connection 0 only.
+    for id in (0..50u64).step_by(2) {
+        p.receive(0, MessageKey::Seq(id), id, 2_000 + id * 10_000);
+    }
+    p.stop(1_000_000);
+    let sources: Vec<&dyn ProbeSource> = vec![&p.0];
+    let mut rows = Vec::new();
+    let joined = join_sources(Some(&agent), &sources, &mut rows);
+    assert_eq!(rows.len(), 50);
+    let received: usize = rows.iter().map(|r| r.receipts.len()).sum();
+    let missing: usize = rows.iter().map(|r| r.missing.len()).sum();
+    assert_eq!((received, missing), (25, 75));
+    assert_eq!(joined.most_receipts_held, 1);
+    // Handed over in start order: the unreceived ones as the stream passes them.
+    let ids: Vec<u64> = rows
+        .iter()
+        .map(|r| match r.key {
+            BroadcastKey::Agent { id, .. } => id,
+            BroadcastKey::Message(_) => unreachable!(),
+        })
+        .collect();
+    assert_eq!(ids, (0..50).collect::<Vec<_>>());
+}
