@@ -11,7 +11,7 @@ use skewscope_core::analysis::join::{
 };
 use skewscope_core::analysis::report::{InputSummary, Report, ReportBuilder};
 use skewscope_core::analysis::triggers::TriggerLatencyBuilder;
-use skewscope_core::log::{LogError, LogFileReader, LogKind};
+use skewscope_core::log::{LogFileReader, LogKind};
 use skewscope_core::record::{AgentRecord, ProbeRecord};
 
 /// The logs given, sorted by writer: agent runs in memory, probe logs as
@@ -29,7 +29,8 @@ pub struct Inputs {
 /// One probe run's log files, read again by each pass of the join, each
 /// file up to the length it had when first read.
 pub struct ProbeFiles {
-    files: Vec<(PathBuf, u64)>,
+    /// Each file, the bytes read of it and the records found in them.
+    files: Vec<(PathBuf, u64, u64)>,
     /// Name, host and start of its `Started` record.
     run: Option<(String, String, u64)>,
     /// Its `Identity` record's run id.
@@ -51,21 +52,36 @@ impl ProbeFiles {
         }
     }
 
-    fn fail(&self, e: LogError) {
-        self.failed.borrow_mut().get_or_insert(e.to_string());
+    fn fail(&self, why: String) {
+        self.failed.borrow_mut().get_or_insert(why);
     }
 }
 
 impl ProbeSource for ProbeFiles {
     fn records(&self) -> Box<dyn Iterator<Item = ProbeRecord> + '_> {
-        Box::new(self.files.iter().flat_map(move |(path, len)| {
+        Box::new(self.files.iter().flat_map(move |(path, len, records)| {
             let mut reader = LogFileReader::open_upto(path, *len)
-                .map_err(|e| self.fail(e))
+                .map_err(|e| self.fail(e.to_string()))
                 .ok();
+            let mut read = 0u64;
             std::iter::from_fn(move || match reader.as_mut()?.next_record() {
-                Ok(record) => record,
+                Ok(Some(record)) => {
+                    read += 1;
+                    Some(record)
+                }
+                Ok(None) => {
+                    // Rewritten in place (a copytruncate rotation) while the
+                    // report read it: the passes would disagree.
+                    if read != *records {
+                        self.fail(format!(
+                            "{}: changed while the report read it ({records} records, then {read}); report a copy",
+                            path.display()
+                        ));
+                    }
+                    None
+                }
                 Err(e) => {
-                    self.fail(e);
+                    self.fail(e.to_string());
                     None
                 }
             })
@@ -148,7 +164,7 @@ pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
             }
             LogKind::Probe => {
                 let mut log = ProbeFiles {
-                    files: vec![(path.clone(), reader.read_len())],
+                    files: Vec::new(),
                     run: None,
                     run_id: None,
                     hub_side: false,
@@ -172,6 +188,7 @@ pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
                         _ => {}
                     }
                 }
+                log.files.push((path.clone(), reader.read_len(), count));
                 inputs.summaries.push(InputSummary {
                     file,
                     kind: "probe",
@@ -378,6 +395,41 @@ pub fn read_triggers(path: &Path) -> anyhow::Result<Vec<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_rewritten_between_reading_and_joining_is_an_error_not_a_wrong_report() {
+        use skewscope_core::log::LogWriter;
+        use skewscope_core::record::{MessageKey, Receipt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("probe.sklog");
+        let write = |n: u64| {
+            let mut w = LogWriter::create(&path, LogKind::Probe).unwrap();
+            for i in 0..n {
+                w.append(&ProbeRecord::Receipt(Receipt {
+                    conn: 0,
+                    key: MessageKey::Seq(i),
+                    hash: i,
+                    len: 1,
+                    at: skewscope_core::Stamp {
+                        wall_ns: 1_700_000_000_000_000_000 + i,
+                        mono_ns: i,
+                    },
+                    kernel_delay_ns: None,
+                }))
+                .unwrap();
+            }
+            w.sync().unwrap();
+        };
+        write(100);
+        let inputs = read_inputs(std::slice::from_ref(&path)).unwrap();
+        // Rotated by copytruncate and written again, shorter.
+        write(40);
+        let err = analyse(inputs, None, Scope::default(), false).unwrap_err();
+        assert!(
+            err.to_string().contains("changed while the report read it"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn a_data_directory_stands_for_its_logs_and_uploaded_runs() {

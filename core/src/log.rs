@@ -502,15 +502,26 @@ impl LogFileReader {
             chunk: vec![0; READ_CHUNK],
             undecodable: 0,
         };
-        // The first chunk holds the records the kind is checked against.
+        // The first chunk holds the records the kind is checked against,
+        // and at least the first whole frame, however long.
         let mut first = Vec::new();
         (&mut reader.file)
             .take(READ_CHUNK as u64)
             .read_to_end(&mut first)
             .map_err(io)?;
+        if first.len() == READ_CHUNK && first.len() >= FRAME_HEADER_LEN {
+            let announced = u32::from_le_bytes(first[..4].try_into().expect("4 bytes")) as usize;
+            if announced <= MAX_RECORD_LEN && FRAME_HEADER_LEN + announced > first.len() {
+                let more = (FRAME_HEADER_LEN + announced - first.len()) as u64;
+                (&mut reader.file)
+                    .take(more)
+                    .read_to_end(&mut first)
+                    .map_err(io)?;
+            }
+        }
         check_kind(path, kind, &first)?;
         reader.decoder.push(&first);
-        if first.len() < READ_CHUNK {
+        if (first.len() as u64) + (HEADER_LEN as u64) >= len {
             reader.decoder.finish();
         }
         Ok(reader)
@@ -657,6 +668,31 @@ mod tests {
         bytes[10] = LogKind::Probe.to_byte();
         std::fs::write(&path, &bytes).unwrap();
         assert!(matches!(read_file(&path), Ok(AnyLog::Probe(d)) if d.records.len() == 10));
+
+        // A first record longer than the first read is checked whole too.
+        let mut w = LogWriter::new(Vec::new(), LogKind::Agent).unwrap();
+        w.append(&ProbeRecord::Started(Box::new(
+            crate::record::ProbeStarted {
+                name: "n".repeat(600_000),
+                host: "h".into(),
+                url: "ws://x/".into(),
+                connections: 1,
+                version: "t".into(),
+                at: Stamp {
+                    wall_ns: 1,
+                    mono_ns: 1,
+                },
+            },
+        )))
+        .unwrap();
+        std::fs::write(&path, w.into_inner()).unwrap();
+        assert!(matches!(
+            read_file(&path),
+            Err(LogError::KindMismatch {
+                header: "an agent",
+                ..
+            })
+        ));
     }
 
     #[test]

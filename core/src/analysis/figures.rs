@@ -231,7 +231,10 @@ impl FiguresBuilder {
                     .and_then(crate::record::ClockState::claimed_bound_ns),
             })
             .collect();
-        let (broadcasts, broadcasts_total) = self.broadcasts.finish();
+        // A streamed join hands broadcasts over as they complete, nearly
+        // but not exactly in time order: the series is drawn in time order.
+        let (mut broadcasts, broadcasts_total) = self.broadcasts.finish();
+        broadcasts.sort_by_key(|b| b.at_wall_ns);
         let (receipts, receipts_total) = self.receipts.finish();
         Figures {
             broadcasts,

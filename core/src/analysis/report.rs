@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::analysis::clock_figures::{
     BoundedSummary, DeviceClockSummary, StepSummary, TimingBuilder,
 };
-use crate::analysis::join::{ClockIdentity, Joined, JoinedBroadcast};
+use crate::analysis::join::{BroadcastKey, ClockIdentity, Joined, JoinedBroadcast};
 use crate::analysis::stats::{Summary, SummaryBuilder};
 use crate::record::{ClockState, SendOrder, TimeServiceCounters};
 
@@ -208,6 +208,10 @@ impl Report {
 /// How many broadcasts the report lists as the worst.
 const WORST_LISTED: usize = 5;
 
+/// What orders the worst list: skew (largest first), then first receipt
+/// (probes' broadcasts; 0 for the agent's), then the broadcast's key.
+type WorstKey = (std::cmp::Reverse<Option<u64>>, u64, BroadcastKey);
+
 /// The report built one broadcast at a time: what it keeps is histograms
 /// and counts, so its memory does not grow with the receipts.
 pub struct ReportBuilder {
@@ -218,8 +222,11 @@ pub struct ReportBuilder {
     fanouts: SummaryBuilder,
     /// Per probe: receipts and missing receipts.
     per_probe: Vec<(u64, u64)>,
-    /// The worst so far: (skew, arrival order, summary), worst first.
-    worst: Vec<(Option<u64>, u64, BroadcastSummary)>,
+    /// The worst so far, worst first; among equals, as [`join`] orders
+    /// broadcasts (by id, or by first receipt), whatever order they came in.
+    ///
+    /// [`join`]: crate::analysis::join::join
+    worst: Vec<(WorstKey, BroadcastSummary)>,
     broadcasts: u64,
     receipts: u64,
     missing: u64,
@@ -282,16 +289,18 @@ impl ReportBuilder {
         self.receipts += b.receipts.len() as u64;
         self.missing += b.missing.len() as u64;
 
-        // Worst first; among equals, the one that came first.
-        let order = self.broadcasts;
         self.broadcasts += 1;
-        let place = self.worst.partition_point(|w| w.0 >= skew);
+        let first = match b.key {
+            BroadcastKey::Agent { .. } => 0,
+            BroadcastKey::Message(_) => b.receipts.iter().map(|r| r.wall_ns).min().unwrap_or(0),
+        };
+        let key = (std::cmp::Reverse(skew), first, b.key);
+        let place = self.worst.partition_point(|w| w.0 < key);
         if place < WORST_LISTED {
             self.worst.insert(
                 place,
                 (
-                    skew,
-                    order,
+                    key,
                     BroadcastSummary {
                         broadcast: crate::analysis::figures::describe(b.key),
                         receipts: b.receipts.len() as u64,
@@ -396,7 +405,7 @@ impl ReportBuilder {
             uncorrected_receipts: timing.uncorrected_receipts,
             receipts_without_kernel_stamp: timing.receipts_without_kernel_stamp,
             probes,
-            worst_broadcasts: self.worst.iter().map(|w| w.2.clone()).collect(),
+            worst_broadcasts: self.worst.iter().map(|w| w.1.clone()).collect(),
             tap: joined.tap.clone(),
         }
     }

@@ -4,7 +4,8 @@
 //! in any split.
 //!
 //! [`BodyDecoder`] is handed bytes ([`BodyDecoder::push`]) and yields frames;
-//! it keeps only the bytes of the frame it is looking at. Damage is handled
+//! it keeps only the bytes of the frame it is looking at (while
+//! resynchronising, of the candidate frame, at most [`RESYNC_MAX_LEN`]). Damage is handled
 //! as [`super::decode_records`] always did: a torn tail is flagged, a
 //! corrupt stretch skipped and counted, resynchronising in linear time.
 
@@ -94,6 +95,10 @@ impl BodyDecoder {
                         self.scanning = None;
                     }
                     Scan::NeedMore(at) => {
+                        // No frame starts before `at`: those bytes are
+                        // skipped now, so garbage is never held.
+                        self.skipped += (at - self.pos) as u64;
+                        self.pos = at;
                         self.scanning = Some((damage, at));
                         return Next::NeedMore;
                     }
@@ -252,5 +257,25 @@ mod tests {
         let (records, _, _, most) = in_pieces(&body, &[64 * 1024]);
         assert_eq!(records.len(), 10_000);
         assert!(most < 2 * 64 * 1024, "held {most} bytes");
+    }
+
+    #[test]
+    fn garbage_is_skipped_as_it_comes_not_held() {
+        // 8 MiB of random bytes between two stretches of records.
+        let good = log_body(100);
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut body = good.clone();
+        body.extend((0..8 << 20).map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        }));
+        body.extend(&good);
+        let (records, skipped, _, most) = in_pieces(&body, &[64 * 1024]);
+        assert_eq!(records.len(), 200);
+        assert_eq!(skipped, 8 << 20);
+        // A candidate frame may announce up to 1 MiB, which is waited for.
+        assert!(most < 2 * RESYNC_MAX_LEN, "held {most} bytes");
     }
 }

@@ -105,12 +105,15 @@ impl Episodes {
 
 /// Keeps the stamps that clock-step detection needs out of millions: every
 /// stamp whose wall − monotonic level differs from the last kept by a
-/// quarter of a step, the stamps right after it (which confirm or refute a
-/// step), and one a second otherwise. A step is still found where every
-/// stamp would find it; a day of receipts keeps about 86,400 stamps.
+/// quarter of a step, the stamp just before it and the stamps right after it
+/// (which measure it, and confirm or refute it), and one a second otherwise.
+/// A step is found where every stamp would find it, at the same size; a day
+/// of receipts keeps about 86,400 stamps.
 #[derive(Default)]
 pub(super) struct StampThinner {
     last: Option<Stamp>,
+    /// The latest stamp not kept.
+    held: Option<Stamp>,
     confirmations_due: usize,
 }
 
@@ -118,8 +121,8 @@ pub(super) struct StampThinner {
 const KEEP_ONE_EVERY_NS: u64 = 1_000_000_000;
 
 impl StampThinner {
-    /// Whether to keep `s`.
-    pub(super) fn keep(&mut self, s: Stamp) -> bool {
+    /// Offers `s`, in log order; what is kept is pushed to `kept`.
+    pub(super) fn offer(&mut self, s: Stamp, kept: &mut Vec<Stamp>) {
         let level = |s: &Stamp| s.wall_ns as i128 - s.mono_ns as i128;
         let keep = match &self.last {
             None => true,
@@ -127,6 +130,9 @@ impl StampThinner {
                 let moved =
                     (level(&s) - level(last)).unsigned_abs() > (STEP_THRESHOLD_NS / 4) as u128;
                 if moved {
+                    // Measured against its neighbour, not a second-old stamp:
+                    // the slew allowed over a second would hide a small step.
+                    kept.extend(self.held.take());
                     self.confirmations_due = STEP_CONFIRMATIONS;
                     true
                 } else if self.confirmations_due > 0 {
@@ -138,9 +144,12 @@ impl StampThinner {
             }
         };
         if keep {
+            kept.push(s);
             self.last = Some(s);
+            self.held = None;
+        } else {
+            self.held = Some(s);
         }
-        keep
     }
 }
 
@@ -183,10 +192,8 @@ pub(super) fn collect_probes(probes: &[&dyn ProbeSource]) -> ProbeSide {
             connections.len() - 1
         };
         for record in source.records() {
-            if let Some(at) = stamp_of(&record)
-                && thinner.keep(at)
-            {
-                info.stamps.push(at);
+            if let Some(at) = stamp_of(&record) {
+                thinner.offer(at, &mut info.stamps);
             }
             if let Some(at) = stamp_of(&record)
                 && !matches!(
@@ -308,6 +315,15 @@ mod tests {
         }
     }
 
+    fn thinned(stamps: &[Stamp]) -> Vec<Stamp> {
+        let mut thinner = StampThinner::default();
+        let mut kept = Vec::new();
+        for &s in stamps {
+            thinner.offer(s, &mut kept);
+        }
+        kept
+    }
+
     #[test]
     fn thinned_stamps_find_the_steps_every_stamp_finds() {
         // 10 s of stamps every 100 µs: a 5 ms step at 4 s, a torn stamp at 6 s,
@@ -324,15 +340,25 @@ mod tests {
             }
             stamps.push(stamp(mono, level));
         }
-        let mut thinner = StampThinner::default();
-        let kept: Vec<Stamp> = stamps
-            .iter()
-            .copied()
-            .filter(|&s| thinner.keep(s))
-            .collect();
+        let kept = thinned(&stamps);
         assert!(kept.len() < 40, "kept {}", kept.len());
         let all = find_steps(&stamps);
         assert_eq!(all.len(), 2, "{all:?}");
         assert_eq!(find_steps(&kept), all);
+    }
+
+    #[test]
+    fn a_step_just_over_the_threshold_is_not_lost_to_the_slew_allowance() {
+        // Every 10 ms, then +1.2 ms at 4.9 s: over a second of allowed slew
+        // (0.5 ms) it would pass for discipline; against its neighbour it is a step.
+        let stamps: Vec<Stamp> = (0..1_000u64)
+            .map(|i| {
+                let mono = i * 10_000_000;
+                stamp(mono, if mono >= 4_900_000_000 { 1_200_000 } else { 0 })
+            })
+            .collect();
+        let all = find_steps(&stamps);
+        assert_eq!(all.len(), 1);
+        assert_eq!(find_steps(&thinned(&stamps)), all);
     }
 }

@@ -123,6 +123,9 @@ pub(super) fn plan(agent: Option<&[AgentRecord]>, probes: &[&dyn ProbeSource]) -
             else {
                 continue;
             };
+            if connection >= joined.connections.len() {
+                continue;
+            }
             if let Some(t) = target(&joined, index.as_ref(), connection, r) {
                 *expected.entry(fingerprint(&t)).or_insert(0) += 1;
                 if index.is_some() {
@@ -248,6 +251,12 @@ impl Plan {
             let (Some(connection), ProbeRecord::Receipt(r)) = (connection, record) else {
                 continue;
             };
+            // A connection the first pass never saw: the log changed
+            // between the passes (the collector checks for that too).
+            if connection >= self.joined.connections.len() {
+                unmatched += 1;
+                continue;
+            }
             while unreceived
                 .last()
                 .is_some_and(|&(start, _)| start <= r.at.wall_ns)
