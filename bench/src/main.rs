@@ -232,9 +232,9 @@ enum Command {
         /// With `--write`: broadcasts.
         #[arg(long, default_value_t = 10_000)]
         broadcasts: u64,
-        /// (Internal) the whole-run report of FILE, for the side-by-side.
-        #[arg(long, value_name = "FILE", hide = true)]
-        whole_run: Option<std::path::PathBuf>,
+        /// (Internal) the whole-run report of FILES, for the side-by-side.
+        #[arg(long, value_name = "FILE", hide = true, num_args = 1..)]
+        whole_run: Option<Vec<std::path::PathBuf>>,
         /// (Internal) run the rest of the line and print its time and peak memory.
         #[arg(long, hide = true, num_args = 1.., allow_hyphen_values = true)]
         peak_of: Option<Vec<std::ffi::OsString>>,

@@ -12,7 +12,8 @@ use skewscope_core::analysis::join::join;
 use skewscope_core::analysis::report::Report;
 use skewscope_core::log::{AnyLog, LogKind, LogWriter, read_file};
 use skewscope_core::record::{
-    MessageKey, ProbeConnectionOpened, ProbeRecord, ProbeStarted, Receipt, TimeSample,
+    AgentRecord, AgentStarted, BroadcastStarted, MessageKey, ProbeConnectionOpened, ProbeRecord,
+    ProbeStarted, Receipt, SendOrder, SendOutcome, SendSlot, ShardSends, TimeSample,
 };
 
 /// Wall-clock origin of the synthetic run.
@@ -22,6 +23,11 @@ const T0: u64 = 1_764_000_000_000_000_000;
 /// `span / broadcasts`) and `exchanges` time samples spread over the same span,
 /// with a clock 3 ms ahead of the agent's and 40–440 µs round trips.
 fn synthetic_log(connections: u32, broadcasts: u64, exchanges: u64) -> Vec<u8> {
+    probe_log(connections, broadcasts, exchanges, false)
+}
+
+/// [`synthetic_log`]; with `hub`, its connections are the agent's 1..=N.
+fn probe_log(connections: u32, broadcasts: u64, exchanges: u64, hub: bool) -> Vec<u8> {
     let span_ns = exchanges * 1_000_000_000;
     let at = |mono: u64| Stamp {
         wall_ns: T0 + mono + 3_000_000,
@@ -40,7 +46,7 @@ fn synthetic_log(connections: u32, broadcasts: u64, exchanges: u64) -> Vec<u8> {
     for conn in 0..connections {
         put(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
             conn,
-            agent_conn: None,
+            agent_conn: hub.then_some(u64::from(conn) + 1),
             at: at(1),
         }));
     }
@@ -73,6 +79,51 @@ fn synthetic_log(connections: u32, broadcasts: u64, exchanges: u64) -> Vec<u8> {
             }
             next_broadcast += 1;
         }
+    }
+    log.into_inner()
+}
+
+/// The agent's log of a hub with `clients` clients and `broadcasts`
+/// broadcasts timed as [`probe_log`]'s, every copy written 1 µs apart.
+fn agent_log(clients: u64, broadcasts: u64, exchanges: u64) -> Vec<u8> {
+    let span_ns = exchanges * 1_000_000_000;
+    let at = |mono: u64| Stamp {
+        wall_ns: T0 + mono,
+        mono_ns: mono,
+    };
+    let mut log = LogWriter::new(Vec::new(), LogKind::Agent).expect("Vec never fails");
+    let mut put = |r: AgentRecord| log.append(&r).expect("Vec never fails");
+    put(AgentRecord::Started(AgentStarted {
+        host: "bench".into(),
+        version: "bench".into(),
+        at: at(0),
+        shards: 1,
+        order: SendOrder::Fixed,
+        per_client_times: true,
+    }));
+    for n in 0..broadcasts {
+        let start = n * (span_ns / broadcasts) + 1_900_000;
+        put(AgentRecord::Broadcast(BroadcastStarted {
+            id: n,
+            seq: Some(n),
+            hash: n,
+            len: 450,
+            text: true,
+            at: at(start),
+        }));
+        put(AgentRecord::ShardSends(ShardSends {
+            broadcast: n,
+            shard: 0,
+            loop_start_mono_ns: start,
+            slots: (1..=clients)
+                .map(|conn| SendSlot {
+                    conn,
+                    position: conn as u32 - 1,
+                    outcome: SendOutcome::Written,
+                    mono_ns: start + conn * 1_000,
+                })
+                .collect(),
+        }));
     }
     log.into_inner()
 }
@@ -140,19 +191,25 @@ pub fn peak_of(command: &[std::ffi::OsString]) -> anyhow::Result<()> {
 /// `--whole-run`: the report of a probe log with every record decoded and
 /// every receipt joined at once (the collector's design before it
 /// streamed), for the side-by-side.
-pub fn whole_run(path: &std::path::Path) -> anyhow::Result<()> {
-    let AnyLog::Probe(decoded) = read_file(path)? else {
-        anyhow::bail!("{}: not a probe log", path.display());
-    };
-    let r = Report::build(&join(None, &[&decoded.records]), Vec::new());
+pub fn whole_run(paths: &[std::path::PathBuf]) -> anyhow::Result<()> {
+    let (mut agent, mut probes) = (None, Vec::new());
+    for path in paths {
+        match read_file(path)? {
+            AnyLog::Agent(d) => agent = Some(d.records),
+            AnyLog::Probe(d) => probes.push(d.records),
+        }
+    }
+    let probes: Vec<&[ProbeRecord]> = probes.iter().map(Vec::as_slice).collect();
+    let r = Report::build(&join(agent.as_deref(), &probes), Vec::new());
     println!("{} receipts", r.receipts);
     Ok(())
 }
 
 /// Writes logs of `receipts` receipts in two shapes (100 connections, and
-/// one connection: a broadcast per receipt), runs `skewscope report` on
-/// each as a process and the whole-run report beside it, `runs` times, and
-/// prints the medians side by side.
+/// one connection: a broadcast per receipt), and a hub's agent log of
+/// `receipts` copies to 1,000 clients with a 10-connection probe among them;
+/// runs `skewscope report` on each as a process and the whole-run report
+/// beside it, `runs` times, and prints the medians side by side.
 pub fn run(
     receipts: u64,
     exchanges: u64,
@@ -178,7 +235,7 @@ pub fn run(
         skewscope.display()
     );
     println!(
-        "{:<32} {:>8}  {:>9} {:>9}  {:>9} {:>9}  {:>11} {:>9}",
+        "{:<52} {:>8}  {:>9} {:>9}  {:>9} {:>9}  {:>11} {:>9}",
         "shape",
         "file MB",
         "streamed",
@@ -188,32 +245,62 @@ pub fn run(
         "peak÷whole",
         "peak÷file"
     );
-    for connections in [100u32, 1] {
-        let broadcasts = (receipts / u64::from(connections)).max(1);
-        let log = dir.path().join(format!("probe-{connections}.sklog"));
-        let bytes = synthetic_log(connections, broadcasts, exchanges);
-        std::fs::write(&log, &bytes)?;
-        let file_mb = bytes.len() as f64 / 1e6;
-        drop(bytes);
+    // (label, probe connections, hub clients: 0 for no agent log).
+    let hub_clients = 1_000u64;
+    let shapes = [
+        (
+            format!("100 conn × {} broadcasts", receipts / 100),
+            100u32,
+            0u64,
+        ),
+        (format!("1 conn × {receipts} broadcasts"), 1, 0),
+        (
+            format!(
+                "hub: {hub_clients} clients × {} broadcasts, 10 probe conns",
+                receipts / hub_clients
+            ),
+            10,
+            hub_clients,
+        ),
+    ];
+    for (label, connections, clients) in shapes {
+        let broadcasts = receipts
+            .checked_div(clients)
+            .unwrap_or(receipts / u64::from(connections))
+            .max(1);
+        let mut logs = Vec::new();
+        let mut file_bytes = 0usize;
+        if clients > 0 {
+            let path = dir.path().join("agent.sklog");
+            let bytes = agent_log(clients, broadcasts, exchanges);
+            file_bytes += bytes.len();
+            std::fs::write(&path, bytes)?;
+            logs.push(path);
+        }
+        let path = dir.path().join("probe.sklog");
+        let bytes = probe_log(connections, broadcasts, exchanges, clients > 0);
+        file_bytes += bytes.len();
+        std::fs::write(&path, bytes)?;
+        logs.push(path);
+        let file_mb = file_bytes as f64 / 1e6;
         let (mut streamed, mut whole) = (Vec::new(), Vec::new());
         for _ in 0..runs {
-            streamed.push(measure(&[
-                skewscope.as_os_str(),
-                "report".as_ref(),
-                log.as_os_str(),
-            ])?);
-            whole.push(measure(&[
+            let mut report: Vec<&std::ffi::OsStr> = vec![skewscope.as_os_str(), "report".as_ref()];
+            report.extend(logs.iter().map(|l| l.as_os_str()));
+            streamed.push(measure(&report)?);
+            let mut whole_run: Vec<&std::ffi::OsStr> = vec![
                 me.as_os_str(),
                 "report-cost".as_ref(),
                 "--whole-run".as_ref(),
-                log.as_os_str(),
-            ])?);
+            ];
+            whole_run.extend(logs.iter().map(|l| l.as_os_str()));
+            whole.push(measure(&whole_run)?);
         }
         let (s, w) = (median(&streamed), median(&whole));
         let mb = |kib: u64| kib as f64 * 1024.0 / 1e6;
         println!(
-            "{:<32} {:>8.1}  {:>7.2} s {:>9.1}  {:>7.2} s {:>9.1}  {:>11.3} {:>9.2}",
-            format!("{connections} conn × {broadcasts} broadcasts"),
+            "{:<52} {:>8.1}  {:>7.2} s {:>9.1}  {:>7.2} s {:>9.1}  {:>11.3} {:>9.2}",
+            label,
             file_mb,
             s.secs,
             mb(s.peak_kib),
@@ -222,7 +309,9 @@ pub fn run(
             s.peak_kib as f64 / w.peak_kib as f64,
             mb(s.peak_kib) / file_mb,
         );
-        std::fs::remove_file(&log)?;
+        for log in logs {
+            std::fs::remove_file(log)?;
+        }
     }
     Ok(())
 }

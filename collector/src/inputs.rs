@@ -2,91 +2,28 @@
 
 use std::path::{Path, PathBuf};
 
-use std::cell::RefCell;
-
 use anyhow::{Context, bail};
 use skewscope_core::analysis::figures::{Figures, FiguresBuilder};
 use skewscope_core::analysis::join::{
-    self, BroadcastSink, Joined, JoinedBroadcast, ProbeSource, Window,
+    self, AgentSource, BroadcastSink, Joined, JoinedBroadcast, ProbeSource, Window,
 };
 use skewscope_core::analysis::report::{InputSummary, Report, ReportBuilder};
 use skewscope_core::analysis::triggers::TriggerLatencyBuilder;
 use skewscope_core::log::{LogFileReader, LogKind};
 use skewscope_core::record::{AgentRecord, ProbeRecord};
 
-/// The logs given, sorted by writer: agent runs in memory, probe logs as
-/// files the join reads as it goes (a probe log can be far larger than
-/// memory should be).
+use crate::log_files::LogFiles;
+pub use crate::log_files::{AgentFiles, ProbeFiles};
+
+/// The logs given, sorted by writer and run, as files the join reads as it
+/// goes (a log can be far larger than memory should be).
 pub struct Inputs {
-    /// Each agent run's records (its segments in order), in the order given.
-    pub agents: Vec<Vec<AgentRecord>>,
+    /// Each agent run's files (its segments in order), in the order given.
+    pub agents: Vec<AgentFiles>,
     /// Each probe run's files (a rotated log's segments), in the order given.
     pub probes: Vec<ProbeFiles>,
     /// What each file contributed and what was lost reading it.
     pub summaries: Vec<InputSummary>,
-}
-
-/// One probe run's log files, read again by each pass of the join, each
-/// file up to the length it had when first read.
-pub struct ProbeFiles {
-    /// Each file, the bytes read of it and the records found in them.
-    files: Vec<(PathBuf, u64, u64)>,
-    /// Name, host and start of its `Started` record.
-    run: Option<(String, String, u64)>,
-    /// Its `Identity` record's run id.
-    pub run_id: Option<u128>,
-    /// Whether any connection was to the agent's hub (the agent named it).
-    hub_side: bool,
-    /// Whether any connection was to a server that is not the agent.
-    foreign_side: bool,
-    /// Why a later pass could not read a file, if one could not.
-    failed: RefCell<Option<String>>,
-}
-
-impl ProbeFiles {
-    /// An error if a pass after the first could not read one of the files.
-    fn check(&self) -> anyhow::Result<()> {
-        match self.failed.borrow().as_ref() {
-            Some(e) => bail!("{e}"),
-            None => Ok(()),
-        }
-    }
-
-    fn fail(&self, why: String) {
-        self.failed.borrow_mut().get_or_insert(why);
-    }
-}
-
-impl ProbeSource for ProbeFiles {
-    fn records(&self) -> Box<dyn Iterator<Item = ProbeRecord> + '_> {
-        Box::new(self.files.iter().flat_map(move |(path, len, records)| {
-            let mut reader = LogFileReader::open_upto(path, *len)
-                .map_err(|e| self.fail(e.to_string()))
-                .ok();
-            let mut read = 0u64;
-            std::iter::from_fn(move || match reader.as_mut()?.next_record() {
-                Ok(Some(record)) => {
-                    read += 1;
-                    Some(record)
-                }
-                Ok(None) => {
-                    // Rewritten in place (a copytruncate rotation) while the
-                    // report read it: the passes would disagree.
-                    if read != *records {
-                        self.fail(format!(
-                            "{}: changed while the report read it ({records} records, then {read}); report a copy",
-                            path.display()
-                        ));
-                    }
-                    None
-                }
-                Err(e) => {
-                    self.fail(e.to_string());
-                    None
-                }
-            })
-        }))
-    }
 }
 
 /// The record logs named: files as given, and for a directory (an agent's
@@ -124,10 +61,9 @@ pub fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Reads every file; damage inside a file is recovered and counted, a foreign
-/// or unreadable file is an error naming it. Agent logs are decoded into
-/// memory; probe logs are only read through, for what the report's inputs
-/// table says and for which run each is.
+/// Reads every file through once; damage inside a file is recovered and
+/// counted, a foreign or unreadable file is an error naming it. Nothing is
+/// kept but what the report's inputs table says and which run each file is.
 pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
     let mut inputs = Inputs {
         agents: Vec::new(),
@@ -137,41 +73,41 @@ pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
     for path in files {
         let file = path.display().to_string();
         let mut reader = LogFileReader::open(path)?;
-        match reader.kind() {
+        let mut count = 0u64;
+        let kind = match reader.kind() {
             LogKind::Agent => {
-                let mut records = Vec::new();
+                let mut run = None;
                 while let Some(r) = reader.next_record::<AgentRecord>()? {
-                    records.push(r);
+                    count += 1;
+                    if let (None, AgentRecord::Started(s)) = (&run, r) {
+                        run = Some((s.host, s.at.wall_ns));
+                    }
                 }
-                inputs.summaries.push(InputSummary {
-                    file: file.clone(),
-                    kind: "agent",
-                    records: records.len() as u64,
-                    skipped_bytes: reader.skipped_bytes(),
-                    torn_tail: reader.torn_tail(),
-                });
-                let run = agent_run(&records);
+                let mut log = AgentFiles {
+                    files: LogFiles::default(),
+                    run,
+                };
+                log.files.push(path.clone(), reader.read_len(), count);
                 // Another segment of a run already read (rotated by size or
                 // SIGHUP) continues it; else it is another run (a restart).
                 match inputs
                     .agents
                     .iter_mut()
-                    .find(|a| run.is_some() && agent_run(a) == run)
+                    .find(|a| log.run.is_some() && a.run == log.run)
                 {
-                    Some(earlier) => earlier.extend(records),
-                    None => inputs.agents.push(records),
+                    Some(earlier) => earlier.files.extend(log.files),
+                    None => inputs.agents.push(log),
                 }
+                "agent"
             }
             LogKind::Probe => {
                 let mut log = ProbeFiles {
-                    files: Vec::new(),
+                    files: LogFiles::default(),
                     run: None,
                     run_id: None,
                     hub_side: false,
                     foreign_side: false,
-                    failed: RefCell::new(None),
                 };
-                let mut count = 0u64;
                 while let Some(r) = reader.next_record::<ProbeRecord>()? {
                     count += 1;
                     match r {
@@ -188,14 +124,7 @@ pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
                         _ => {}
                     }
                 }
-                log.files.push((path.clone(), reader.read_len(), count));
-                inputs.summaries.push(InputSummary {
-                    file,
-                    kind: "probe",
-                    records: count,
-                    skipped_bytes: reader.skipped_bytes(),
-                    torn_tail: reader.torn_tail(),
-                });
+                log.files.push(path.clone(), reader.read_len(), count);
                 // A probe log reopened after rotation continues the same run.
                 match inputs
                     .probes
@@ -210,18 +139,18 @@ pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
                     }
                     None => inputs.probes.push(log),
                 }
+                "probe"
             }
-        }
+        };
+        inputs.summaries.push(InputSummary {
+            file,
+            kind,
+            records: count,
+            skipped_bytes: reader.skipped_bytes(),
+            torn_tail: reader.torn_tail(),
+        });
     }
     Ok(inputs)
-}
-
-/// An agent run's identity: its `Started` record's host and time.
-fn agent_run(records: &[AgentRecord]) -> Option<(String, u64)> {
-    records.iter().find_map(|r| match r {
-        AgentRecord::Started(s) => Some((s.host.clone(), s.at.wall_ns)),
-        _ => None,
-    })
 }
 
 /// Which broadcasts a report covers, and whose they were.
@@ -258,11 +187,16 @@ fn join_into(
     sink: &mut dyn BroadcastSink,
 ) -> anyhow::Result<Joined> {
     let probes = probes_in(inputs, scope);
-    let agents: Vec<&[AgentRecord]> = inputs.agents.iter().map(Vec::as_slice).collect();
-    let latest = agents
+    let agents: Vec<&dyn AgentSource> = inputs
+        .agents
         .iter()
-        .copied()
-        .max_by_key(|a| agent_run(a).map(|r| r.1));
+        .map(|a| a as &dyn AgentSource)
+        .collect();
+    let latest = inputs
+        .agents
+        .iter()
+        .max_by_key(|a| a.run.as_ref().map(|r| r.1))
+        .map(|a| a as &dyn AgentSource);
     let mut within = Within {
         window: scope.window,
         inner: sink,
@@ -271,8 +205,13 @@ fn join_into(
         (Some(agent), true) => join::join_sources_with_reference(agent, &probes, &mut within),
         _ => join::join_runs_sources(&agents, &probes, &mut within),
     };
-    for p in &inputs.probes {
-        p.check()?;
+    for files in inputs
+        .probes
+        .iter()
+        .map(|p| &p.files)
+        .chain(inputs.agents.iter().map(|a| &a.files))
+    {
+        files.check()?;
     }
     Ok(joined)
 }

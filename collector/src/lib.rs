@@ -12,6 +12,7 @@ pub mod audit;
 pub mod demo;
 pub mod html;
 pub mod inputs;
+pub mod log_files;
 pub mod table;
 pub mod verdict_lines;
 

@@ -9,6 +9,7 @@ use agent::{AgentConfig, RunningAgent};
 use collector::inputs::{read_inputs, report};
 use futures_util::{SinkExt, StreamExt};
 use probe::{ProbeConfig, RunningProbe};
+use skewscope_core::analysis::join::AgentSource;
 use skewscope_core::analysis::report::ClockBasis;
 use skewscope_core::record::AgentRecord;
 use tokio::net::TcpListener;
@@ -96,9 +97,9 @@ async fn agent_and_two_probes_join_exactly() {
     // agent's peer of the connection it named is the probe's local side
     // (what joins probes to a tapped server's connections).
     let agent_peers: std::collections::HashMap<u64, String> = inputs.agents[0]
-        .iter()
+        .records()
         .filter_map(|r| match r {
-            AgentRecord::ConnectionOpened(o) => Some((o.conn, o.peer.clone())),
+            AgentRecord::ConnectionOpened(o) => Some((o.conn, o.peer)),
             _ => None,
         })
         .collect();

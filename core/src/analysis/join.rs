@@ -13,8 +13,8 @@ use std::collections::HashMap;
 
 use crate::Stamp;
 use crate::record::{
-    AgentRecord, ClockState, MessageKey, ProbeRecord, RunIdentity, SendOrder, SendOutcome,
-    TimeSample, TimeServiceCounters,
+    AgentRecord, ClockState, MessageKey, ProbeRecord, RunIdentity, SendOrder, TimeSample,
+    TimeServiceCounters,
 };
 
 /// One probe connection, as the report numbers them.
@@ -305,17 +305,26 @@ impl Joined {
     }
 }
 
+/// One broadcast as the agent recorded it.
 struct AgentBroadcast {
     seq: Option<u64>,
     hash: u64,
     start: Stamp,
+    /// The copies to connections a probe named, by agent connection id.
     slots: HashMap<u64, Slot>,
+    /// Clients targeted.
+    targets: u32,
+    /// Of those, copies queued behind a full send buffer.
+    queued: u32,
+    /// Of those, clients dropped or failed.
+    dropped: u32,
+    /// The last completed write of any copy, on the agent's monotonic clock.
+    last_done_mono: Option<u64>,
 }
 
 /// One target's copy as the agent recorded it.
 #[derive(Clone, Copy)]
 struct Slot {
-    outcome: SendOutcome,
     /// Monotonic time the write finished, if it did.
     done_mono: Option<u64>,
     /// Monotonic time of the kernel's software TX stamp, if taken.
@@ -347,6 +356,25 @@ impl ProbeSource for Vec<ProbeRecord> {
     }
 }
 
+/// An agent run's records, read once by the join for its index of the
+/// broadcasts: in memory, or files read as they come.
+pub trait AgentSource {
+    /// Its records, in log order (its segments in turn), from the start.
+    fn records(&self) -> Box<dyn Iterator<Item = AgentRecord> + '_>;
+}
+
+impl AgentSource for &[AgentRecord] {
+    fn records(&self) -> Box<dyn Iterator<Item = AgentRecord> + '_> {
+        Box::new(self.iter().cloned())
+    }
+}
+
+impl AgentSource for Vec<AgentRecord> {
+    fn records(&self) -> Box<dyn Iterator<Item = AgentRecord> + '_> {
+        Box::new(self.iter().cloned())
+    }
+}
+
 /// Where a streamed join hands each broadcast once it is final, with the run
 /// it belongs to (connections, probes, agent; not yet its final counts).
 pub trait BroadcastSink {
@@ -364,6 +392,7 @@ impl BroadcastSink for Vec<JoinedBroadcast> {
 /// broadcast kept: agent broadcasts in id order, the others by first receipt.
 pub fn join(agent: Option<&[AgentRecord]>, probes: &[&[ProbeRecord]]) -> Joined {
     let sources: Vec<&dyn ProbeSource> = probes.iter().map(|p| p as &dyn ProbeSource).collect();
+    let agent = agent.as_ref().map(|a| a as &dyn AgentSource);
     collected(|sink| join_sources(agent, &sources, sink))
 }
 
@@ -386,7 +415,7 @@ fn collected(run: impl FnOnce(&mut dyn BroadcastSink) -> Joined) -> Joined {
 /// [`join`] with probe logs read as they come, each broadcast handed to
 /// `sink` once final; the run is returned without broadcasts.
 pub fn join_sources(
-    agent: Option<&[AgentRecord]>,
+    agent: Option<&dyn AgentSource>,
     probes: &[&dyn ProbeSource],
     sink: &mut dyn BroadcastSink,
 ) -> Joined {
@@ -406,11 +435,12 @@ pub fn join_with_reference(agent: &[AgentRecord], probes: &[&[ProbeRecord]]) -> 
 /// `sink`. A tap's records regroup receipts by the copy the tap saw, which
 /// needs every broadcast at once: this join holds them all.
 pub fn join_sources_with_reference(
-    agent: &[AgentRecord],
+    agent: &dyn AgentSource,
     probes: &[&dyn ProbeSource],
     sink: &mut dyn BroadcastSink,
 ) -> Joined {
-    let mut joined = reference_joined(agent, probes);
+    let records: Vec<AgentRecord> = agent.records().collect();
+    let mut joined = reference_joined(&records, probes);
     for b in std::mem::take(&mut joined.broadcasts) {
         sink.broadcast(&joined, b);
     }
@@ -445,7 +475,8 @@ fn reference_joined(agent: &[AgentRecord], probes: &[&dyn ProbeSource]) -> Joine
 /// `Started` until the next run's. Broadcast ids are per run.
 pub fn join_runs(agents: &[&[AgentRecord]], probes: &[&[ProbeRecord]]) -> Joined {
     let sources: Vec<&dyn ProbeSource> = probes.iter().map(|p| p as &dyn ProbeSource).collect();
-    collected(|sink| join_runs_sources(agents, &sources, sink))
+    let agents: Vec<&dyn AgentSource> = agents.iter().map(|a| a as &dyn AgentSource).collect();
+    collected(|sink| join_runs_sources(&agents, &sources, sink))
 }
 
 /// A probe log's records about connections during one agent run, with the
@@ -467,22 +498,22 @@ impl ProbeSource for DuringRun<'_> {
 
 /// [`join_runs`] over any sources, handing each broadcast to `sink`.
 pub fn join_runs_sources(
-    agents: &[&[AgentRecord]],
+    agents: &[&dyn AgentSource],
     probes: &[&dyn ProbeSource],
     sink: &mut dyn BroadcastSink,
 ) -> Joined {
     if agents.len() < 2 {
         return join_sources(agents.first().copied(), probes, sink);
     }
-    let started = |records: &[AgentRecord]| {
-        records.iter().find_map(|r| match r {
+    let started = |records: &dyn AgentSource| {
+        records.records().find_map(|r| match r {
             AgentRecord::Started(s) => Some(s.at.wall_ns),
             _ => None,
         })
     };
-    let mut runs: Vec<(u64, &[AgentRecord])> = agents
+    let mut runs: Vec<(u64, &dyn AgentSource)> = agents
         .iter()
-        .map(|a| (started(a).unwrap_or(0), *a))
+        .map(|a| (started(*a).unwrap_or(0), *a))
         .collect();
     runs.sort_by_key(|r| r.0);
     // Each probe whole: its clock records and stamps belong to every run.

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use super::{ClockIdentity, Connection, Probe, ProbeSource, RunEnd};
 use crate::Stamp;
 use crate::analysis::clock_model::{STEP_CONFIRMATIONS, STEP_THRESHOLD_NS};
-use crate::record::{LogFull, ProbeRecord};
+use crate::record::{LogFull, MessageKey, ProbeRecord};
 
 /// Which connection (an index into the join's connections) each of a probe's
 /// records is about. Each time a connection index opens is its own
@@ -164,6 +164,9 @@ pub(super) struct ProbeSide {
     /// About how many broadcasts the receipts are of (the most any one
     /// probe's connections each got): what the counts table is sized for.
     pub broadcasts_estimate: usize,
+    /// Whether any receipt is known by payload hash (not a test message's
+    /// sequence number): only those need the agent's index by hash.
+    pub hash_keyed: bool,
 }
 
 /// Reads each probe log once for everything but matching its receipts.
@@ -172,6 +175,7 @@ pub(super) fn collect_probes(probes: &[&dyn ProbeSource]) -> ProbeSide {
     let mut infos = Vec::new();
     let mut made = Vec::new();
     let mut broadcasts_estimate = 0usize;
+    let mut hash_keyed = false;
     for (p, source) in probes.iter().enumerate() {
         let mut receipts = 0usize;
         let mut episodes = Episodes::default();
@@ -221,6 +225,7 @@ pub(super) fn collect_probes(probes: &[&dyn ProbeSource]) -> ProbeSide {
                 }
                 ProbeRecord::Receipt(r) => {
                     receipts += 1;
+                    hash_keyed |= matches!(r.key, MessageKey::Hash { .. });
                     episodes.receipt(r.conn, &mut || new_episode(r.conn, &mut connections));
                 }
                 // Recording ended there: later broadcasts are not missing.
@@ -260,6 +265,7 @@ pub(super) fn collect_probes(probes: &[&dyn ProbeSource]) -> ProbeSide {
         probes: infos,
         made,
         broadcasts_estimate,
+        hash_keyed,
     }
 }
 

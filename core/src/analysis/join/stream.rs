@@ -11,10 +11,11 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
+use super::probes::StampThinner;
 use super::probes::{Episodes, collect_probes, stamp_of};
 use super::{
-    Agent, AgentBroadcast, AgentSide, BroadcastKey, ClockIdentity, Joined, JoinedBroadcast,
-    JoinedReceipt, ProbeSource, RunEnd, Slot, listening,
+    Agent, AgentBroadcast, AgentSide, AgentSource, BroadcastKey, ClockIdentity, Joined,
+    JoinedBroadcast, JoinedReceipt, ProbeSource, RunEnd, Slot, listening,
 };
 use crate::record::{AgentRecord, MessageKey, ProbeRecord, Receipt, SendOutcome, TxKind};
 
@@ -99,7 +100,7 @@ pub(super) struct Plan {
 
 /// Reads the agent's records and the probe logs' own side, then counts each
 /// broadcast's receipts.
-pub(super) fn plan(agent: Option<&[AgentRecord]>, probes: &[&dyn ProbeSource]) -> Plan {
+pub(super) fn plan(agent: Option<&dyn AgentSource>, probes: &[&dyn ProbeSource]) -> Plan {
     let side = collect_probes(probes);
     let mut joined = Joined {
         agent: None,
@@ -112,7 +113,7 @@ pub(super) fn plan(agent: Option<&[AgentRecord]>, probes: &[&dyn ProbeSource]) -
         tap: None,
         most_receipts_held: 0,
     };
-    let index = agent.map(|records| index_agent(&mut joined, records));
+    let index = agent.map(|source| index_agent(&mut joined, source.records(), side.hash_keyed));
     let mut expected = Counts::default();
     expected.reserve(side.broadcasts_estimate);
     let mut matched_episodes = HashSet::new();
@@ -429,16 +430,14 @@ impl Plan {
                 .map(|(i, _)| i),
         );
         missing.sort_unstable();
-        let last_done = b.slots.values().filter_map(|s| s.done_mono).max();
-        let count = |o: SendOutcome| b.slots.values().filter(|s| s.outcome == o).count() as u32;
         JoinedBroadcast {
             key: BroadcastKey::Agent { run: 0, id },
             agent: Some(AgentSide {
                 start: b.start,
-                targets: b.slots.len() as u32,
-                queued: count(SendOutcome::Queued),
-                dropped: count(SendOutcome::Dropped) + count(SendOutcome::Failed),
-                fanout_span_ns: last_done.map(|t| t.saturating_sub(b.start.mono_ns)),
+                targets: b.targets,
+                queued: b.queued,
+                dropped: b.dropped,
+                fanout_span_ns: b.last_done_mono.map(|t| t.saturating_sub(b.start.mono_ns)),
             }),
             receipts: receipts_of.into_values().collect(),
             missing,
@@ -447,9 +446,23 @@ impl Plan {
 }
 
 /// Reads one agent run's records into `joined.agent` and the broadcasts'
-/// index.
-fn index_agent(joined: &mut Joined, records: &[AgentRecord]) -> AgentIndex {
+/// index. Each broadcast keeps its counts over every target, but the copies
+/// themselves only of connections a probe named: a hub's other clients are
+/// most of the sends, and no receipt will ask for them. The index by payload
+/// hash is built only `by_hash` (some receipt is known by its hash).
+fn index_agent(
+    joined: &mut Joined,
+    records: impl Iterator<Item = AgentRecord>,
+    by_hash: bool,
+) -> AgentIndex {
+    let mut by_agent_conn: HashMap<u64, Vec<usize>> = HashMap::new();
+    for (i, c) in joined.connections.iter().enumerate() {
+        if let Some(a) = c.agent_conn {
+            by_agent_conn.entry(a).or_default().push(i);
+        }
+    }
     let mut broadcasts: BTreeMap<u64, AgentBroadcast> = BTreeMap::new();
+    let mut thinner = StampThinner::default();
     for record in records {
         match record {
             // Every segment of a run repeats it: keep what earlier ones built.
@@ -475,7 +488,7 @@ fn index_agent(joined: &mut Joined, records: &[AgentRecord]) -> AgentIndex {
             }
             AgentRecord::Broadcast(b) => {
                 if let Some(a) = joined.agent.as_mut() {
-                    a.stamps.push(b.at);
+                    thinner.offer(b.at, &mut a.stamps);
                 }
                 broadcasts.insert(
                     b.id,
@@ -484,6 +497,10 @@ fn index_agent(joined: &mut Joined, records: &[AgentRecord]) -> AgentIndex {
                         hash: b.hash,
                         start: b.at,
                         slots: HashMap::new(),
+                        targets: 0,
+                        queued: 0,
+                        dropped: 0,
+                        last_done_mono: None,
                     },
                 );
             }
@@ -492,23 +509,31 @@ fn index_agent(joined: &mut Joined, records: &[AgentRecord]) -> AgentIndex {
                     for slot in &s.slots {
                         let done_mono = (slot.outcome == SendOutcome::Written && slot.mono_ns != 0)
                             .then_some(slot.mono_ns);
-                        b.slots.insert(
-                            slot.conn,
-                            Slot {
-                                outcome: slot.outcome,
-                                done_mono,
-                                tx_mono: None,
-                            },
-                        );
+                        b.targets += 1;
+                        match slot.outcome {
+                            SendOutcome::Queued => b.queued += 1,
+                            SendOutcome::Dropped | SendOutcome::Failed => b.dropped += 1,
+                            SendOutcome::Written => {}
+                        }
+                        b.last_done_mono = b.last_done_mono.max(done_mono);
+                        if by_agent_conn.contains_key(&slot.conn) {
+                            b.slots.insert(
+                                slot.conn,
+                                Slot {
+                                    done_mono,
+                                    tx_mono: None,
+                                },
+                            );
+                        }
                     }
                 }
             }
             AgentRecord::SendCompleted(c) => {
-                if let Some(slot) = broadcasts
-                    .get_mut(&c.broadcast)
-                    .and_then(|b| b.slots.get_mut(&c.conn))
-                {
-                    slot.done_mono = Some(c.mono_ns);
+                if let Some(b) = broadcasts.get_mut(&c.broadcast) {
+                    b.last_done_mono = b.last_done_mono.max(Some(c.mono_ns));
+                    if let Some(slot) = b.slots.get_mut(&c.conn) {
+                        slot.done_mono = Some(c.mono_ns);
+                    }
                 }
             }
             AgentRecord::TxStamp(t) if t.kind == TxKind::Software => {
@@ -521,20 +546,20 @@ fn index_agent(joined: &mut Joined, records: &[AgentRecord]) -> AgentIndex {
             }
             AgentRecord::ClockState(c) => {
                 if let Some(a) = joined.agent.as_mut() {
-                    a.clock_states.push(c.clone());
+                    a.clock_states.push(c);
                 }
             }
             AgentRecord::TimeService(t) => {
                 if let Some(a) = joined.agent.as_mut() {
-                    a.time_service = Some(*t);
+                    a.time_service = Some(t);
                 }
             }
             AgentRecord::Identity(i) => {
                 if let Some(a) = joined.agent.as_mut()
                     && a.identity.is_none()
                 {
-                    a.identity = Some(i.clone());
-                    a.clock = ClockIdentity::of(&a.host, Some(i));
+                    a.clock = ClockIdentity::of(&a.host, Some(&i));
+                    a.identity = Some(i);
                 }
             }
             // The tap's records are joined in `analysis::tapped`.
@@ -560,20 +585,15 @@ fn index_agent(joined: &mut Joined, records: &[AgentRecord]) -> AgentIndex {
         .iter()
         .filter_map(|(&id, b)| b.seq.map(|s| (s, id)))
         .collect();
+    // Only receipts known by payload hash are matched through it.
     let mut by_conn_hash: HashMap<(u64, u64), Vec<u64>> = HashMap::new();
-    for (&id, b) in &broadcasts {
+    for (&id, b) in broadcasts.iter().filter(|_| by_hash) {
         for &conn in b.slots.keys() {
             by_conn_hash.entry((conn, b.hash)).or_default().push(id);
         }
     }
     for ids in by_conn_hash.values_mut() {
         ids.sort_unstable();
-    }
-    let mut by_agent_conn: HashMap<u64, Vec<usize>> = HashMap::new();
-    for (i, c) in joined.connections.iter().enumerate() {
-        if let Some(a) = c.agent_conn {
-            by_agent_conn.entry(a).or_default().push(i);
-        }
     }
     AgentIndex {
         broadcasts,

@@ -522,3 +522,45 @@ fn a_streamed_agent_join_hands_over_unreceived_broadcasts_too() {
         .collect();
     assert_eq!(ids, (0..50).collect::<Vec<_>>());
 }
+
+#[test]
+fn a_hubs_other_clients_count_in_its_figures_though_their_copies_are_not_kept() {
+    // Five clients; the probe is two of them (agent ids 2 and 4). The
+    // others' copies are counted, and the last write is another client's.
+    let mut agent = vec![agent_started("srv")];
+    for id in 0..3u64 {
+        let start = 1_000 + id * 100_000;
+        agent.extend(broadcast(id, Some(id), id, start, &[1, 2, 3, 4, 5]));
+        // Client 5's copy queued, written 50 µs later.
+        agent.push(AgentRecord::SendCompleted(SendCompleted {
+            broadcast: id,
+            conn: 5,
+            mono_ns: at(start + 50_000).mono_ns,
+        }));
+    }
+    let mut p = ProbeLog::new("dev", &[(0, Some(2)), (1, Some(4))]);
+    for id in 0..3u64 {
+        p.receive(0, MessageKey::Seq(id), id, 2_000 + id * 100_000);
+        if id != 1 {
+            p.receive(1, MessageKey::Seq(id), id, 2_100 + id * 100_000);
+        }
+    }
+    p.stop(1_000_000);
+    let j = join(Some(&agent), &[&p.0]);
+    assert_eq!(j.broadcasts.len(), 3);
+    for (id, b) in j.broadcasts.iter().enumerate() {
+        let side = b.agent.unwrap();
+        assert_eq!(side.targets, 5);
+        assert_eq!(side.fanout_span_ns, Some(50_000));
+        // The probe's copies keep their write times: 200 and 400 ns in.
+        let start = at(1_000 + id as u64 * 100_000).wall_ns;
+        let sent: Vec<u64> = b
+            .receipts
+            .iter()
+            .map(|r| r.sent_wall_ns.unwrap() - start)
+            .collect();
+        assert_eq!(sent, if id == 1 { vec![200] } else { vec![200, 400] });
+        // Only a probe's connection can be missing.
+        assert_eq!(b.missing, if id == 1 { vec![1] } else { vec![] });
+    }
+}
