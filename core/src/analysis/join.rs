@@ -425,33 +425,54 @@ pub fn join_sources(
 /// Joins probe logs of a server that is not the agent, with an agent run as
 /// the clock reference (the probes' time exchange) and collector: broadcasts
 /// are what the probes received, as without an agent; the agent's own
-/// broadcasts, if any, are left out (they went to other connections).
+/// broadcasts, if any, are left out (they went to other connections). What
+/// the agent's tap of the server recorded regroups the receipts by copy.
 pub fn join_with_reference(agent: &[AgentRecord], probes: &[&[ProbeRecord]]) -> Joined {
     let sources: Vec<&dyn ProbeSource> = probes.iter().map(|p| p as &dyn ProbeSource).collect();
-    reference_joined(agent, &sources)
+    let mut rows: Vec<JoinedBroadcast> = Vec::new();
+    let mut joined = join_sources_with_reference(&agent, &sources, &mut rows);
+    // By start: the tap's broadcasts by their first byte, the rest by
+    // their first receipt.
+    rows.sort_by_cached_key(|b| {
+        let first = b.receipts.iter().map(|r| r.wall_ns).min();
+        let start = b.agent.map(|a| a.start.wall_ns).or(first).unwrap_or(0);
+        (start, b.agent.is_some(), first, b.key)
+    });
+    joined.broadcasts = rows;
+    joined
 }
 
 /// [`join_with_reference`] over any sources, handing each broadcast to
-/// `sink`. A tap's records regroup receipts by the copy the tap saw, which
-/// needs every broadcast at once: this join holds them all.
+/// `sink` once final: a tapped broadcast once every probe broadcast holding
+/// one of its copies is.
 pub fn join_sources_with_reference(
     agent: &dyn AgentSource,
     probes: &[&dyn ProbeSource],
     sink: &mut dyn BroadcastSink,
 ) -> Joined {
-    let records: Vec<AgentRecord> = agent.records().collect();
-    let mut joined = reference_joined(&records, probes);
-    for b in std::mem::take(&mut joined.broadcasts) {
-        sink.broadcast(&joined, b);
+    let mut tapping = Tapping {
+        agent,
+        tap: None,
+        inner: sink,
+    };
+    let mut joined = join_sources(None, probes, &mut tapping);
+    if let Some(Some(tap)) = &tapping.tap {
+        // At most both at once.
+        joined.most_receipts_held += tap.most_receipts_held();
     }
+    joined.tap = tapping.finish(&joined);
+    let clock_only = ClockOnly(agent);
+    joined.agent = join_sources(Some(&clock_only), &[], &mut Vec::new()).agent;
+    joined.agent_runs = 1;
     joined
 }
 
-fn reference_joined(agent: &[AgentRecord], probes: &[&dyn ProbeSource]) -> Joined {
-    let mut joined = collected(|sink| join_sources(None, probes, sink));
-    let clock_only: Vec<AgentRecord> = agent
-        .iter()
-        .filter(|r| {
+/// An agent's records without its broadcasts: only the clock reference.
+struct ClockOnly<'a>(&'a dyn AgentSource);
+
+impl AgentSource for ClockOnly<'_> {
+    fn records(&self) -> Box<dyn Iterator<Item = AgentRecord> + '_> {
+        Box::new(self.0.records().filter(|r| {
             !matches!(
                 r,
                 AgentRecord::Broadcast(_)
@@ -460,13 +481,39 @@ fn reference_joined(agent: &[AgentRecord], probes: &[&dyn ProbeSource]) -> Joine
                     | AgentRecord::TxStamp(_)
                     | AgentRecord::TapBroadcast(_)
             )
-        })
-        .cloned()
-        .collect();
-    joined.agent = join(Some(&clock_only), &[]).agent;
-    joined.agent_runs = 1;
-    crate::analysis::tapped::add_tap(&mut joined, agent);
-    joined
+        }))
+    }
+}
+
+/// Passes the probes' broadcasts through what the agent's tap saw (if it
+/// tapped the server), read when the first one comes.
+struct Tapping<'a> {
+    agent: &'a dyn AgentSource,
+    tap: Option<Option<crate::analysis::tapped::TapJoin>>,
+    inner: &'a mut dyn BroadcastSink,
+}
+
+impl BroadcastSink for Tapping<'_> {
+    fn broadcast(&mut self, run: &Joined, broadcast: JoinedBroadcast) {
+        let Tapping { agent, tap, inner } = self;
+        let tap =
+            tap.get_or_insert_with(|| crate::analysis::tapped::TapJoin::new(run, agent.records()));
+        match tap {
+            Some(tap) => tap.broadcast(run, broadcast, &mut **inner),
+            None => inner.broadcast(run, broadcast),
+        }
+    }
+}
+
+impl Tapping<'_> {
+    /// The tapped broadcasts still held, handed over; the tap's summary.
+    fn finish(self, run: &Joined) -> Option<crate::analysis::tapped::TapSummary> {
+        let tap = match self.tap {
+            Some(tap) => tap,
+            None => crate::analysis::tapped::TapJoin::new(run, self.agent.records()),
+        };
+        tap.map(|t| t.finish(run, self.inner))
+    }
 }
 
 /// Joins several agent runs (the agent restarted; its data directory holds

@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::Stamp;
-use crate::analysis::join::{AgentSide, BroadcastKey, Joined, JoinedBroadcast};
+use crate::analysis::join::{
+    AgentSide, BroadcastKey, BroadcastSink, Joined, JoinedBroadcast, JoinedReceipt,
+};
 use crate::record::{AgentRecord, MessageKey, TapBroadcast, TapCountersRecord};
 
 /// What the tap saw, for the report.
@@ -49,139 +51,219 @@ pub struct TappedClient {
     pub resent: u64,
 }
 
-/// Adds what the tap in `agent` recorded to `joined`: each probe receipt's
-/// copy (by the probe connection's local address and the message's key on
-/// that connection), broadcasts only the tap saw, and the tap's summary.
-pub fn add_tap(joined: &mut Joined, agent: &[AgentRecord]) {
-    let Some(port) = agent.iter().find_map(|r| match r {
-        AgentRecord::TapStarted(t) => Some(t.port),
-        _ => None,
-    }) else {
-        return;
-    };
-    let tapped: Vec<&TapBroadcast> = agent
-        .iter()
-        .filter_map(|r| match r {
-            AgentRecord::TapBroadcast(b) => Some(b),
-            _ => None,
+/// What the tap recorded, made ready to regroup a streamed join's
+/// receipts: each tapped broadcast's server side (from every copy), and the
+/// copies to probe connections only, by the key the probe knows each by.
+///
+/// Receipts regroup by the tapped broadcast their copy belongs to: the tap
+/// says exactly which copy each connection got, where grouping by payload
+/// and occurrence can pair one run's fifth copy with another's. A tapped
+/// broadcast is final once every probe broadcast holding one of its copies
+/// is, so it is held only that long.
+pub struct TapJoin {
+    rows: Vec<TapRow>,
+    /// (probe client, key of the message on that connection) → (tapped
+    /// broadcast, copy). Occurrences of a payload count per client in send
+    /// order, as a probe on that connection counts them.
+    keys: HashMap<(String, MessageKey), (usize, usize)>,
+    /// Probe broadcast key → the tapped broadcasts with a copy under it.
+    waiting: HashMap<MessageKey, Vec<usize>>,
+    /// Probe connections by local address.
+    by_local: HashMap<String, Vec<usize>>,
+    summary: TapSummary,
+    /// Receipts held in tapped broadcasts not yet final, and the most at once.
+    held: (u64, u64),
+}
+
+/// One tapped broadcast on its way to being a row.
+struct TapRow {
+    key: MessageKey,
+    agent: Option<AgentSide>,
+    /// Its copies to probe connections: (client, last byte's wall time).
+    copies: Vec<(String, u64)>,
+    /// Probe broadcasts with one of its copies, not yet final.
+    waiting_for: usize,
+    receipts: Vec<JoinedReceipt>,
+    /// Handed over.
+    done: bool,
+}
+
+impl TapJoin {
+    /// Reads the tap's records of `agent`, for the probe connections of
+    /// `run`; `None` when the agent did not tap a server.
+    pub fn new(run: &Joined, agent: impl Iterator<Item = AgentRecord>) -> Option<TapJoin> {
+        let mut by_local: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, c) in run.connections.iter().enumerate() {
+            if let Some((local, _)) = &c.addresses {
+                by_local.entry(local.clone()).or_default().push(i);
+            }
+        }
+        let mut port = None;
+        let mut rows = Vec::new();
+        let mut keys = HashMap::new();
+        let mut occurrences: HashMap<(String, u64), u32> = HashMap::new();
+        let mut clients = ClientPlaces::default();
+        let (mut totals, mut counters) = (Vec::new(), None);
+        for record in agent {
+            match record {
+                AgentRecord::TapStarted(t) => {
+                    port.get_or_insert(t.port);
+                }
+                AgentRecord::TapBroadcast(b) => {
+                    let t = rows.len();
+                    clients.add(&b);
+                    let mut copies = Vec::new();
+                    for copy in &b.copies {
+                        if !by_local.contains_key(&copy.client) {
+                            continue;
+                        }
+                        let key = match b.seq {
+                            Some(seq) => MessageKey::Seq(seq),
+                            None => {
+                                let seen = occurrences
+                                    .entry((copy.client.clone(), b.hash))
+                                    .or_insert(0);
+                                let occurrence = *seen;
+                                *seen += 1;
+                                MessageKey::Hash {
+                                    hash: b.hash,
+                                    occurrence,
+                                }
+                            }
+                        };
+                        keys.insert((copy.client.clone(), key), (t, copies.len()));
+                        copies.push((copy.client.clone(), copy.last_byte_wall_ns));
+                    }
+                    rows.push(TapRow {
+                        key: row_key(t, &b),
+                        agent: agent_side(&b),
+                        copies,
+                        waiting_for: 0,
+                        receipts: Vec::new(),
+                        done: false,
+                    });
+                }
+                AgentRecord::TapConnectionTotals(t) => totals.push(t),
+                AgentRecord::TapCounters(c) => counters = Some(c),
+                _ => {}
+            }
+        }
+        let port = port?;
+        let mut waiting: HashMap<MessageKey, Vec<usize>> = HashMap::new();
+        for (&(_, key), &(t, _)) in &keys {
+            let list = waiting.entry(key).or_default();
+            if !list.contains(&t) {
+                list.push(t);
+                rows[t].waiting_for += 1;
+            }
+        }
+        let summary = clients.summary(port, rows.len() as u64, &totals, counters);
+        Some(TapJoin {
+            rows,
+            keys,
+            waiting,
+            by_local,
+            summary,
+            held: (0, 0),
         })
-        .collect();
-    let keys = keys_per_copy(&tapped);
-    // Receipts regroup by the tapped broadcast their copy belongs to: the
-    // tap says exactly which copy each connection got, where grouping by
-    // payload and occurrence can pair one run's fifth copy with another's.
-    let mut rows: Vec<Option<JoinedBroadcast>> = vec![None; tapped.len()];
-    let mut rest = Vec::new();
-    for mut b in std::mem::take(&mut joined.broadcasts) {
+    }
+
+    /// The most receipts held at once in tapped broadcasts not yet final.
+    pub fn most_receipts_held(&self) -> u64 {
+        self.held.1
+    }
+
+    /// Takes one final broadcast of the probes: its receipts of a tapped copy
+    /// go to that tapped broadcast (handed to `out` once final); what the tap
+    /// did not see stays as the probes grouped it.
+    pub fn broadcast(&mut self, run: &Joined, mut b: JoinedBroadcast, out: &mut dyn BroadcastSink) {
         let BroadcastKey::Message(key) = b.key else {
-            rest.push(b);
-            continue;
+            out.broadcast(run, b);
+            return;
         };
-        let had = b.receipts.len();
         let mut left = Vec::new();
         for mut r in std::mem::take(&mut b.receipts) {
-            let found = joined.connections[r.connection]
+            let found = run.connections[r.connection]
                 .addresses
                 .as_ref()
-                .and_then(|(local, _)| keys.get(&(local.as_str(), key)).copied());
+                .and_then(|(local, _)| self.keys.get(&(local.clone(), key)).copied());
             let Some((t, c)) = found else {
                 left.push(r);
                 continue;
             };
-            let sent = tapped[t].copies[c].last_byte_wall_ns;
+            let sent = self.rows[t].copies[c].1;
             r.sent_wall_ns = Some(sent);
             r.tx_wall_ns = Some(sent);
-            rows[t]
-                .get_or_insert_with(|| tapped_row(t, tapped[t]))
-                .receipts
-                .push(r);
+            self.rows[t].receipts.push(r);
+            self.held.0 += 1;
+            self.held.1 = self.held.1.max(self.held.0);
         }
-        // What the tap did not see stays as the probes grouped it.
-        if !left.is_empty() || had == 0 {
+        if !left.is_empty() {
             b.receipts = left;
-            rest.push(b);
+            out.broadcast(run, b);
         }
-    }
-    // Every tapped broadcast is a row, with or without probe receipts; a
-    // probe connection the server sent a copy to and that has no receipt
-    // of it is missing, as the hub's target list would say.
-    let by_local: HashMap<&str, Vec<usize>> = joined
-        .connections
-        .iter()
-        .enumerate()
-        .filter_map(|(i, c)| c.addresses.as_ref().map(|(l, _)| (l.as_str(), i)))
-        .fold(HashMap::new(), |mut m, (l, i)| {
-            m.entry(l).or_insert_with(Vec::new).push(i);
-            m
-        });
-    for (t, row) in rows.iter_mut().enumerate() {
-        let row = row.get_or_insert_with(|| tapped_row(t, tapped[t]));
-        row.receipts.sort_by_key(|r| r.connection);
-        let start = row.agent.map_or(0, |a| a.start.wall_ns);
-        for copy in &tapped[t].copies {
-            for &i in by_local.get(copy.client.as_str()).into_iter().flatten() {
-                let c = &joined.connections[i];
-                let open = c.opened_wall_ns.is_some_and(|o| o <= start) && start <= c.until_wall_ns;
-                if open && !row.receipts.iter().any(|r| r.connection == i) {
-                    row.missing.push(i);
-                }
+        for t in self.waiting.remove(&key).unwrap_or_default() {
+            self.rows[t].waiting_for -= 1;
+            if self.rows[t].waiting_for == 0 {
+                self.hand_over(run, t, out);
             }
         }
     }
-    joined.broadcasts = rest.into_iter().chain(rows.into_iter().flatten()).collect();
-    joined.broadcasts.sort_by_key(|b| {
-        b.agent
-            .map(|a| a.start.wall_ns)
-            .or_else(|| b.receipts.iter().map(|r| r.wall_ns).min())
-            .unwrap_or(0)
-    });
-    joined.tap = Some(summary(port, &tapped, agent));
+
+    /// Hands over every tapped broadcast not yet final (its probe copies
+    /// never arrived, or it had none), in send order, and returns the summary.
+    pub fn finish(mut self, run: &Joined, out: &mut dyn BroadcastSink) -> TapSummary {
+        for t in 0..self.rows.len() {
+            self.hand_over(run, t, out);
+        }
+        self.summary
+    }
+
+    /// Tapped broadcast `t` as a row: a probe connection the server sent a
+    /// copy to and that has no receipt of it is missing, as the hub's target
+    /// list would say.
+    fn hand_over(&mut self, run: &Joined, t: usize, out: &mut dyn BroadcastSink) {
+        let row = &mut self.rows[t];
+        if row.done {
+            return;
+        }
+        row.done = true;
+        let mut receipts = std::mem::take(&mut row.receipts);
+        self.held.0 -= receipts.len() as u64;
+        receipts.sort_by_key(|r| r.connection);
+        let start = row.agent.map_or(0, |a| a.start.wall_ns);
+        let mut missing = Vec::new();
+        for (client, _) in std::mem::take(&mut row.copies) {
+            for &i in self.by_local.get(&client).into_iter().flatten() {
+                let c = &run.connections[i];
+                let open = c.opened_wall_ns.is_some_and(|o| o <= start) && start <= c.until_wall_ns;
+                if open && !receipts.iter().any(|r| r.connection == i) {
+                    missing.push(i);
+                }
+            }
+        }
+        out.broadcast(
+            run,
+            JoinedBroadcast {
+                key: BroadcastKey::Message(row.key),
+                agent: row.agent,
+                receipts,
+                missing,
+            },
+        );
+    }
 }
 
-/// A row for tapped broadcast `t`, keyed so it never collides with a
+/// A tapped broadcast's row key, chosen so it never collides with a
 /// probes-only row.
-fn tapped_row(t: usize, b: &TapBroadcast) -> JoinedBroadcast {
-    let key = match b.seq {
+fn row_key(t: usize, b: &TapBroadcast) -> MessageKey {
+    match b.seq {
         Some(seq) => MessageKey::Seq(seq),
         None => MessageKey::Hash {
             hash: b.hash,
             occurrence: t as u32,
         },
-    };
-    JoinedBroadcast {
-        key: BroadcastKey::Message(key),
-        agent: agent_side(b),
-        receipts: Vec::new(),
-        missing: Vec::new(),
     }
-}
-
-/// (client, key of the message on that client's connection) → (tapped
-/// broadcast, copy). Occurrences of a payload count per client in send
-/// order, as a probe on that connection counts them.
-fn keys_per_copy<'a>(
-    tapped: &[&'a TapBroadcast],
-) -> HashMap<(&'a str, MessageKey), (usize, usize)> {
-    let mut keys = HashMap::new();
-    let mut occurrences: HashMap<(&str, u64), u32> = HashMap::new();
-    for (t, b) in tapped.iter().enumerate() {
-        for (c, copy) in b.copies.iter().enumerate() {
-            let key = match b.seq {
-                Some(seq) => MessageKey::Seq(seq),
-                None => {
-                    let seen = occurrences.entry((&copy.client, b.hash)).or_insert(0);
-                    let occurrence = *seen;
-                    *seen += 1;
-                    MessageKey::Hash {
-                        hash: b.hash,
-                        occurrence,
-                    }
-                }
-            };
-            keys.insert((copy.client.as_str(), key), (t, c));
-        }
-    }
-    keys
 }
 
 /// The server's side of a tapped broadcast: it started with its first byte
@@ -202,64 +284,76 @@ fn agent_side(b: &TapBroadcast) -> Option<AgentSide> {
     })
 }
 
-fn summary(port: u16, tapped: &[&TapBroadcast], agent: &[AgentRecord]) -> TapSummary {
-    let mut by_client: HashMap<&str, TappedClient> = HashMap::new();
-    let mut sums: HashMap<&str, (f64, u64)> = HashMap::new();
-    let empty = |client: &str| TappedClient {
-        client: client.to_owned(),
-        copies: 0,
-        mean_position: None,
-        last: 0,
-        segments: 0,
-        resent: 0,
-    };
-    for b in tapped {
+/// Where the server put each client, over every tapped broadcast.
+#[derive(Default)]
+struct ClientPlaces {
+    by_client: HashMap<String, TappedClient>,
+    /// Per client: sum of positions (0 first, 1 last) and how many.
+    sums: HashMap<String, (f64, u64)>,
+}
+
+impl ClientPlaces {
+    fn add(&mut self, b: &TapBroadcast) {
         let n = b.copies.len();
         for (i, copy) in b.copies.iter().enumerate() {
-            let c = by_client
-                .entry(&copy.client)
-                .or_insert_with(|| empty(&copy.client));
+            let c = self
+                .by_client
+                .entry(copy.client.clone())
+                .or_insert_with(|| TappedClient {
+                    client: copy.client.clone(),
+                    copies: 0,
+                    mean_position: None,
+                    last: 0,
+                    segments: 0,
+                    resent: 0,
+                });
             c.copies += 1;
             if n >= 2 {
                 c.last += u64::from(i == n - 1);
-                let s = sums.entry(&copy.client).or_default();
+                let s = self.sums.entry(copy.client.clone()).or_default();
                 s.0 += i as f64 / (n - 1) as f64;
                 s.1 += 1;
             }
         }
     }
-    for r in agent {
-        if let AgentRecord::TapConnectionTotals(t) = r {
+
+    fn summary(
+        mut self,
+        port: u16,
+        broadcasts: u64,
+        totals: &[crate::record::TapConnectionTotals],
+        counters: Option<TapCountersRecord>,
+    ) -> TapSummary {
+        for t in totals {
             // A client the server never sent a copy to has no position to
             // show; its resends are still in the tap's counters.
-            if let Some(c) = by_client.get_mut(t.client.as_str()) {
+            if let Some(c) = self.by_client.get_mut(t.client.as_str()) {
                 c.segments += t.segments;
                 c.resent += t.resent;
             }
         }
-    }
-    let mut per_client: Vec<TappedClient> = by_client
-        .into_iter()
-        .map(|(client, mut c)| {
-            c.mean_position = sums.get(client).map(|(sum, n)| sum / *n as f64);
-            c
-        })
-        .collect();
-    per_client.sort_by(|a, b| {
-        let key = |c: &TappedClient| c.mean_position.unwrap_or(-1.0);
-        key(b)
-            .total_cmp(&key(a))
-            .then_with(|| a.client.cmp(&b.client))
-    });
-    TapSummary {
-        port,
-        broadcasts: tapped.len() as u64,
-        clients: per_client.len() as u64,
-        counters: agent.iter().rev().find_map(|r| match r {
-            AgentRecord::TapCounters(c) => Some(c.clone()),
-            _ => None,
-        }),
-        per_client,
+        let sums = self.sums;
+        let mut per_client: Vec<TappedClient> = self
+            .by_client
+            .into_iter()
+            .map(|(client, mut c)| {
+                c.mean_position = sums.get(&client).map(|(sum, n)| sum / *n as f64);
+                c
+            })
+            .collect();
+        per_client.sort_by(|a, b| {
+            let key = |c: &TappedClient| c.mean_position.unwrap_or(-1.0);
+            key(b)
+                .total_cmp(&key(a))
+                .then_with(|| a.client.cmp(&b.client))
+        });
+        TapSummary {
+            port,
+            broadcasts,
+            clients: per_client.len() as u64,
+            counters,
+            per_client,
+        }
     }
 }
 
@@ -328,5 +422,95 @@ mod tests {
         assert_eq!(tap.per_client.len(), 3, "every client, not only the latest");
         assert_eq!((first.copies, first.resent), (2, 1));
         assert_eq!(tap.per_client[1].resent, 0);
+    }
+    #[test]
+    fn tapped_broadcasts_are_handed_over_as_their_probe_copies_arrive() {
+        use crate::analysis::join::{ProbeSource, join_sources_with_reference};
+        use crate::record::{
+            ConnectionAddresses, ProbeConnectionOpened, ProbeRecord, ProbeStarted, Receipt,
+        };
+        const T0: u64 = 1_764_000_000_000_000_000;
+        let at = |ns: u64| Stamp {
+            wall_ns: T0 + ns,
+            mono_ns: ns,
+        };
+        // 2,000 broadcasts to three clients; two of them are the probe's.
+        let mut agent = vec![AgentRecord::TapStarted(TapStarted {
+            port: 8000,
+            interface: None,
+            at: at(0),
+        })];
+        let mut probe = vec![ProbeRecord::Started(Box::new(ProbeStarted {
+            name: "dev".into(),
+            host: "dev".into(),
+            url: "ws://x/".into(),
+            connections: 2,
+            version: "t".into(),
+            at: at(0),
+        }))];
+        for conn in 0..2u32 {
+            probe.push(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
+                conn,
+                agent_conn: None,
+                at: at(1),
+            }));
+            probe.push(ProbeRecord::ConnectionAddresses(ConnectionAddresses {
+                conn,
+                local: format!("p:{conn}"),
+                remote: "srv:8000".into(),
+            }));
+        }
+        for n in 0..2_000u64 {
+            let t = 1_000_000 + n * 1_000_000;
+            agent.push(AgentRecord::TapBroadcast(TapBroadcast {
+                id: n,
+                seq: None,
+                hash: 40 + n % 3,
+                len: 10,
+                copies: ["other:1", "p:0", "p:1"]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| copy(c, T0 + t + i as u64 * 10, T0 + t + i as u64 * 10 + 5))
+                    .collect(),
+            }));
+            for conn in 0..2u32 {
+                probe.push(ProbeRecord::Receipt(Receipt {
+                    conn,
+                    key: MessageKey::Hash {
+                        hash: 40 + n % 3,
+                        occurrence: (n / 3) as u32,
+                    },
+                    hash: 40 + n % 3,
+                    len: 10,
+                    at: at(t + 50_000 + u64::from(conn) * 1_000),
+                    kernel_delay_ns: None,
+                }));
+            }
+        }
+        let sources: Vec<&dyn ProbeSource> = vec![&probe];
+        let mut rows = Vec::new();
+        let joined = join_sources_with_reference(&agent, &sources, &mut rows);
+        assert_eq!(rows.len(), 2_000);
+        for b in &rows {
+            let side = b.agent.expect("a tapped broadcast");
+            assert_eq!((side.targets, side.fanout_span_ns), (3, Some(25)));
+            assert_eq!(b.receipts.len(), 2);
+            assert!(b.missing.is_empty());
+            // Each receipt carries its own copy's last byte.
+            let sent: Vec<u64> = b
+                .receipts
+                .iter()
+                .map(|r| r.sent_wall_ns.unwrap() - side.start.wall_ns)
+                .collect();
+            assert_eq!(sent, vec![15, 25]);
+        }
+        // 4,000 receipts, a broadcast's worth held at a time.
+        assert!(
+            joined.most_receipts_held <= 8,
+            "held {}",
+            joined.most_receipts_held
+        );
+        let tap = joined.tap.unwrap();
+        assert_eq!((tap.broadcasts, tap.clients), (2_000, 3));
     }
 }
