@@ -68,6 +68,10 @@ pub enum ProbeError {
     #[error("cannot draw a run id from /dev/urandom")]
     RunId(#[source] io::Error),
 
+    /// The threads the connections run on could not be started.
+    #[error("cannot start the connection threads")]
+    Threads(#[source] io::Error),
+
     /// The run ended without a single connection: nothing was measured.
     #[error(
         "none of the {attempted} connection(s) to {url} could be opened (first error: {first_error}); \

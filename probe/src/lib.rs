@@ -33,6 +33,7 @@ pub mod cli;
 mod clock_watch;
 pub mod config;
 mod connection;
+mod connection_threads;
 mod error;
 mod handshake;
 mod previous_runs;
@@ -264,17 +265,21 @@ impl RunningProbe {
             ));
         }
         let (progress_tx, progress) = watch::channel(Progress::default());
+        let connections = (0..config.connections)
+            .map(|index| {
+                Connection {
+                    index,
+                    settings: Arc::clone(&settings),
+                    recorder: recorder.clone(),
+                    shutdown: shutdown.clone(),
+                    progress: progress_tx.clone(),
+                }
+                .run()
+            })
+            .collect();
         let mut tasks = JoinSet::new();
-        for index in 0..config.connections {
-            let connection = Connection {
-                index,
-                settings: Arc::clone(&settings),
-                recorder: recorder.clone(),
-                shutdown: shutdown.clone(),
-                progress: progress_tx.clone(),
-            };
-            tasks.spawn(connection.run());
-        }
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        connection_threads::spawn(connections, cores, &mut tasks).map_err(ProbeError::Threads)?;
 
         Ok(RunningProbe {
             url: config.url,
