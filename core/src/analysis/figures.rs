@@ -140,7 +140,7 @@ pub struct FiguresBuilder {
 
 impl FiguresBuilder {
     /// Figures of `joined`'s logs with the probes' clock models `clocks`
-    /// (as [`device_clocks`] builds them).
+    /// (as [`TimingBuilder::clocks`](crate::analysis::clock_figures::TimingBuilder::clocks) gives them).
     pub fn new(joined: &Joined, clocks: Vec<DeviceClock>) -> FiguresBuilder {
         FiguresBuilder {
             clocks,
