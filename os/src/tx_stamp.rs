@@ -45,8 +45,12 @@ pub struct TxStampRead {
     pub realtime_ns: u64,
 }
 
-/// Reads every stamp queued on the socket's error queue, without blocking.
-pub fn drain(socket: &impl AsRawFd, mut on: impl FnMut(TxStampRead)) {
+/// Reads the stamps queued on the socket's error queue, without blocking,
+/// until the queue is empty or `on` says it expects no more (returns false):
+/// then the read that would only find the queue empty is not made. What is
+/// left is read at the next stamp's wake-up (each queued stamp wakes the
+/// socket's error readiness again).
+pub fn drain(socket: &impl AsRawFd, mut on: impl FnMut(TxStampRead) -> bool) {
     let fd = socket.as_raw_fd();
     let mut data = [0u8; 64];
     loop {
@@ -84,10 +88,13 @@ pub fn drain(socket: &impl AsRawFd, mut on: impl FnMut(TxStampRead)) {
             SCM_TSTAMP_SCHED => TxKind::Sched,
             _ => continue,
         };
-        on(TxStampRead {
+        let more = on(TxStampRead {
             id: e.ee_data,
             kind,
             realtime_ns,
         });
+        if !more {
+            return;
+        }
     }
 }

@@ -60,8 +60,9 @@ impl TxTracker {
         Some(broadcast)
     }
 
-    /// Reads every queued stamp from the socket's error queue and reports
-    /// those that end a tracked frame.
+    /// Reads the queued stamps from the socket's error queue and reports
+    /// those that end a tracked frame; stops once no tracked frame is left
+    /// waiting for its stamp (one `recvmsg` per copy, not two).
     pub fn drain(&mut self, socket: &impl AsRawFd, mut on: impl FnMut(Matched)) {
         skewscope_os::tx_stamp::drain(socket, |read| {
             if let Some(broadcast) = self.matched(read.id, read.kind) {
@@ -71,6 +72,7 @@ impl TxTracker {
                     realtime_ns: read.realtime_ns,
                 });
             }
+            !self.pending.is_empty()
         });
     }
 }
