@@ -627,14 +627,9 @@ mod tests {
         let bytes = log_of(20);
         let one = (bytes.len() - HEADER_LEN) / 20;
         let split = HEADER_LEN + 10 * one;
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let garbage: Vec<u8> = (0..4 << 20)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                state as u8
-            })
+        let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15);
+        let garbage: Vec<u8> = std::iter::repeat_with(|| rng.u8(..))
+            .take(4 << 20)
             .collect();
         let mut damaged = bytes[HEADER_LEN..split].to_vec();
         damaged.extend(&garbage);

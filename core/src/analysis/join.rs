@@ -344,15 +344,10 @@ pub trait ProbeSource {
     fn records(&self) -> Box<dyn Iterator<Item = ProbeRecord> + '_>;
 }
 
-impl ProbeSource for &[ProbeRecord] {
+/// Records in memory: a slice, a Vec, or a reference to either.
+impl<R: AsRef<[ProbeRecord]>> ProbeSource for R {
     fn records(&self) -> Box<dyn Iterator<Item = ProbeRecord> + '_> {
-        Box::new(self.iter().cloned())
-    }
-}
-
-impl ProbeSource for Vec<ProbeRecord> {
-    fn records(&self) -> Box<dyn Iterator<Item = ProbeRecord> + '_> {
-        Box::new(self.iter().cloned())
+        Box::new(self.as_ref().iter().cloned())
     }
 }
 
@@ -363,15 +358,10 @@ pub trait AgentSource {
     fn records(&self) -> Box<dyn Iterator<Item = AgentRecord> + '_>;
 }
 
-impl AgentSource for &[AgentRecord] {
+/// Records in memory: a slice, a Vec, or a reference to either.
+impl<R: AsRef<[AgentRecord]>> AgentSource for R {
     fn records(&self) -> Box<dyn Iterator<Item = AgentRecord> + '_> {
-        Box::new(self.iter().cloned())
-    }
-}
-
-impl AgentSource for Vec<AgentRecord> {
-    fn records(&self) -> Box<dyn Iterator<Item = AgentRecord> + '_> {
-        Box::new(self.iter().cloned())
+        Box::new(self.as_ref().iter().cloned())
     }
 }
 

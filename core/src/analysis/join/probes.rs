@@ -198,14 +198,13 @@ pub(super) fn collect_probes(probes: &[&dyn ProbeSource]) -> ProbeSide {
         for record in source.records() {
             if let Some(at) = stamp_of(&record) {
                 thinner.offer(at, &mut info.stamps);
-            }
-            if let Some(at) = stamp_of(&record)
-                && !matches!(
+                // Clock records say nothing of when connections listened.
+                if !matches!(
                     record,
                     ProbeRecord::ClockState(_) | ProbeRecord::TimeSample(_)
-                )
-            {
-                last_wall = last_wall.max(at.wall_ns);
+                ) {
+                    last_wall = last_wall.max(at.wall_ns);
+                }
             }
             match record {
                 ProbeRecord::Started(s) => {
