@@ -379,6 +379,29 @@ pub struct ConnectionDeflate {
     pub server_max_window_bits: Option<u8>,
 }
 
+impl ProbeRecord {
+    /// The probe-clock stamp the record was made at, if it carries one: for
+    /// clock-step detection and for how far a log has reached. A time
+    /// exchange counts by its receipt (`t4`).
+    pub fn stamp(&self) -> Option<Stamp> {
+        match self {
+            ProbeRecord::Started(s) => Some(s.at),
+            ProbeRecord::ConnectionOpened(o) => Some(o.at),
+            ProbeRecord::ConnectionFailed(f) => Some(f.at),
+            ProbeRecord::ConnectionClosed(c) => Some(c.at),
+            ProbeRecord::Receipt(r) => Some(r.at),
+            ProbeRecord::Stopped(at) => Some(*at),
+            ProbeRecord::ClockState(c) => Some(c.at),
+            ProbeRecord::TimeSample(t) => Some(t.t4),
+            ProbeRecord::LogFull(l) => Some(l.at),
+            ProbeRecord::Identity(_)
+            | ProbeRecord::ConnectionAddresses(_)
+            | ProbeRecord::ConnectionTls(_)
+            | ProbeRecord::ConnectionDeflate(_) => None,
+        }
+    }
+}
+
 /// How one probe connection's TLS went.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ConnectionTls {

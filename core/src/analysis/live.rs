@@ -288,7 +288,7 @@ impl LiveJoin {
         let started = self.agent_started_wall_ns;
         let run = self.runs.get_mut(&run_id).expect("inserted above");
         run.last_upload_wall_ns = now_wall_ns;
-        if let Some(wall) = wall_of(record) {
+        if let Some(wall) = record.stamp().map(|s| s.wall_ns) {
             run.through_wall_ns = run.through_wall_ns.max(wall);
         }
         match record {
@@ -610,26 +610,6 @@ impl LiveJoin {
 /// [`CLOCK_TOLERANCE_NS`].
 fn before_run(agent_started_wall_ns: u64, probe_wall_ns: u64) -> bool {
     probe_wall_ns.saturating_add(CLOCK_TOLERANCE_NS) < agent_started_wall_ns
-}
-
-/// The probe-clock wall time a record was made at, for how far a run's
-/// uploads have reached.
-fn wall_of(record: &ProbeRecord) -> Option<u64> {
-    match record {
-        ProbeRecord::Started(s) => Some(s.at.wall_ns),
-        ProbeRecord::ConnectionOpened(o) => Some(o.at.wall_ns),
-        ProbeRecord::ConnectionFailed(f) => Some(f.at.wall_ns),
-        ProbeRecord::ConnectionClosed(c) => Some(c.at.wall_ns),
-        ProbeRecord::Receipt(r) => Some(r.at.wall_ns),
-        ProbeRecord::Stopped(at) => Some(at.wall_ns),
-        ProbeRecord::ClockState(c) => Some(c.at.wall_ns),
-        ProbeRecord::TimeSample(t) => Some(t.t4.wall_ns),
-        ProbeRecord::LogFull(l) => Some(l.at.wall_ns),
-        ProbeRecord::Identity(_)
-        | ProbeRecord::ConnectionAddresses(_)
-        | ProbeRecord::ConnectionTls(_)
-        | ProbeRecord::ConnectionDeflate(_) => None,
-    }
 }
 
 #[cfg(test)]

@@ -196,7 +196,7 @@ pub(super) fn collect_probes(probes: &[&dyn ProbeSource]) -> ProbeSide {
             connections.len() - 1
         };
         for record in source.records() {
-            if let Some(at) = stamp_of(&record) {
+            if let Some(at) = record.stamp() {
                 thinner.offer(at, &mut info.stamps);
                 // Clock records say nothing of when connections listened.
                 if !matches!(
@@ -265,26 +265,6 @@ pub(super) fn collect_probes(probes: &[&dyn ProbeSource]) -> ProbeSide {
         made,
         broadcasts_estimate,
         hash_keyed,
-    }
-}
-
-/// The stamp a probe record carries, for clock-step detection.
-pub(super) fn stamp_of(record: &ProbeRecord) -> Option<Stamp> {
-    match record {
-        ProbeRecord::Started(s) => Some(s.at),
-        ProbeRecord::ConnectionOpened(o) => Some(o.at),
-        ProbeRecord::ConnectionFailed(f) => Some(f.at),
-        ProbeRecord::ConnectionClosed(c) => Some(c.at),
-        ProbeRecord::Receipt(r) => Some(r.at),
-        ProbeRecord::Stopped(at) => Some(*at),
-        ProbeRecord::ClockState(c) => Some(c.at),
-        // Its two stamps are checked by the exchange itself.
-        ProbeRecord::TimeSample(t) => Some(t.t4),
-        ProbeRecord::LogFull(l) => Some(l.at),
-        ProbeRecord::Identity(_)
-        | ProbeRecord::ConnectionAddresses(_)
-        | ProbeRecord::ConnectionTls(_)
-        | ProbeRecord::ConnectionDeflate(_) => None,
     }
 }
 

@@ -12,7 +12,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
 use super::probes::StampThinner;
-use super::probes::{Episodes, collect_probes, stamp_of};
+use super::probes::{Episodes, collect_probes};
 use super::{
     Agent, AgentBroadcast, AgentSide, AgentSource, BroadcastKey, ClockIdentity, Joined,
     JoinedBroadcast, JoinedReceipt, ProbeSource, RunEnd, Slot, listening,
@@ -184,7 +184,7 @@ struct Stream<'a> {
 impl Stream<'_> {
     fn advance(&mut self) {
         self.next = self.records.next();
-        if let Some(s) = self.next.as_ref().and_then(stamp_of) {
+        if let Some(s) = self.next.as_ref().and_then(ProbeRecord::stamp) {
             self.at = self.at.max(s.wall_ns);
         }
     }
