@@ -27,6 +27,10 @@ use crate::analysis::clock_figures::corrected_spread;
 use crate::analysis::clock_model::DeviceClock;
 use crate::record::{AgentRecord, ClockState, MessageKey, ProbeRecord, TimeSample};
 
+use targets::{Placed, Targets};
+
+mod targets;
+
 /// How far past a broadcast's start a run's uploads must reach before its
 /// receipts of it are all in: latency plus any clock offset, generously.
 pub const FINAL_MARGIN_NS: u64 = 1_000_000_000;
@@ -55,8 +59,8 @@ struct Pending {
     /// Shards whose record of the sends has not come: until then the
     /// targets are not all known.
     shards_left: usize,
-    /// Agent connection → the receipt's (run, arrival stamp, kernel delay).
-    targets: HashMap<u64, Option<Arrival>>,
+    /// The probes' connections it was sent to, and their receipts.
+    targets: Targets,
 }
 
 /// A receipt waiting for its broadcast's record.
@@ -227,7 +231,7 @@ impl LiveJoin {
                         hash: b.hash,
                         start: b.at,
                         shards_left: self.shards.max(1),
-                        targets: HashMap::new(),
+                        targets: Targets::default(),
                     },
                 );
                 if let Some(seq) = b.seq {
@@ -242,14 +246,11 @@ impl LiveJoin {
                     // Only probes' connections: memory follows the probes,
                     // not the audience.
                     let labelled = &self.labelled;
-                    // Sized once: a filtered extend would grow the map step
-                    // by step, rehashing, on every broadcast.
-                    p.targets.reserve(s.slots.len().min(labelled.len()));
                     p.targets.extend(
                         s.slots
                             .iter()
                             .filter(|slot| labelled.contains_key(&slot.conn))
-                            .map(|slot| (slot.conn, None)),
+                            .map(|slot| slot.conn),
                     );
                 }
             }
@@ -374,18 +375,21 @@ impl LiveJoin {
         let Some(id) = self.match_receipt(e.key, e.hash, e.agent_conn) else {
             return false;
         };
-        let slot = e.agent_conn.and_then(|conn| {
-            self.pending
-                .get_mut(&id)
-                .and_then(|p| p.targets.get_mut(&conn))
-        });
-        match slot {
-            Some(slot @ None) => *slot = Some(e.arrival),
-            Some(Some(_)) => self.counts.unmatched += 1,
+        let placed = e
+            .agent_conn
+            .zip(self.pending.get_mut(&id))
+            .map_or(Placed::NotATarget, |(conn, p)| {
+                p.targets.place(conn, e.arrival)
+            });
+        match placed {
+            Placed::Taken => true,
+            Placed::Duplicate => {
+                self.counts.unmatched += 1;
+                true
+            }
             // Its shard's record of the sends may not be here yet.
-            None => return false,
+            Placed::NotATarget => false,
         }
-        true
     }
 
     fn match_receipt(&mut self, key: MessageKey, hash: u64, conn: Option<u64>) -> Option<u64> {
@@ -398,11 +402,12 @@ impl LiveJoin {
                 .filter(|id| self.pending.get(id).is_some_and(|p| p.hash == hash)),
             MessageKey::Hash { hash, occurrence } => {
                 let last = self.last_match.get(&(conn, hash)).copied();
-                let candidates = self.by_hash.get(&hash)?.iter().copied().filter(|id| {
-                    self.pending
-                        .get(id)
-                        .is_some_and(|p| matches!(p.targets.get(&conn), Some(None)))
-                });
+                let candidates = self
+                    .by_hash
+                    .get(&hash)?
+                    .iter()
+                    .copied()
+                    .filter(|id| self.pending.get(id).is_some_and(|p| p.targets.awaits(conn)));
                 // After the last match on this connection, as many further
                 // occurrences on as the probe counted.
                 let id = match last {
@@ -478,13 +483,13 @@ impl LiveJoin {
         p.shards_left == 0
             && p.targets.iter().all(|(conn, arrival)| {
                 arrival.is_some()
-                    || match self.holder.get(conn) {
+                    || match self.holder.get(&conn) {
                         Some(h) => h.closed_wall_ns.is_some() || self.run_done(h.run, p),
                         // A probe's connection whose open has not been uploaded
                         // (its probe may upload late, even after it closed):
                         // wait, unless a run of that name has uploaded past
                         // the broadcast without it.
-                        None => self.labelled.get(conn).is_none_or(|l| {
+                        None => self.labelled.get(&conn).is_none_or(|l| {
                             self.runs
                                 .iter()
                                 .any(|(&id, r)| r.name == l.name && self.run_done(id, p))
@@ -505,7 +510,7 @@ impl LiveJoin {
         let mut corrected = Vec::new();
         let mut all_corrected = true;
         let (mut missing, mut unjudged) = (0u32, 0u32);
-        for (conn, arrival) in &p.targets {
+        for (conn, arrival) in p.targets.iter() {
             if let Some(a) = arrival {
                 let wall = a.at.wall_ns.saturating_sub(a.kernel_delay_ns) as i64;
                 raw.push(wall);
@@ -516,9 +521,9 @@ impl LiveJoin {
                 }
                 continue;
             }
-            match self.holder.get(conn) {
+            match self.holder.get(&conn) {
                 // Not a probe's connection, unless it said it was.
-                None if self.labelled.contains_key(conn) => unjudged += 1,
+                None if self.labelled.contains_key(&conn) => unjudged += 1,
                 None => {}
                 // Closed by the probe before the broadcast: not listening.
                 Some(h) if h.closed_wall_ns.is_some_and(|t| t < p.start.wall_ns) => {}
@@ -555,11 +560,11 @@ impl LiveJoin {
         self.holder.retain(|conn, h| {
             runs.contains_key(&h.run)
                 && h.closed_wall_ns.is_none_or(|t| {
-                    recent(t) || pending.values().any(|p| p.targets.contains_key(conn))
+                    recent(t) || pending.values().any(|p| p.targets.contains(*conn))
                 })
         });
         self.labelled
-            .retain(|conn, l| !l.closed || pending.values().any(|p| p.targets.contains_key(conn)));
+            .retain(|conn, l| !l.closed || pending.values().any(|p| p.targets.contains(*conn)));
         self.runs.retain(|_, r| {
             now_wall_ns.saturating_sub(r.last_upload_wall_ns) < RUN_FORGOTTEN_AFTER_NS
         });
