@@ -133,9 +133,12 @@ pub struct AgentConfig {
     #[arg(long)]
     pub no_time_exchange: bool,
 
-    /// Record the kernel's transmit timestamps of every broadcast write (when
-    /// the packet left for the driver), so reports can split network time
-    /// from fan-out time. Read off the send loop.
+    /// Record the kernel's transmit timestamps of every broadcast write to a
+    /// probe (`?probe=`) connection (when the packet left for the driver), so
+    /// reports can split network time from fan-out time. Only probes' copies
+    /// are joined with receipts, so other clients' sockets are not stamped:
+    /// the cost follows the number of probe connections. Read off the send
+    /// loop.
     #[arg(long)]
     pub tx_timestamps: bool,
 

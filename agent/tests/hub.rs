@@ -510,10 +510,18 @@ async fn close_code_of_a_normal_client_is_echoed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tx_timestamps_are_recorded_for_every_copy() {
+async fn tx_timestamps_are_recorded_for_every_copy_to_a_probe_and_no_other() {
     let dir = tempfile::tempdir().unwrap();
     let agent = start(&dir, |c| c.tx_timestamps = true).await;
     let mut clients = connect(&agent, 3).await;
+    // Two clients that are not probes: their copies join no receipt.
+    for _ in 0..2 {
+        let (ws, _) = connect_async(format!("ws://{}/ws", agent.addr))
+            .await
+            .unwrap();
+        clients.push(ws);
+    }
+    wait_for_clients(&agent, 5).await;
     for _ in 0..4 {
         start_test(agent.addr, None).await.unwrap();
         for ws in &mut clients {
@@ -545,9 +553,18 @@ async fn tx_timestamps_are_recorded_for_every_copy() {
         })
         .flatten()
         .collect();
+    let probes: std::collections::HashSet<u64> = records
+        .iter()
+        .filter_map(|r| match r {
+            AgentRecord::ConnectionOpened(o) if o.label.is_some() => Some(o.conn),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(probes.len(), 3);
     let mut software = 0;
     for r in &records {
         if let AgentRecord::TxStamp(t) = r {
+            assert!(probes.contains(&t.conn), "{t:?} is not a probe's copy");
             let start = starts[&t.broadcast];
             let done = written[&(t.broadcast, t.conn)];
             // The kernel stamps the packet after the broadcast began and, within
@@ -562,7 +579,11 @@ async fn tx_timestamps_are_recorded_for_every_copy() {
             }
         }
     }
-    assert_eq!(software, 3 * 4, "a software TX stamp for every copy");
+    assert_eq!(
+        software,
+        3 * 4,
+        "a software TX stamp for every probe's copy"
+    );
 }
 
 /// Asks until the agent answers `status` (bounded by 4 × [`WAIT`]: each

@@ -386,6 +386,8 @@ struct Row {
     recording: Summary,
     not_recording: Summary,
     tx_stamps: Summary,
+    /// TX stamps on, with one client in 100 a probe: only probes are stamped.
+    tx_stamps_few_probes: Summary,
     pinned: Summary,
     one_shard: Summary,
     recorded_span: Option<Summary>,
@@ -393,8 +395,8 @@ struct Row {
 
 async fn fanout(sizes: &[usize], rounds: usize, pause: Duration, json: bool) -> anyhow::Result<()> {
     let most = sizes.iter().copied().max().unwrap_or(0) as u32;
-    // Per size: agent sockets on both ends for five agents, plus floor pairs.
-    skewscope_os::files::ensure_open_files(most * 12)?;
+    // Per size: agent sockets on both ends for six agents, plus floor pairs.
+    skewscope_os::files::ensure_open_files(most * 14 + 200)?;
     let frame = test_frame();
     let mut rows = Vec::new();
     for &n in sizes {
@@ -426,6 +428,9 @@ async fn measure(n: usize, rounds: usize, pause: Duration, frame: &[u8]) -> anyh
     let mut config = AgentConfig::local(dir.path().join("tx"));
     config.tx_timestamps = true;
     let tx_stamping = RunningAgent::start(config).await?;
+    let mut config = AgentConfig::local(dir.path().join("tx-few"));
+    config.tx_timestamps = true;
+    let tx_few_probes = RunningAgent::start(config).await?;
     let mut config = AgentConfig::local(dir.path().join("pinned"));
     config.pin_shards = true;
     let pinned = RunningAgent::start(config).await?;
@@ -433,19 +438,20 @@ async fn measure(n: usize, rounds: usize, pause: Duration, frame: &[u8]) -> anyh
     config.shards = Some(1);
     let one_shard = RunningAgent::start(config).await?;
 
-    let mut receivers = Vec::with_capacity(5 * n);
-    for agent in [
-        &recording,
-        &not_recording,
-        &tx_stamping,
-        &pinned,
-        &one_shard,
+    let mut receivers = Vec::with_capacity(6 * n);
+    for (agent, probe_every) in [
+        (&recording, 1),
+        (&not_recording, 1),
+        (&tx_stamping, 1),
+        (&tx_few_probes, 100),
+        (&pinned, 1),
+        (&one_shard, 1),
     ] {
         // Blocking handshakes off the runtime thread, which serves the agent's accepts.
         let addr = agent.addr;
         let clients = tokio::task::spawn_blocking(move || {
             (0..n)
-                .map(|_| upgrade(addr))
+                .map(|i| upgrade_as(addr, i % probe_every == 0))
                 .collect::<anyhow::Result<Vec<_>>>()
         })
         .await??;
@@ -460,17 +466,19 @@ async fn measure(n: usize, rounds: usize, pause: Duration, frame: &[u8]) -> anyh
     let mut on_spans = Vec::with_capacity(rounds);
     let mut off_spans = Vec::with_capacity(rounds);
     let mut tx_spans = Vec::with_capacity(rounds);
+    let mut tx_few_spans = Vec::with_capacity(rounds);
     let mut pinned_spans = Vec::with_capacity(rounds);
     let mut one_shard_spans = Vec::with_capacity(rounds);
     for round in 0..rounds {
         // Rotate which configuration goes first, so none always follows another.
-        for which in (0..6).map(|i| (round + i) % 6) {
+        for which in (0..7).map(|i| (round + i) % 7) {
             match which {
                 0 => floor_spans.push(floor::write_all_once(&mut senders, frame)? as i64),
                 1 => on_spans.push(broadcast_span(&recording).await? as i64),
                 2 => off_spans.push(broadcast_span(&not_recording).await? as i64),
                 3 => tx_spans.push(broadcast_span(&tx_stamping).await? as i64),
                 4 => pinned_spans.push(broadcast_span(&pinned).await? as i64),
+                5 => tx_few_spans.push(broadcast_span(&tx_few_probes).await? as i64),
                 _ => one_shard_spans.push(broadcast_span(&one_shard).await? as i64),
             }
             tokio::time::sleep(pause).await;
@@ -480,6 +488,7 @@ async fn measure(n: usize, rounds: usize, pause: Duration, frame: &[u8]) -> anyh
     recording.shutdown().await?;
     not_recording.shutdown().await?;
     tx_stamping.shutdown().await?;
+    tx_few_probes.shutdown().await?;
     pinned.shutdown().await?;
     one_shard.shutdown().await?;
     Ok(Row {
@@ -488,6 +497,7 @@ async fn measure(n: usize, rounds: usize, pause: Duration, frame: &[u8]) -> anyh
         recording: Summary::of(&on_spans).context("no rounds")?,
         not_recording: Summary::of(&off_spans).context("no rounds")?,
         tx_stamps: Summary::of(&tx_spans).context("no rounds")?,
+        tx_stamps_few_probes: Summary::of(&tx_few_spans).context("no rounds")?,
         pinned: Summary::of(&pinned_spans).context("no rounds")?,
         one_shard: Summary::of(&one_shard_spans).context("no rounds")?,
         recorded_span: recorded_spans(&log)?,
@@ -522,12 +532,22 @@ async fn wait_for(agent: &RunningAgent, n: usize) -> anyhow::Result<()> {
     anyhow::bail!("agent serves {} of {n} connections", agent.clients())
 }
 
-/// A raw WebSocket client: upgrade, then leave the socket to the drain.
+/// A raw WebSocket client named as a probe: upgrade, then leave the socket
+/// to the drain.
 pub(crate) fn upgrade(addr: SocketAddr) -> anyhow::Result<TcpStream> {
+    upgrade_as(addr, true)
+}
+
+/// A raw WebSocket client, named as a probe (`?probe=bench`) or not.
+fn upgrade_as(addr: SocketAddr, probe: bool) -> anyhow::Result<TcpStream> {
     let mut s = TcpStream::connect(addr)?;
+    let path = if probe { "/ws?probe=bench" } else { "/ws" };
     s.write_all(
-        b"GET /ws?probe=bench HTTP/1.1\r\nHost: bench\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: bench\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        )
+        .as_bytes(),
     )?;
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
@@ -550,14 +570,16 @@ fn print_table(rows: &[Row], rounds: usize, frame_len: usize) {
         "fan-out span, {cores} cores, {frame_len}-byte frame, {rounds} broadcasts per cell; median (p90)\n"
     );
     println!(
-        "| clients | floor: 1 thread writes | agent, recording | ÷ floor | agent, not recording | ÷ floor | recording cost | agent, + TX stamps | ÷ floor | agent, pinned shards | ÷ unpinned | agent, one shard | ÷ floor | agent's own record: start → last write |"
+        "| clients | floor: 1 thread writes | agent, recording | ÷ floor | agent, not recording | ÷ floor | recording cost | agent, + TX stamps | ÷ floor | ÷ recording | + TX stamps, 1 in 100 a probe | ÷ recording | agent, pinned shards | ÷ unpinned | agent, one shard | ÷ floor | agent's own record: start → last write |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for r in rows {
         let ratio = |s: &Summary| s.p50 as f64 / r.floor.p50 as f64;
         let cost = r.recording.p50 as f64 / r.not_recording.p50 as f64 - 1.0;
         println!(
-            "| {} | {} ({}) | {} ({}) | {:.2} | {} ({}) | {:.2} | {:+.1} % | {} ({}) | {:.2} | {} ({}) | {:.2} | {} ({}) | {:.2} | {} |",
+            "| {} | {} ({}) | {} ({}) | {:.2} | {} ({}) | {:.2} | {:+.1} % | {} ({}) | {:.2} | {:.2} | {} ({}) | {:.2} | {} ({}) | {:.2} | {} ({}) | {:.2} | {} |",
             r.clients,
             us(r.floor.p50),
             us(r.floor.p90),
@@ -571,6 +593,10 @@ fn print_table(rows: &[Row], rounds: usize, frame_len: usize) {
             us(r.tx_stamps.p50),
             us(r.tx_stamps.p90),
             ratio(&r.tx_stamps),
+            r.tx_stamps.p50 as f64 / r.recording.p50 as f64,
+            us(r.tx_stamps_few_probes.p50),
+            us(r.tx_stamps_few_probes.p90),
+            r.tx_stamps_few_probes.p50 as f64 / r.recording.p50 as f64,
             us(r.pinned.p50),
             us(r.pinned.p90),
             r.pinned.p50 as f64 / r.recording.p50 as f64,

@@ -345,6 +345,7 @@ mod tests {
             stream,
             leftover: Vec::new(),
             deflate: false,
+            probe: true,
         };
         (client, peer)
     }

@@ -90,6 +90,10 @@ pub struct NewClient {
     /// It agreed to permessage-deflate: it gets the compressed frame, and
     /// may send compressed messages.
     pub deflate: bool,
+    /// It named itself a probe (`?probe=`). Only a probe's copies are joined
+    /// with receipts, so only its socket is given kernel TX stamps: their
+    /// cost follows the probes, not the audience.
+    pub probe: bool,
 }
 
 enum Command {
@@ -437,7 +441,7 @@ impl Shard {
             client.deflate = true;
             client.inbound = skewscope_core::client_frames::ClientFrameParser::with_deflate();
         }
-        if self.config.tx_timestamps {
+        if self.config.tx_timestamps && new.probe {
             match skewscope_os::tx_stamp::enable(&client.stream) {
                 Ok(()) => client.tx = Some(Default::default()),
                 Err(e) => eprintln!(

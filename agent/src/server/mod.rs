@@ -225,6 +225,7 @@ async fn upgrade(mut stream: TcpStream, peer: SocketAddr, request: Request, cont
             stream: std_stream,
             leftover: request.rest,
             deflate: accepted.deflate,
+            probe: label.is_some(),
         },
         label,
         peer.to_string(),
