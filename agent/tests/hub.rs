@@ -268,9 +268,14 @@ async fn malformed_http_gets_an_error_and_others_keep_being_served() {
 
 /// Upgrades a raw socket and returns it, with the agent's connection id.
 fn raw_upgrade(addr: SocketAddr) -> (StdTcpStream, u64) {
+    raw_upgrade_as(addr, "/ws")
+}
+
+/// [`raw_upgrade`] to `path` (with a query, say).
+fn raw_upgrade_as(addr: SocketAddr, path: &str) -> (StdTcpStream, u64) {
     let mut s = StdTcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(WAIT)).unwrap();
-    s.write_all(b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").as_bytes()).unwrap();
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -483,6 +488,41 @@ async fn clients_vanishing_mid_write_are_closed_and_others_served() {
         );
     }
     wait_for_clients(&agent, 1).await;
+    agent.shutdown().await.unwrap();
+}
+
+/// With TX stamps a probe socket's error readiness is usually its stamps,
+/// and is not followed by a read; a reset must still close it, seen on its
+/// read side alone (nothing is written to it after).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stamped_probes_that_reset_are_closed_without_a_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |c| c.tx_timestamps = true).await;
+    let mut good = connect(&agent, 1).await;
+    let addr = agent.addr;
+    let vanishing: Vec<_> = tokio::task::spawn_blocking(move || {
+        (0..10)
+            .map(|_| raw_upgrade_as(addr, "/ws?probe=v").0)
+            .collect()
+    })
+    .await
+    .unwrap();
+    wait_for_clients(&agent, 11).await;
+    // A broadcast each, stamped: their error readiness has fired.
+    assert_eq!(publish(addr, b"first").await.status, 200);
+    assert_eq!(next_data(&mut good[0]).await, Message::text("first"));
+    tokio::task::spawn_blocking(move || {
+        for s in vanishing {
+            let sock = socket2::SockRef::from(&s);
+            sock.set_linger(Some(Duration::ZERO)).unwrap();
+            drop(s);
+        }
+    })
+    .await
+    .unwrap();
+    wait_for_clients(&agent, 1).await;
+    assert_eq!(publish(addr, b"after").await.status, 200);
+    assert_eq!(next_data(&mut good[0]).await, Message::text("after"));
     agent.shutdown().await.unwrap();
 }
 

@@ -298,13 +298,18 @@ impl Shard {
                 if event.token() == WAKER || !self.clients.contains(key) {
                     continue;
                 }
-                if event.is_error() && self.clients[key].tx.is_some() {
+                // A stamping socket's error readiness is its queued TX
+                // stamps. A real error on a TCP socket (a reset, a timeout)
+                // also closes its read side, so it is still read below; a
+                // read per stamp would only find nothing (a recv per copy).
+                let stamps = event.is_error() && self.clients[key].tx.is_some();
+                if stamps {
                     self.drain_tx_stamps(key);
                 }
                 if event.is_writable() {
                     self.on_writable(key);
                 }
-                if event.is_readable() || event.is_read_closed() || event.is_error() {
+                if event.is_readable() || event.is_read_closed() || (event.is_error() && !stamps) {
                     self.on_readable(key);
                     if !self.commands_if_pending() {
                         break 'serving;
