@@ -69,6 +69,26 @@ fn agent_records(path: &std::path::Path) -> Vec<AgentRecord> {
     }
 }
 
+/// Waits (bounded by [`WAIT`]) until the running agent's log holds at least
+/// `n` TX stamps; a log caught mid-write counts as not yet.
+async fn until_tx_stamps(log: &std::path::Path, n: usize) {
+    let count = || match read_file(log) {
+        Ok(AnyLog::Agent(d)) => d
+            .records
+            .iter()
+            .filter(|r| matches!(r, AgentRecord::TxStamp(_)))
+            .count(),
+        _ => 0,
+    };
+    tokio::time::timeout(WAIT, async {
+        while count() < n {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("fewer than {n} TX stamps in {}", log.display()));
+}
+
 async fn publish(addr: SocketAddr, body: &[u8]) -> agent::http_client::Response {
     request(addr, "POST", "/publish", body, None).await.unwrap()
 }
@@ -568,9 +588,10 @@ async fn tx_timestamps_are_recorded_for_every_copy_to_a_probe_and_no_other() {
             next_data(ws).await;
         }
     }
-    // Stamps are drained between broadcasts; give the last ones a moment.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Stamps are drained between broadcasts and written on the recorder's
+    // tick: wait until the log holds one for every probe's copy.
     let log = agent.log_path.clone();
+    until_tx_stamps(&log, 3 * 4).await;
     agent.shutdown().await.unwrap();
 
     let records = agent_records(&log);

@@ -29,8 +29,17 @@ fn peer_text() -> String {
 }
 
 /// Serves until killed. With `staged`, a broadcast first queues every frame
-/// (MSG_MORE), then pushes each socket (TCP_NODELAY).
-pub fn serve(listen: SocketAddr, staged: bool) -> anyhow::Result<()> {
+/// (MSG_MORE), then pushes each socket (TCP_NODELAY). With `threaded`, a
+/// second thread that only sleeps makes it a threaded process; nothing else
+/// changes.
+pub fn serve(listen: SocketAddr, staged: bool, threaded: bool) -> anyhow::Result<()> {
+    if threaded {
+        std::thread::Builder::new().name("idle".into()).spawn(|| {
+            loop {
+                std::thread::park();
+            }
+        })?;
+    }
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?

@@ -87,6 +87,11 @@ enum Command {
         /// Stage every frame (MSG_MORE), then push each socket (TCP_NODELAY).
         #[arg(long)]
         staged: bool,
+        /// Start one more thread that only sleeps: the same writes from a
+        /// process of two threads, where the kernel counts a reference on
+        /// the file of every socket call (what being threaded costs).
+        #[arg(long)]
+        threaded: bool,
     },
     /// Whether Prometheus scraping /metrics disturbs the fan-out: spans with
     /// no scrape, a scrape every 100 ms, and a scrape at each broadcast.
@@ -275,7 +280,11 @@ fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&rows)?);
             Ok(())
         }
-        Command::FloorServer { listen, staged } => floor_server::serve(listen, staged),
+        Command::FloorServer {
+            listen,
+            staged,
+            threaded,
+        } => floor_server::serve(listen, staged, threaded),
         Command::ProbeCost {
             probe_bins,
             connections,
