@@ -188,6 +188,9 @@ impl RunningAgent {
             ingest: ingest.clone(),
             records_lost: recorder.lost(),
         });
+        let publish_budget_bytes = config
+            .max_publish_in_flight
+            .min(tokio::sync::Semaphore::MAX_PERMITS);
         let context = Arc::new(Context {
             hub: hub.clone(),
             time: counters.clone(),
@@ -205,11 +208,8 @@ impl RunningAgent {
             )),
             refused_pending: Default::default(),
             refused_clients: Default::default(),
-            publish_budget: Arc::new(tokio::sync::Semaphore::new(
-                config
-                    .max_publish_in_flight
-                    .min(tokio::sync::Semaphore::MAX_PERMITS),
-            )),
+            publish_budget: Arc::new(tokio::sync::Semaphore::new(publish_budget_bytes)),
+            publish_budget_bytes,
             request_timeout: config.request_timeout(),
             ingest,
             ingest_worker,

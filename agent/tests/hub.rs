@@ -647,6 +647,26 @@ async fn tx_timestamps_are_recorded_for_every_copy_to_a_probe_and_no_other() {
     );
 }
 
+/// Asks `/healthz` until `ok` holds of its answer (bounded by [`WAIT`]).
+async fn until_health(agent: &RunningAgent, ok: impl Fn(&serde_json::Value) -> bool) {
+    let mut last = serde_json::Value::Null;
+    let seen = tokio::time::timeout(WAIT, async {
+        loop {
+            if let Ok(r) = request(agent.addr, "GET", "/healthz", b"", None).await
+                && let Ok(h) = serde_json::from_str::<serde_json::Value>(&r.body)
+            {
+                if ok(&h) {
+                    return;
+                }
+                last = h;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(seen.is_ok(), "/healthz never as expected; last {last}");
+}
+
 /// Asks until the agent answers `status` (bounded by 4 × [`WAIT`]: each
 /// try is a new connection, slow on a loaded machine); a request refused
 /// at the socket counts as not yet.
@@ -689,11 +709,15 @@ async fn publish_bodies_in_flight_are_bounded_in_total() {
             .unwrap();
         holders.push(s);
     }
+    // Their heads are read in no set order with the fifth's: wait until
+    // the four hold the whole budget.
+    until_health(&agent, |h| h["publish_bytes_in_flight"] == 4096).await;
     // A fifth is turned away before its body is read, not queued.
     let refused = until_status(agent.addr, "POST", "/publish", &[b'x'; 1024], 503).await;
     assert!(refused.body.contains("in flight"), "{}", refused.body);
     // When they go, their share is free again.
     drop(holders);
+    until_health(&agent, |h| h["publish_bytes_in_flight"] == 0).await;
     let sent = until_status(agent.addr, "POST", "/publish", b"after", 200).await;
     assert!(sent.body.contains("\"broadcast\""), "{}", sent.body);
     agent.shutdown().await.unwrap();

@@ -32,6 +32,8 @@ pub struct Context {
     pub max_publish: usize,
     /// Body bytes all `/publish` requests in flight may hold together.
     pub publish_budget: Arc<tokio::sync::Semaphore>,
+    /// The budget's size, so `/healthz` can say how much of it is held.
+    pub publish_budget_bytes: usize,
     /// Most WebSocket clients at once (`--max-clients`).
     pub max_clients: Option<usize>,
     /// Subprotocols the hub answers (`--subprotocol`).
@@ -418,7 +420,7 @@ fn health(context: &Context) -> String {
         None => "null".into(),
     };
     format!(
-        "{{\"status\":\"ok\",\"clients\":{},\"deflate_clients\":{},\"refused_clients\":{},\"refused_pending\":{},\"records_lost\":{},\"time\":{time},\"ingest\":{}}}\n",
+        "{{\"status\":\"ok\",\"clients\":{},\"deflate_clients\":{},\"refused_clients\":{},\"refused_pending\":{},\"publish_bytes_in_flight\":{},\"records_lost\":{},\"time\":{time},\"ingest\":{}}}\n",
         context.hub.clients(),
         context.hub.deflate_clients(),
         context
@@ -427,6 +429,9 @@ fn health(context: &Context) -> String {
         context
             .refused_pending
             .load(std::sync::atomic::Ordering::Relaxed),
+        context
+            .publish_budget_bytes
+            .saturating_sub(context.publish_budget.available_permits()),
         context
             .records_lost
             .load(std::sync::atomic::Ordering::Relaxed),
