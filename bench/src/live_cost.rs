@@ -155,10 +155,8 @@ fn live(run: &Run, probes: usize) -> (Duration, usize) {
 
 /// The agent's side alone, as when probes have not uploaded yet: every
 /// broadcast's records fed and a judgement after each, so each stays
-/// pending (up to `MAX_PENDING`). Returns the time taken and the resident
-/// memory it grew by while holding them.
-fn waiting(run: &Run) -> (Duration, u64) {
-    let rss0 = resident_bytes();
+/// pending (up to `MAX_PENDING`). Returns the time taken.
+fn waiting(run: &Run) -> Duration {
     let started = Instant::now();
     let mut live = LiveJoin::since(T0, 1);
     for r in &run.agent {
@@ -170,18 +168,8 @@ fn waiting(run: &Run) -> (Duration, u64) {
         }
     }
     let took = started.elapsed();
-    let grown = resident_bytes().saturating_sub(rss0);
     std::hint::black_box(&live);
-    (took, grown)
-}
-
-/// This process's resident memory (`/proc/self/statm`), 0 if unreadable.
-fn resident_bytes() -> u64 {
-    let pages = std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-        .unwrap_or(0);
-    pages * 4096
+    took
 }
 
 /// The report's join and report of the same records.
@@ -202,11 +190,8 @@ pub fn run(probes: usize, connections: usize, broadcasts: u64, runs: usize) -> a
     let mut live_times = Vec::new();
     let mut batch_times = Vec::new();
     let mut waiting_times = Vec::new();
-    let mut held = Vec::new();
     for _ in 0..runs.max(1) {
-        let (t, grown) = waiting(&data);
-        waiting_times.push(t);
-        held.push(grown);
+        waiting_times.push(waiting(&data));
         let (t, judged) = live(&data, probes);
         anyhow::ensure!(
             judged as u64 == broadcasts,
@@ -221,8 +206,6 @@ pub fn run(probes: usize, connections: usize, broadcasts: u64, runs: usize) -> a
     };
     let (l, b) = (median(&mut live_times), median(&mut batch_times));
     let w = median(&mut waiting_times);
-    held.sort();
-    let held = held[held.len() / 2];
     let per = |d: Duration| d.as_nanos() as f64 / receipts;
     println!(
         "live-join cost: {probes} probes × {connections} connections, {broadcasts} broadcasts ({receipts} receipts), median of {runs}\n"
@@ -240,13 +223,11 @@ pub fn run(probes: usize, connections: usize, broadcasts: u64, runs: usize) -> a
         b.as_secs_f64() * 1e3,
         per(b)
     );
-    let pending = broadcasts.min(skewscope_core::analysis::live::MAX_PENDING as u64);
     println!(
         "\nBefore any upload (the agent's records only, each broadcast pending): {:.1} µs per broadcast \
-         of {} probe connections; resident memory grew {:.1} MB holding {pending} pending broadcasts.",
+         of {} probe connections.",
         w.as_secs_f64() * 1e6 / broadcasts as f64,
         probes * connections,
-        held as f64 / 1e6,
     );
     Ok(())
 }
