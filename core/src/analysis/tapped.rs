@@ -62,10 +62,11 @@ pub struct TappedClient {
 /// is, so it is held only that long.
 pub struct TapJoin {
     rows: Vec<TapRow>,
-    /// (probe client, key of the message on that connection) → (tapped
+    /// Probe client → key of the message on that connection → (tapped
     /// broadcast, copy). Occurrences of a payload count per client in send
-    /// order, as a probe on that connection counts them.
-    keys: HashMap<(String, MessageKey), (usize, usize)>,
+    /// order, as a probe on that connection counts them. Nested so a
+    /// receipt is looked up by its connection's address without a copy of it.
+    keys: HashMap<String, HashMap<MessageKey, (usize, usize)>>,
     /// Probe broadcast key → the tapped broadcasts with a copy under it.
     waiting: HashMap<MessageKey, Vec<usize>>,
     /// Probe connections by local address.
@@ -100,7 +101,7 @@ impl TapJoin {
         }
         let mut port = None;
         let mut rows = Vec::new();
-        let mut keys = HashMap::new();
+        let mut keys: HashMap<String, HashMap<MessageKey, (usize, usize)>> = HashMap::new();
         let mut occurrences: HashMap<(String, u64), u32> = HashMap::new();
         let mut clients = ClientPlaces::default();
         let (mut totals, mut counters) = (Vec::new(), None);
@@ -131,7 +132,15 @@ impl TapJoin {
                                 }
                             }
                         };
-                        keys.insert((copy.client.clone(), key), (t, copies.len()));
+                        let place = (t, copies.len());
+                        match keys.get_mut(copy.client.as_str()) {
+                            Some(by_key) => {
+                                by_key.insert(key, place);
+                            }
+                            None => {
+                                keys.insert(copy.client.clone(), HashMap::from([(key, place)]));
+                            }
+                        }
                         copies.push((copy.client.clone(), copy.last_byte_wall_ns));
                     }
                     rows.push(TapRow {
@@ -150,7 +159,7 @@ impl TapJoin {
         }
         let port = port?;
         let mut waiting: HashMap<MessageKey, Vec<usize>> = HashMap::new();
-        for (&(_, key), &(t, _)) in &keys {
+        for (&key, &(t, _)) in keys.values().flat_map(|by_key| by_key.iter()) {
             let list = waiting.entry(key).or_default();
             if !list.contains(&t) {
                 list.push(t);
@@ -186,7 +195,7 @@ impl TapJoin {
             let found = run.connections[r.connection]
                 .addresses
                 .as_ref()
-                .and_then(|(local, _)| self.keys.get(&(local.clone(), key)).copied());
+                .and_then(|(local, _)| self.keys.get(local.as_str())?.get(&key).copied());
             let Some((t, c)) = found else {
                 left.push(r);
                 continue;
@@ -287,32 +296,48 @@ fn agent_side(b: &TapBroadcast) -> Option<AgentSide> {
 /// Where the server put each client, over every tapped broadcast.
 #[derive(Default)]
 struct ClientPlaces {
-    by_client: HashMap<String, TappedClient>,
-    /// Per client: sum of positions (0 first, 1 last) and how many.
-    sums: HashMap<String, (f64, u64)>,
+    by_client: HashMap<String, Place>,
+}
+
+/// One client's copies so far, and the sum of its positions (0 first, 1
+/// last) over the broadcasts with two copies or more, for its mean.
+struct Place {
+    client: TappedClient,
+    position_sum: f64,
+    positioned: u64,
 }
 
 impl ClientPlaces {
     fn add(&mut self, b: &TapBroadcast) {
         let n = b.copies.len();
         for (i, copy) in b.copies.iter().enumerate() {
-            let c = self
-                .by_client
-                .entry(copy.client.clone())
-                .or_insert_with(|| TappedClient {
+            if !self.by_client.contains_key(copy.client.as_str()) {
+                let client = TappedClient {
                     client: copy.client.clone(),
                     copies: 0,
                     mean_position: None,
                     last: 0,
                     segments: 0,
                     resent: 0,
-                });
-            c.copies += 1;
+                };
+                self.by_client.insert(
+                    copy.client.clone(),
+                    Place {
+                        client,
+                        position_sum: 0.0,
+                        positioned: 0,
+                    },
+                );
+            }
+            let p = self
+                .by_client
+                .get_mut(copy.client.as_str())
+                .expect("inserted above");
+            p.client.copies += 1;
             if n >= 2 {
-                c.last += u64::from(i == n - 1);
-                let s = self.sums.entry(copy.client.clone()).or_default();
-                s.0 += i as f64 / (n - 1) as f64;
-                s.1 += 1;
+                p.client.last += u64::from(i == n - 1);
+                p.position_sum += i as f64 / (n - 1) as f64;
+                p.positioned += 1;
             }
         }
     }
@@ -327,18 +352,18 @@ impl ClientPlaces {
         for t in totals {
             // A client the server never sent a copy to has no position to
             // show; its resends are still in the tap's counters.
-            if let Some(c) = self.by_client.get_mut(t.client.as_str()) {
-                c.segments += t.segments;
-                c.resent += t.resent;
+            if let Some(p) = self.by_client.get_mut(t.client.as_str()) {
+                p.client.segments += t.segments;
+                p.client.resent += t.resent;
             }
         }
-        let sums = self.sums;
         let mut per_client: Vec<TappedClient> = self
             .by_client
-            .into_iter()
-            .map(|(client, mut c)| {
-                c.mean_position = sums.get(&client).map(|(sum, n)| sum / *n as f64);
-                c
+            .into_values()
+            .map(|mut p| {
+                p.client.mean_position =
+                    (p.positioned > 0).then(|| p.position_sum / p.positioned as f64);
+                p.client
             })
             .collect();
         per_client.sort_by(|a, b| {
