@@ -479,30 +479,37 @@ impl AgentSource for ClockOnly<'_> {
 /// tapped the server), read when the first one comes.
 struct Tapping<'a> {
     agent: &'a dyn AgentSource,
+    /// `None` until the agent's log is read; then `Some(None)` if it tapped
+    /// no server.
     tap: Option<Option<crate::analysis::tapped::TapJoin>>,
     inner: &'a mut dyn BroadcastSink,
 }
 
+/// The tap's join of `agent`'s log, read into `tap` the first time it is
+/// wanted.
+fn read_tap<'t>(
+    tap: &'t mut Option<Option<crate::analysis::tapped::TapJoin>>,
+    agent: &dyn AgentSource,
+    run: &Joined,
+) -> Option<&'t mut crate::analysis::tapped::TapJoin> {
+    tap.get_or_insert_with(|| crate::analysis::tapped::TapJoin::new(run, agent.records()))
+        .as_mut()
+}
+
 impl BroadcastSink for Tapping<'_> {
     fn broadcast(&mut self, run: &Joined, broadcast: JoinedBroadcast) {
-        let Tapping { agent, tap, inner } = self;
-        let tap =
-            tap.get_or_insert_with(|| crate::analysis::tapped::TapJoin::new(run, agent.records()));
-        match tap {
-            Some(tap) => tap.broadcast(run, broadcast, &mut **inner),
-            None => inner.broadcast(run, broadcast),
+        match read_tap(&mut self.tap, self.agent, run) {
+            Some(tap) => tap.broadcast(run, broadcast, &mut *self.inner),
+            None => self.inner.broadcast(run, broadcast),
         }
     }
 }
 
 impl Tapping<'_> {
     /// The tapped broadcasts still held, handed over; the tap's summary.
-    fn finish(self, run: &Joined) -> Option<crate::analysis::tapped::TapSummary> {
-        let tap = match self.tap {
-            Some(tap) => tap,
-            None => crate::analysis::tapped::TapJoin::new(run, self.agent.records()),
-        };
-        tap.map(|t| t.finish(run, self.inner))
+    fn finish(mut self, run: &Joined) -> Option<crate::analysis::tapped::TapSummary> {
+        read_tap(&mut self.tap, self.agent, run);
+        self.tap.flatten().map(|t| t.finish(run, self.inner))
     }
 }
 
