@@ -12,8 +12,7 @@ use skewscope_core::analysis::triggers::TriggerLatencyBuilder;
 use skewscope_core::log::{LogFileReader, LogKind};
 use skewscope_core::record::{AgentRecord, ProbeRecord};
 
-use crate::log_files::LogFiles;
-pub use crate::log_files::{AgentFiles, ProbeFiles};
+use crate::log_files::{AgentFiles, LogFiles, ProbeFiles};
 
 /// The logs given, sorted by writer and run, as files the join reads as it
 /// goes (a log can be far larger than memory should be).

@@ -11,8 +11,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
-use super::probes::StampThinner;
-use super::probes::{Episodes, collect_probes};
+use super::probes::{Episodes, StampThinner, collect_probes};
 use super::{
     Agent, AgentBroadcast, AgentSide, AgentSource, BroadcastKey, ClockIdentity, Joined,
     JoinedBroadcast, JoinedReceipt, ProbeSource, RunEnd, Slot, listening,
@@ -587,9 +586,11 @@ fn index_agent(
         .collect();
     // Only receipts known by payload hash are matched through it.
     let mut by_conn_hash: HashMap<(u64, u64), Vec<u64>> = HashMap::new();
-    for (&id, b) in broadcasts.iter().filter(|_| by_hash) {
-        for &conn in b.slots.keys() {
-            by_conn_hash.entry((conn, b.hash)).or_default().push(id);
+    if by_hash {
+        for (&id, b) in &broadcasts {
+            for &conn in b.slots.keys() {
+                by_conn_hash.entry((conn, b.hash)).or_default().push(id);
+            }
         }
     }
     for ids in by_conn_hash.values_mut() {
