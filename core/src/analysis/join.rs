@@ -443,6 +443,7 @@ pub fn join_sources_with_reference(
     let mut tapping = Tapping {
         agent,
         tap: None,
+        clock: Vec::new(),
         inner: sink,
     };
     let mut joined = join_sources(None, probes, &mut tapping);
@@ -450,29 +451,24 @@ pub fn join_sources_with_reference(
         // At most both at once.
         joined.most_receipts_held += tap.most_receipts_held();
     }
-    joined.tap = tapping.finish(&joined);
-    let clock_only = ClockOnly(agent);
-    joined.agent = join_sources(Some(&clock_only), &[], &mut Vec::new()).agent;
+    let (tap, clock) = tapping.finish(&joined);
+    joined.tap = tap;
+    joined.agent = join_sources(Some(&clock), &[], &mut Vec::new()).agent;
     joined.agent_runs = 1;
     joined
 }
 
-/// An agent's records without its broadcasts: only the clock reference.
-struct ClockOnly<'a>(&'a dyn AgentSource);
-
-impl AgentSource for ClockOnly<'_> {
-    fn records(&self) -> Box<dyn Iterator<Item = AgentRecord> + '_> {
-        Box::new(self.0.records().filter(|r| {
-            !matches!(
-                r,
-                AgentRecord::Broadcast(_)
-                    | AgentRecord::ShardSends(_)
-                    | AgentRecord::SendCompleted(_)
-                    | AgentRecord::TxStamp(_)
-                    | AgentRecord::TapBroadcast(_)
-            )
-        }))
-    }
+/// Whether the clock reference needs `r`: all of an agent's records but its
+/// broadcasts and what the tap saw of them.
+fn clock_record(r: &AgentRecord) -> bool {
+    !matches!(
+        r,
+        AgentRecord::Broadcast(_)
+            | AgentRecord::ShardSends(_)
+            | AgentRecord::SendCompleted(_)
+            | AgentRecord::TxStamp(_)
+            | AgentRecord::TapBroadcast(_)
+    )
 }
 
 /// Passes the probes' broadcasts through what the agent's tap saw (if it
@@ -482,23 +478,34 @@ struct Tapping<'a> {
     /// `None` until the agent's log is read; then `Some(None)` if it tapped
     /// no server.
     tap: Option<Option<crate::analysis::tapped::TapJoin>>,
+    /// The agent's records the clock reference needs, kept as that one read
+    /// goes by (the log is not read again for them).
+    clock: Vec<AgentRecord>,
     inner: &'a mut dyn BroadcastSink,
 }
 
 /// The tap's join of `agent`'s log, read into `tap` the first time it is
-/// wanted.
+/// wanted; the records the clock reference needs go to `clock` meanwhile.
 fn read_tap<'t>(
     tap: &'t mut Option<Option<crate::analysis::tapped::TapJoin>>,
+    clock: &mut Vec<AgentRecord>,
     agent: &dyn AgentSource,
     run: &Joined,
 ) -> Option<&'t mut crate::analysis::tapped::TapJoin> {
-    tap.get_or_insert_with(|| crate::analysis::tapped::TapJoin::new(run, agent.records()))
-        .as_mut()
+    tap.get_or_insert_with(|| {
+        let records = agent.records().inspect(|r| {
+            if clock_record(r) {
+                clock.push(r.clone());
+            }
+        });
+        crate::analysis::tapped::TapJoin::new(run, records)
+    })
+    .as_mut()
 }
 
 impl BroadcastSink for Tapping<'_> {
     fn broadcast(&mut self, run: &Joined, broadcast: JoinedBroadcast) {
-        match read_tap(&mut self.tap, self.agent, run) {
+        match read_tap(&mut self.tap, &mut self.clock, self.agent, run) {
             Some(tap) => tap.broadcast(run, broadcast, &mut *self.inner),
             None => self.inner.broadcast(run, broadcast),
         }
@@ -506,10 +513,18 @@ impl BroadcastSink for Tapping<'_> {
 }
 
 impl Tapping<'_> {
-    /// The tapped broadcasts still held, handed over; the tap's summary.
-    fn finish(mut self, run: &Joined) -> Option<crate::analysis::tapped::TapSummary> {
-        read_tap(&mut self.tap, self.agent, run);
-        self.tap.flatten().map(|t| t.finish(run, self.inner))
+    /// The tapped broadcasts still held, handed over; the tap's summary, and
+    /// the agent's records for its clock reference.
+    fn finish(
+        mut self,
+        run: &Joined,
+    ) -> (
+        Option<crate::analysis::tapped::TapSummary>,
+        Vec<AgentRecord>,
+    ) {
+        read_tap(&mut self.tap, &mut self.clock, self.agent, run);
+        let summary = self.tap.flatten().map(|t| t.finish(run, self.inner));
+        (summary, self.clock)
     }
 }
 
