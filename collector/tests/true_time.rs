@@ -170,13 +170,19 @@ fn offsets_of_shifted_probes_are_measured_and_corrected_skew_holds_the_truth() {
     }));
     assert_eq!(truth.len(), broadcasts as usize);
     assert_brackets(&json, &truth);
-    // Raw skew shows the ~8 ms between the two clocks.
+    // Raw skew shows the 8 ms between the two clocks, give or take the true
+    // skew (which a loaded machine widens).
+    let truth_max = *truth.iter().max().unwrap();
     let raw_p50 = json["skew_ns"]["p50"].as_i64().unwrap();
-    assert!(raw_p50 > 7_000_000 && raw_p50 < 9_500_000, "{text}");
-    // Within one device there is no clock error.
     assert!(
-        json["skew_intra_device_ns"]["max"].as_i64().unwrap() < 5_000_000,
-        "{text}"
+        (raw_p50 - 8_000_000).abs() <= truth_max + truth_max / 500,
+        "raw p50 {raw_p50}, true max {truth_max}: {text}"
+    );
+    // Within one device there is no clock error: never more than the truth.
+    let intra_max = json["skew_intra_device_ns"]["max"].as_i64().unwrap();
+    assert!(
+        intra_max <= truth_max + truth_max / 500,
+        "intra-device max {intra_max}, true max {truth_max}: {text}"
     );
 }
 
