@@ -52,6 +52,13 @@ pub struct AgentConfig {
     #[serde(skip)]
     pub print_config: bool,
 
+    /// What to log, as `RUST_LOG` says it (`warn`, `info,agent::ingest=debug`);
+    /// overrides `RUST_LOG`. Default `info`. Targets: `agent::server`,
+    /// `agent::engine`, `agent::recorder`, `agent::ingest`, `agent::live`,
+    /// `agent::tap`, `agent::time`.
+    #[arg(long, value_name = "FILTER")]
+    pub log: Option<String>,
+
     /// Address to listen on (port 0 picks a free port; the chosen address is printed).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
@@ -119,6 +126,11 @@ pub struct AgentConfig {
     /// read, so announcing large bodies cannot exhaust memory.
     #[arg(long, default_value_t = 64 * 1024 * 1024)]
     pub max_publish_in_flight: usize,
+
+    /// Most `/clock` sessions (the time exchange over WebSocket, for pages
+    /// and apps) open at once; past it a new one is answered 503.
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    pub max_clock_sessions: usize,
 
     /// Seconds a client has to send a request head or body.
     #[arg(long, default_value_t = 10)]

@@ -5,8 +5,17 @@
 //! WebSocket upgrade (on tokio); `engine` is the fan-out: the hub starts a
 //! broadcast across the shards, each shard a thread writing one pre-encoded
 //! frame to all its clients. Around them: `recorder` writes the log off the
-//! hot path into `segments`, `time_port` answers the probes' time exchange and
-//! `clock_watch` records what the server clock claims about itself.
+//! hot path into `segments`, `time_port` answers the probes' time exchange,
+//! `clock_watch` records what the server clock claims about itself, `ingest`
+//! stores what probes upload, `live` joins the two for `/metrics`, and `tap`
+//! follows a server the agent does not replace.
+//!
+//! Handles down, events up: [`RunningAgent::start`] creates every counter
+//! (`counters`) and live figure (`live`) once and hands each part the ones
+//! it updates; the recorder and the ingest worker send what they wrote up
+//! to the live join through a feed they are given. No part holds a
+//! reference back up to what built it, and `/metrics` and `/healthz` only
+//! render handles (docs/layout.md draws the graph).
 //!
 //! Public: [`RunningAgent`] and its [`AgentConfig`], and [`http_client`], the
 //! small HTTP client demos and tests trigger broadcasts with. The `bench`
@@ -16,10 +25,14 @@
 
 mod clock_watch;
 pub mod config;
+mod counters;
 mod engine;
+mod exposition;
 pub mod http_client;
 mod ingest;
+mod live;
 mod metrics;
+mod quiet;
 mod recorder;
 mod segments;
 mod server;
@@ -34,6 +47,13 @@ pub mod bench {
     pub use crate::server::{http, upgrade};
 }
 
+/// The agent's own readers of bytes from peers, for the fuzz targets
+/// (`fuzz/`): the HTTP request head, parsed as the server parses it.
+#[cfg(feature = "decoders")]
+pub mod decoders {
+    pub use crate::server::http::{HeadError, MAX_HEAD, Request, parse_head};
+}
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,32 +65,32 @@ use tokio::sync::watch;
 
 pub use config::AgentConfig;
 
-use crate::engine::hub::{self, Hub};
+use crate::counters::AgentCounters;
+use crate::engine::hub::{self, Hub, HubConfig};
 use crate::engine::shard::ShardConfig;
+use crate::live::{LiveFigures, LiveThread};
 use crate::recorder::RecorderThread;
-use crate::server::Context;
+use crate::server::context::Context;
 
 /// Pending connections the kernel holds for us: 10,000 clients reconnecting at
 /// once must not be refused.
 const LISTEN_BACKLOG: i32 = 4096;
 
-/// How long a shard may leave a heartbeat unanswered before it counts as
-/// stuck. A broadcast to 10,000 clients takes milliseconds, and a shard
-/// looks at its commands between client reads, so only a shard that has
-/// stopped working is this late. With the unit's `WatchdogSec=30s` (pinged
-/// every 15 s), a stuck shard gets the agent restarted within about 50 s.
-pub const SHARD_STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+pub use engine::shard::SHARD_STUCK_AFTER;
 
-/// The stuck-shard test hook: `SKEWSCOPE_AGENT_TEST_STALL_SHARD=N` makes
-/// shard N block for good at its first broadcast (said on stderr), so the
-/// boot test can see systemd's watchdog restart the agent. Unset in real runs.
+/// The stuck-shard test hook, in builds with the `test-hooks` feature only:
+/// `SKEWSCOPE_AGENT_TEST_STALL_SHARD=N` makes shard N block for good at its
+/// first broadcast (said in the log), so the boot test can see systemd's
+/// watchdog restart the agent.
+#[cfg(any(test, feature = "test-hooks"))]
 fn stall_shard_test_hook() -> Option<u16> {
     let shard = std::env::var("SKEWSCOPE_AGENT_TEST_STALL_SHARD")
         .ok()?
         .parse()
         .ok()?;
-    eprintln!(
-        "skewscope-agent: TEST HOOK: shard {shard} will stall at its first broadcast (SKEWSCOPE_AGENT_TEST_STALL_SHARD)"
+    tracing::warn!(
+        target: "agent::engine",
+        "TEST HOOK: shard {shard} will stall at its first broadcast (SKEWSCOPE_AGENT_TEST_STALL_SHARD)"
     );
     Some(shard)
 }
@@ -87,6 +107,9 @@ pub struct RunningAgent {
     time_port: Option<time_port::TimePort>,
     tap: Option<tap::TapThread>,
     recorder: RecorderThread,
+    live: LiveThread,
+    clock_watch: clock_watch::ClockWatch,
+    shards_stuck: prometheus_client::metrics::gauge::Gauge,
     stop: watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
 }
@@ -107,6 +130,12 @@ impl RunningAgent {
         skewscope_os::files::raise_open_file_limit().context("cannot raise the open-file limit")?;
         let (listener, time_socket) = bind_both(&config)?;
         let addr = listener.local_addr()?;
+        if token.is_none() && !addr.ip().is_loopback() {
+            tracing::warn!(
+                target: "agent",
+                "no --token-file: /publish, /start_test, /ingest and /audit/* on {addr} are open to anyone who can reach it (they can make every screen show what they like, read the logs and upload invented probe runs); give --token-file FILE, as the package does"
+            );
+        }
         anyhow::ensure!(
             config.max_data_bytes >= 2 * config.segment_bytes,
             "max_data_bytes ({}) must be at least twice segment_bytes ({}): the open segment is never removed",
@@ -117,15 +146,25 @@ impl RunningAgent {
             segment_bytes: config.segment_bytes,
             max_data_bytes: config.max_data_bytes,
         };
-        let metrics = Arc::new(metrics::Metrics::new(config.shard_count()));
-        let recorder = RecorderThread::start(&config.data_dir, limits, metrics.clone())
-            .with_context(|| {
-                format!(
-                    "cannot create a record log in {}",
-                    config.data_dir.display()
-                )
-            })?;
         let shards = config.shard_count();
+        // Every counter and figure, created once and handed down.
+        let counters = AgentCounters::new(time_socket.is_some());
+        let figures = LiveFigures::new();
+        let metrics = metrics::Metrics::new(&counters, &figures);
+        let (live, feed) = LiveThread::start(figures, skewscope_os::clock::now().wall_ns, shards)
+            .context("cannot start the live join's thread")?;
+        let recorder = RecorderThread::start(
+            &config.data_dir,
+            limits,
+            counters.records_lost.clone(),
+            Box::new(feed.clone()),
+        )
+        .with_context(|| {
+            format!(
+                "cannot create a record log in {}",
+                config.data_dir.display()
+            )
+        })?;
         let order = config.order.into();
         recorder.handle().record(AgentRecord::Started(AgentStarted {
             host: skewscope_os::host::host_name(),
@@ -144,24 +183,30 @@ impl RunningAgent {
         };
         recorder.handle().record(AgentRecord::Identity(identity));
         let hub = Arc::new(Hub::start(
-            shards,
-            ShardConfig {
-                order,
-                record_send_times: !config.no_send_times,
-                max_frame: config.max_frame,
-                max_queue_bytes: config.max_queue_bytes,
-                tx_timestamps: config.tx_timestamps,
+            HubConfig {
+                shards,
                 pin_shards: config.pin_shards,
-                stall_shard: stall_shard_test_hook(),
                 deflate: !config.no_deflate,
+                shard: ShardConfig {
+                    order,
+                    record_send_times: !config.no_send_times,
+                    max_frame: config.max_frame,
+                    max_queue_bytes: config.max_queue_bytes,
+                    tx_timestamps: config.tx_timestamps,
+                    #[cfg(any(test, feature = "test-hooks"))]
+                    stall_shard: stall_shard_test_hook(),
+                },
             },
             recorder.handle(),
+            counters.clients.clone(),
+            counters.broadcasts.clone(),
         )?);
-        let time_port = match time_socket {
-            Some(socket) => Some(
-                time_port::TimePort::serve_on(socket).context("cannot serve the time exchange")?,
+        let time_port = match (time_socket, &counters.time_port) {
+            (Some(socket), Some(port_counters)) => Some(
+                time_port::TimePort::serve_on(socket, port_counters.clone())
+                    .context("cannot serve the time exchange")?,
             ),
-            None => None,
+            _ => None,
         };
         let tap = match config.tap_port {
             Some(port) => Some(
@@ -175,52 +220,49 @@ impl RunningAgent {
             ),
             None => None,
         };
-        let counters = time_port.as_ref().map(|t| t.counters.clone());
         let ingest = Arc::new(
-            ingest::IngestStore::new(&config.data_dir, config.max_data_bytes)
-                .with_context(|| format!("cannot create {}/probes", config.data_dir.display()))?,
+            ingest::IngestStore::new(
+                &config.data_dir,
+                config.max_data_bytes,
+                counters.ingest.clone(),
+            )
+            .with_context(|| format!("cannot create {}/probes", config.data_dir.display()))?,
         );
-        let ingest_worker = ingest::Worker::start(ingest.clone(), metrics.clone())
+        let ingest_worker = ingest::Worker::start(ingest.clone(), feed)
             .context("cannot start the ingest thread")?;
-        metrics.attach(metrics::Sources {
-            hub: hub.clone(),
-            time: counters.clone(),
-            ingest: ingest.clone(),
-            records_lost: recorder.lost(),
-        });
         let publish_budget_bytes = config
             .max_publish_in_flight
             .min(tokio::sync::Semaphore::MAX_PERMITS);
         let context = Arc::new(Context {
             hub: hub.clone(),
-            time: counters.clone(),
             token,
             max_publish: config.max_publish,
             max_clients: config.max_clients,
             subprotocols: config.subprotocols.clone(),
-            records_lost: recorder.lost(),
-            metrics: metrics.clone(),
+            counters: counters.clone(),
+            metrics,
             metrics_token: metrics_token.clone(),
             pending: Arc::new(tokio::sync::Semaphore::new(
                 config
                     .max_pending
                     .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
             )),
-            refused_pending: Default::default(),
-            refused_clients: Default::default(),
             publish_budget: Arc::new(tokio::sync::Semaphore::new(publish_budget_bytes)),
-            publish_budget_bytes,
+            clock_sessions: Arc::new(tokio::sync::Semaphore::new(
+                config
+                    .max_clock_sessions
+                    .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+            )),
             request_timeout: config.request_timeout(),
             ingest,
             ingest_worker,
+            quiet: hub.quiet(),
             audit,
         });
         let (stop, stopped) = watch::channel(false);
-        tokio::spawn(clock_watch::watch(
-            recorder.handle(),
-            counters,
-            stop.subscribe(),
-        ));
+        let clock_watch =
+            clock_watch::ClockWatch::start(recorder.handle(), counters.time_port.clone())
+                .context("cannot start the clock watch")?;
         let server = tokio::spawn(server::serve(listener, context, stopped));
         Ok(RunningAgent {
             addr,
@@ -230,6 +272,9 @@ impl RunningAgent {
             tap,
             hub,
             recorder,
+            live,
+            clock_watch,
+            shards_stuck: counters.shards_stuck.clone(),
             stop,
             server,
         })
@@ -238,7 +283,7 @@ impl RunningAgent {
     /// Broadcasts the built-in test message without going through HTTP: for
     /// in-process benchmarks that time the fan-out alone.
     pub async fn start_test(&self) -> hub::Broadcasted {
-        self.hub.start_test().await
+        self.hub.start_test(None).await
     }
 
     /// Connected WebSocket clients.
@@ -254,12 +299,14 @@ impl RunningAgent {
     /// Whether every engine thread still runs, and every shard still handles
     /// its commands (none stuck for [`SHARD_STUCK_AFTER`]): what the systemd
     /// watchdog is pinged on.
+    /// Also sets `skewscope_shards_stuck`, so an alert sees what the
+    /// watchdog sees (a scrape of `/metrics` runs the same check).
     pub fn healthy(&self) -> bool {
-        self.recorder.alive()
-            && self
-                .hub
-                .shards_healthy(skewscope_os::clock::mono_ns(), SHARD_STUCK_AFTER)
-            && !self.server.is_finished()
+        let stuck = self
+            .hub
+            .shards_stuck(skewscope_os::clock::mono_ns(), SHARD_STUCK_AFTER);
+        self.shards_stuck.set(stuck as i64);
+        self.recorder.alive() && self.hub.has_shards() && stuck == 0 && !self.server.is_finished()
     }
 
     /// Stops accepting, closes every client, and flushes and syncs the log.
@@ -270,7 +317,10 @@ impl RunningAgent {
         let recorder = self.recorder;
         let mut time_port = self.time_port;
         let tap = self.tap;
+        let live = self.live;
+        let clock_watch = self.clock_watch;
         tokio::task::spawn_blocking(move || {
+            clock_watch.stop();
             if let Some(tap) = tap {
                 tap.stop();
             }
@@ -281,7 +331,9 @@ impl RunningAgent {
                     .record(AgentRecord::TimeService(port.counters.snapshot()));
             }
             hub.shutdown();
-            recorder.finish()
+            let lost = recorder.finish();
+            live.stop();
+            lost
         })
         .await
         .context("agent shutdown panicked")

@@ -24,10 +24,16 @@ fn main() -> ExitCode {
         print!("{}", skewscope_os::settings::print(&config));
         return ExitCode::SUCCESS;
     }
+    if let Err(e) =
+        skewscope_os::logging::init(config.log.as_deref(), skewscope_os::logging::DEFAULT_FILTER)
+    {
+        eprintln!("skewscope-agent: {e}");
+        return ExitCode::from(2);
+    }
     match run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("skewscope-agent: {e:#}");
+            tracing::error!(target: "agent", "{e:#}");
             ExitCode::FAILURE
         }
     }
@@ -60,7 +66,7 @@ fn run(config: AgentConfig) -> anyhow::Result<()> {
             }
         }
         let _ = sd_notify::notify(&[NotifyState::Stopping]);
-        eprintln!("skewscope-agent: stopping; flushing records");
+        tracing::info!(target: "agent", "stopping; flushing records");
         agent.shutdown().await
     })
 }

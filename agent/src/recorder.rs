@@ -2,23 +2,32 @@
 //!
 //! Shards hand over whole per-broadcast slot vectors (a move, no encoding on the
 //! hot path) and get the emptied vectors back for reuse. This thread is never
-//! woken per record: it sleeps [`FLUSH_EVERY`], then encodes, writes and flushes
-//! everything queued, so it does not compete with the send loops for a core in
-//! the middle of a broadcast (measured: waking it per broadcast cost 12-27 % of
-//! a 100-client fan-out on 2 cores). A crash loses at most that much and leaves at
-//! worst one torn record.
+//! woken per record: while records come it wakes every [`FLUSH_EVERY`], then
+//! encodes, writes and flushes everything queued, so it does not compete with
+//! the send loops for a core in the middle of a broadcast (measured: waking it
+//! per broadcast cost 12-27 % of a 100-client fan-out on 2 cores). A crash
+//! loses at most that much and leaves at worst one torn record.
+//!
+//! When a wake finds nothing to write, it sleeps until a record comes: the
+//! first one after a quiet spell unparks it (one atomic swap on the
+//! sender's side), and it waits [`FLUSH_EVERY`] more before writing, so the
+//! rest of that broadcast's records come in the same drain. An idle agent
+//! so never wakes for its log.
+//!
+//! Every record written is shown to a [`RecordObserver`] (the live join's
+//! feed): events go up, and the recorder knows nothing of who listens.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
 use skewscope_core::Stamp;
 use skewscope_core::record::{AgentRecord, RecordsLost, SendSlot, ShardSends};
 
-use crate::metrics::Metrics;
 use crate::segments::{Limits, SegmentedLog};
 
 /// Longest time a record waits in memory before it is written out.
@@ -29,10 +38,30 @@ enum Message {
     Sends(ShardSends, Sender<Vec<SendSlot>>),
 }
 
+/// Something told of every record the recorder writes, on its thread,
+/// in log order.
+pub trait RecordObserver: Send {
+    /// `record` was appended to the log (or lost with it: it is shown either way).
+    fn observe(&mut self, record: &AgentRecord);
+}
+
+/// An observer that looks at nothing, for a recorder no one watches.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub struct Unobserved;
+
+#[cfg(test)]
+impl RecordObserver for Unobserved {
+    fn observe(&mut self, _: &AgentRecord) {}
+}
+
 /// A cheap handle to send records to the recorder thread.
 #[derive(Clone)]
 pub struct Recorder {
     tx: Sender<Message>,
+    /// The recorder thread, to wake when it sleeps for want of records.
+    thread: std::thread::Thread,
+    asleep: Arc<AtomicBool>,
 }
 
 /// Owns the recorder thread; `finish` writes the last record and syncs.
@@ -40,7 +69,7 @@ pub struct RecorderThread {
     handle: Recorder,
     stop: Arc<AtomicBool>,
     new_segment: Arc<AtomicBool>,
-    lost: Arc<AtomicU64>,
+    lost: Counter,
     thread: JoinHandle<()>,
     /// The run's first segment.
     pub path: PathBuf,
@@ -51,22 +80,37 @@ impl Recorder {
     pub fn record(&self, record: AgentRecord) {
         // The receiver only goes away after `finish`, when no shard is running.
         let _ = self.tx.send(Message::Record(record));
+        self.wake_if_asleep();
     }
 
     /// Queues a shard's sends; the emptied slot vector comes back on `recycle`.
     pub fn record_sends(&self, sends: ShardSends, recycle: Sender<Vec<SendSlot>>) {
         let _ = self.tx.send(Message::Sends(sends, recycle));
+        self.wake_if_asleep();
+    }
+
+    /// The first record after a quiet spell wakes the thread; while it
+    /// runs its own timer, this is one atomic swap and nothing more.
+    fn wake_if_asleep(&self) {
+        // Pairs with the fence in `sleep_until_a_record`: either that side
+        // sees this record in the channel, or this side sees it asleep.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.asleep.load(Ordering::Relaxed) && self.asleep.swap(false, Ordering::AcqRel) {
+            self.thread.unpark();
+        }
     }
 }
 
 impl RecorderThread {
     /// Creates `dir` if needed, opens the run's first segment in it and starts
     /// the thread.
-    /// Every record is also counted into `metrics` (off the shards).
+    /// Every record is shown to `observer`; records that cannot be written
+    /// are counted in `lost`.
     pub fn start(
         dir: &Path,
         limits: Limits,
-        metrics: Arc<Metrics>,
+        lost: Counter,
+        mut observer: Box<dyn RecordObserver>,
     ) -> std::io::Result<RecorderThread> {
         let stem = format!(
             "agent-{}-{}",
@@ -78,8 +122,13 @@ impl RecorderThread {
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let new_segment = Arc::new(AtomicBool::new(false));
-        let lost = Arc::new(AtomicU64::new(0));
-        let flags = (stop.clone(), new_segment.clone(), lost.clone());
+        let asleep = Arc::new(AtomicBool::new(false));
+        let flags = Flags {
+            stop: stop.clone(),
+            reopen: new_segment.clone(),
+            asleep: asleep.clone(),
+        };
+        let counted = lost.clone();
         let thread = std::thread::Builder::new()
             .name("recorder".into())
             .spawn(move || {
@@ -87,12 +136,16 @@ impl RecorderThread {
                 if let Err(e) =
                     skewscope_os::priority::nice_this_thread(skewscope_os::priority::RECORDER_NICE)
                 {
-                    eprintln!("skewscope-agent: recorder runs at normal priority: {e}");
+                    tracing::warn!(target: "agent::recorder", "the recorder runs at normal priority: {e}");
                 }
-                run(log, rx, &flags.0, &flags.1, &flags.2, &metrics)
+                run(log, &rx, &flags, &counted, observer.as_mut())
             })?;
         Ok(RecorderThread {
-            handle: Recorder { tx },
+            handle: Recorder {
+                tx,
+                thread: thread.thread().clone(),
+                asleep,
+            },
             stop,
             new_segment,
             lost,
@@ -118,11 +171,6 @@ impl RecorderThread {
         !self.thread.is_finished()
     }
 
-    /// Records lost so far because writing failed (`/healthz`).
-    pub fn lost(&self) -> Arc<AtomicU64> {
-        self.lost.clone()
-    }
-
     /// Writes the final record, flushes and syncs, and waits for the thread;
     /// returns how many records were lost over the run.
     pub fn finish(self) -> u64 {
@@ -131,14 +179,24 @@ impl RecorderThread {
         self.stop.store(true, Ordering::Release);
         self.thread.thread().unpark();
         let _ = self.thread.join();
-        self.lost.load(Ordering::Relaxed)
+        self.lost.get()
     }
+}
+
+/// What the recorder thread is told besides records.
+struct Flags {
+    /// Write what is queued, sync and end.
+    stop: Arc<AtomicBool>,
+    /// Move on to a new segment (SIGHUP).
+    reopen: Arc<AtomicBool>,
+    /// Set while it sleeps for want of records: the next one wakes it.
+    asleep: Arc<AtomicBool>,
 }
 
 /// What the recorder lost while writing failed, until it works again.
 struct Losses<'a> {
-    /// Run total, shared with `/healthz`.
-    total: &'a AtomicU64,
+    /// Run total, shared with `/healthz` and `/metrics`.
+    total: &'a Counter,
     /// Records appended since the last flush that worked: a failed flush
     /// loses them.
     unflushed: u64,
@@ -155,13 +213,14 @@ impl Losses<'_> {
         self.unflushed = 0;
         if self.outage.is_none() {
             // Keep serving clients; say when the log became incomplete.
-            eprintln!(
-                "skewscope-agent: writing the record log failed: {e}; records are being lost (counted, and said when writing works again)"
+            tracing::error!(
+                target: "agent::recorder",
+                "writing the record log failed: {e}; records are being lost (counted, and said when writing works again)"
             );
         }
         let outage = self.outage.get_or_insert((0, skewscope_os::clock::now()));
         outage.0 += count;
-        self.total.fetch_add(count, Ordering::Relaxed);
+        self.total.inc_by(count);
         let _ = writer.discard_buffered();
     }
 
@@ -175,8 +234,9 @@ impl Losses<'_> {
                 .append(&AgentRecord::RecordsLost(RecordsLost { count, since, at }))
                 .and_then(|()| writer.flush());
             match said {
-                Ok(()) => eprintln!(
-                    "skewscope-agent: writing the record log works again; {count} records were lost"
+                Ok(()) => tracing::warn!(
+                    target: "agent::recorder",
+                    "writing the record log works again; {count} records were lost"
                 ),
                 Err(e) => {
                     self.outage = Some((count, since));
@@ -189,29 +249,35 @@ impl Losses<'_> {
 
 fn run(
     mut writer: SegmentedLog,
-    rx: Receiver<Message>,
-    stop: &AtomicBool,
-    reopen: &AtomicBool,
-    lost: &AtomicU64,
-    metrics: &Metrics,
+    rx: &Receiver<Message>,
+    flags: &Flags,
+    lost: &Counter,
+    observer: &mut dyn RecordObserver,
 ) {
     let mut losses = Losses {
         total: lost,
         unflushed: 0,
         outage: None,
     };
-    let append = |writer: &mut SegmentedLog, losses: &mut Losses<'_>, r: &AgentRecord| {
-        metrics.observe(r);
+    let mut append = |writer: &mut SegmentedLog, losses: &mut Losses<'_>, r: &AgentRecord| {
+        observer.observe(r);
         match writer.append(r) {
             Ok(()) => losses.unflushed += 1,
             Err(e) => losses.failed(writer, &e, true),
         }
     };
+    // A record taken while deciding to sleep, written at the next drain.
+    let mut held: Option<Message> = None;
     loop {
         // Read the flag before draining, so everything sent before `finish` is written.
-        let stopping = stop.load(Ordering::Acquire);
+        let stopping = flags.stop.load(Ordering::Acquire);
+        let mut drained = 0usize;
         loop {
-            match rx.try_recv() {
+            let next = match held.take() {
+                Some(message) => Ok(message),
+                None => rx.try_recv(),
+            };
+            match next {
                 Ok(Message::Record(r)) => append(&mut writer, &mut losses, &r),
                 Ok(Message::Sends(sends, recycle)) => {
                     let record = AgentRecord::ShardSends(sends);
@@ -223,29 +289,65 @@ fn run(
                 }
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
+            drained += 1;
         }
-        match writer.flush() {
-            Ok(()) => losses.flushed(&mut writer),
-            Err(e) => losses.failed(&mut writer, &e, false),
+        if drained > 0 || losses.outage.is_some() {
+            match writer.flush() {
+                Ok(()) => losses.flushed(&mut writer),
+                Err(e) => losses.failed(&mut writer, &e, false),
+            }
         }
-        if reopen.swap(false, Ordering::AcqRel) {
+        if flags.reopen.swap(false, Ordering::AcqRel) {
             match writer.next_segment() {
-                Ok(()) => eprintln!("skewscope-agent: recording to {}", writer.path().display()),
+                Ok(()) => tracing::info!(
+                    target: "agent::recorder",
+                    "recording to {}",
+                    writer.path().display()
+                ),
                 Err(e) => losses.failed(&mut writer, &e, false),
             }
         }
         if stopping {
             break;
         }
-        std::thread::park_timeout(FLUSH_EVERY);
+        if drained == 0 && losses.outage.is_none() {
+            held = sleep_until_a_record(rx, flags);
+        }
+        if !flags.stop.load(Ordering::Acquire) && !flags.reopen.load(Ordering::Acquire) {
+            std::thread::park_timeout(FLUSH_EVERY);
+        }
     }
     if let Err(e) = writer.sync() {
         losses.failed(&mut writer, &e, false);
     }
-    let total = lost.load(Ordering::Relaxed);
+    let total = lost.get();
     if total > 0 {
-        eprintln!(
-            "skewscope-agent: {total} records were lost over this run (the record log could not be written)"
+        tracing::error!(
+            target: "agent::recorder",
+            "{total} records were lost over this run (the record log could not be written)"
         );
     }
+}
+
+/// Parks until a record is sent (or a stop or reopen asks); returns the
+/// record it took to find one was there. The caller then waits
+/// [`FLUSH_EVERY`] before it writes, as after any wake.
+fn sleep_until_a_record(rx: &Receiver<Message>, flags: &Flags) -> Option<Message> {
+    flags.asleep.store(true, Ordering::Relaxed);
+    // Pairs with the fence in `Recorder::wake_if_asleep`: a record sent
+    // before the flag was up woke no one, so look once more before sleeping.
+    std::sync::atomic::fence(Ordering::SeqCst);
+    let mut taken = None;
+    while flags.asleep.load(Ordering::Acquire)
+        && !flags.stop.load(Ordering::Acquire)
+        && !flags.reopen.load(Ordering::Acquire)
+    {
+        if let Ok(message) = rx.try_recv() {
+            taken = Some(message);
+            break;
+        }
+        std::thread::park();
+    }
+    flags.asleep.store(false, Ordering::Relaxed);
+    taken
 }

@@ -132,13 +132,16 @@ impl SegmentedLog {
             match std::fs::remove_file(&path) {
                 Ok(()) => {
                     total -= size;
-                    eprintln!(
-                        "skewscope-agent: removed old record segment {} ({size} bytes) to stay under --max-data-bytes {}",
+                    tracing::info!(
+                        target: "agent::recorder",
+                        "removed old record segment {} ({size} bytes) to stay under --max-data-bytes {}",
                         path.display(),
                         self.limits.max_data_bytes
                     );
                 }
-                Err(e) => eprintln!("skewscope-agent: cannot remove {}: {e}", path.display()),
+                Err(e) => {
+                    tracing::warn!(target: "agent::recorder", "cannot remove {}: {e}", path.display())
+                }
             }
         }
     }

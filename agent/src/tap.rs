@@ -57,7 +57,7 @@ impl TapThread {
                 // takes what CPU is left, and the ring holds its packets
                 // meanwhile (its drops are counted).
                 if let Err(e) = skewscope_os::priority::lower_this_thread() {
-                    eprintln!("skewscope-agent: tap runs at normal priority: {e}");
+                    tracing::warn!(target: "agent::tap", "the tap runs at normal priority: {e}");
                 }
                 run(capture, port, &recorder, &flag)
             })?;
@@ -107,7 +107,7 @@ fn run(mut capture: PacketCapture, port: u16, recorder: &Recorder, stop: &Atomic
             }
             Ok(Some(_)) => seen_ns,
             Err(e) => {
-                eprintln!("skewscope-agent: tap: capture failed: {e}; the tap stops");
+                tracing::error!(target: "agent::tap", "capture failed: {e}; the tap stops");
                 break;
             }
         };

@@ -8,63 +8,43 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
-use skewscope_core::record::TimeServiceCounters;
 use skewscope_core::time_exchange::{Invalid, PACKET_LEN, ReplayGuard, Reply, Request};
+
+use crate::counters::TimePortCounters;
 
 /// Request ids remembered for refusing replays.
 const REPLAY_WINDOW: usize = 4096;
-/// How often the thread checks whether it should stop.
-const STOP_POLL: Duration = Duration::from_millis(100);
-
-/// What the port has done, readable while it runs.
-#[derive(Debug, Default)]
-pub struct TimeCounters {
-    answered: AtomicU64,
-    malformed: AtomicU64,
-    oversized: AtomicU64,
-    replayed: AtomicU64,
-}
-
-impl TimeCounters {
-    /// A consistent-enough copy for records and `/healthz`.
-    pub fn snapshot(&self) -> TimeServiceCounters {
-        TimeServiceCounters {
-            answered: self.answered.load(Ordering::Relaxed),
-            malformed: self.malformed.load(Ordering::Relaxed),
-            oversized: self.oversized.load(Ordering::Relaxed),
-            replayed: self.replayed.load(Ordering::Relaxed),
-        }
-    }
-}
 
 /// The running time port.
 pub struct TimePort {
     /// The address it answers on.
     pub addr: SocketAddr,
     /// Its counters.
-    pub counters: Arc<TimeCounters>,
+    pub counters: TimePortCounters,
+    /// The socket, shared with the thread: shutting its read side down is
+    /// what wakes the thread to stop, so it never polls while idle.
+    socket: Arc<UdpSocket>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl TimePort {
-    /// Starts answering on a socket already bound.
-    pub fn serve_on(socket: UdpSocket) -> std::io::Result<TimePort> {
-        socket.set_read_timeout(Some(STOP_POLL))?;
+    /// Starts answering on a socket already bound, counting into `counters`.
+    pub fn serve_on(socket: UdpSocket, counters: TimePortCounters) -> std::io::Result<TimePort> {
         let addr = socket.local_addr()?;
-        let counters = Arc::new(TimeCounters::default());
+        let socket = Arc::new(socket);
         let stop = Arc::new(AtomicBool::new(false));
-        let (c, s) = (counters.clone(), stop.clone());
+        let (c, s, sock) = (counters.clone(), stop.clone(), socket.clone());
         let thread = std::thread::Builder::new()
             .name("time-port".into())
-            .spawn(move || serve(&socket, &c, &s))?;
+            .spawn(move || serve(&sock, &c, &s))?;
         Ok(TimePort {
             addr,
             counters,
+            socket,
             stop,
             thread: Some(thread),
         })
@@ -72,7 +52,11 @@ impl TimePort {
 
     /// Stops answering and waits for the thread.
     pub fn stop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::Release);
+        // Linux wakes a receive blocked on a UDP socket whose read side is
+        // shut down, connected or not (the call itself reports ENOTCONN
+        // for an unconnected one, and still does it).
+        let _ = socket2::SockRef::from(&*self.socket).shutdown(std::net::Shutdown::Read);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -85,13 +69,17 @@ impl Drop for TimePort {
     }
 }
 
-fn serve(socket: &UdpSocket, counters: &TimeCounters, stop: &AtomicBool) {
+fn serve(socket: &UdpSocket, counters: &TimePortCounters, stop: &AtomicBool) {
     // Larger than a packet, so an oversized datagram is seen as such.
     let mut buf = [0u8; PACKET_LEN + 16];
     let mut guard = ReplayGuard::new(REPLAY_WINDOW);
-    while !stop.load(Ordering::Relaxed) {
-        let Ok((n, peer)) = socket.recv_from(&mut buf) else {
-            continue; // timeout (check stop) or an ICMP error from an earlier reply
+    loop {
+        let received = socket.recv_from(&mut buf);
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok((n, peer)) = received else {
+            continue; // an ICMP error from an earlier reply
         };
         let t2_wall_ns = skewscope_os::clock::now().wall_ns;
         let counter = match Request::decode(&buf[..n]) {
@@ -110,6 +98,6 @@ fn serve(socket: &UdpSocket, counters: &TimeCounters, stop: &AtomicBool) {
             Err(Invalid::Malformed) => &counters.malformed,
             Err(Invalid::Oversized) => &counters.oversized,
         };
-        counter.fetch_add(1, Ordering::Relaxed);
+        counter.inc();
     }
 }

@@ -126,3 +126,94 @@ fn sighup_starts_a_new_segment_and_sigterm_flushes() {
         }
     }
 }
+
+/// Times every thread of `pid` has been run (schedstat's third field).
+fn runs_of(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().nth(2)?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn an_idle_agent_wakes_at_most_once_a_second() {
+    // A daemon with nothing to do on a low-power box should sleep: no
+    // thread polls. What still wakes it is its clock watch (every 10 s)
+    // and the recorder writing what that records.
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(AGENT)
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while !lines.next().unwrap().unwrap().starts_with("recording to") {}
+    // Start-up's records are written within the recorder's first wake.
+    std::thread::sleep(Duration::from_secs(1));
+    let pid = child.id();
+    let before = runs_of(pid);
+    let window = Duration::from_secs(10);
+    std::thread::sleep(window);
+    let runs = runs_of(pid) - before;
+    kill(Pid::from_raw(pid as i32), Signal::SIGTERM).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(
+        runs <= window.as_secs(),
+        "{runs} wake-ups in {window:?} with no client and no broadcast"
+    );
+}
+
+/// Starts the agent with `args`, waits until it records, stops it, and
+/// returns what it logged.
+fn logged_at_start(args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(AGENT)
+        .args(args)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while !lines.next().unwrap().unwrap().starts_with("recording to") {}
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn without_a_token_on_the_network_the_agent_says_what_is_open() {
+    // Listening on every address, so in a network namespace of the test's
+    // own, whose only interface is its loopback: nothing outside can reach it.
+    if !skewscope_os::test_namespace::in_own_namespace(
+        "without_a_token_on_the_network_the_agent_says_what_is_open",
+    ) {
+        return;
+    }
+    let open = logged_at_start(&["--listen", "0.0.0.0:0", "--time-port", "0"]);
+    assert!(
+        open.contains("no --token-file")
+            && open.contains("/publish, /start_test, /ingest and /audit/*"),
+        "{open}"
+    );
+    // With a token, or on loopback only, nothing to say.
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "secret\n").unwrap();
+    let guarded = logged_at_start(&[
+        "--listen",
+        "0.0.0.0:0",
+        "--time-port",
+        "0",
+        "--token-file",
+        token.to_str().unwrap(),
+    ]);
+    assert!(!guarded.contains("no --token-file"), "{guarded}");
+    let local = logged_at_start(&["--listen", "127.0.0.1:0", "--time-port", "0"]);
+    assert!(!local.contains("no --token-file"), "{local}");
+}

@@ -162,6 +162,9 @@ async fn prometheus_stores_what_the_agent_did() {
 
     // The scrape worked (with the token), and stored what the agent did.
     until_stored(web, "up", 1.0).await;
+    // An `info` family exists only in OpenMetrics: Prometheus was served
+    // that, and read it.
+    until_stored(web, "skewscope_build_info", 1.0).await;
     until_stored(web, "skewscope_broadcasts_total", BROADCASTS as f64).await;
     until_stored(
         web,

@@ -77,6 +77,7 @@ async fn inside() {
     let test = encode_test_message(TestMessage {
         seq: 42,
         sent_wall_ns: 1,
+        at_wall_ns: None,
     });
     sender.send(test).unwrap();
     for ws in &mut clients {

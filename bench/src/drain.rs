@@ -25,7 +25,7 @@ impl Drain {
     pub async fn upgraded(addr: std::net::SocketAddr, n: usize) -> anyhow::Result<Drain> {
         let streams = tokio::task::spawn_blocking(move || {
             (0..n)
-                .map(|_| crate::upgrade(addr))
+                .map(|_| crate::ws_client::upgrade(addr))
                 .collect::<anyhow::Result<Vec<_>>>()
         })
         .await??;

@@ -88,9 +88,9 @@ pub async fn run(secs: u64) -> anyhow::Result<()> {
             "| {} | {} | {} | {} | {} | {:.2} | {} MiB | {} | {} KiB |",
             p.flood.name(),
             p.worst.count,
-            crate::us(p.worst.p50),
-            crate::us(p.worst.p99),
-            crate::us(p.worst.max),
+            crate::format::us(p.worst.p50),
+            crate::format::us(p.worst.p99),
+            crate::format::us(p.worst.max),
             p.worst.p50 as f64 / quiet,
             p.flood_bytes >> 20,
             p.flood_connections,
@@ -176,7 +176,7 @@ fn flood_until(
     };
     let batch = frame.repeat(10_000);
     while !stop.load(Ordering::Relaxed) {
-        let Ok(mut s) = crate::upgrade(addr) else {
+        let Ok(mut s) = crate::ws_client::upgrade(addr) else {
             std::thread::sleep(Duration::from_millis(10));
             continue;
         };

@@ -132,8 +132,8 @@ pub async fn run(connections: usize, cycles: usize, per_block: usize) -> anyhow:
         let paired = ratios.get(ratios.len() / 2).copied().unwrap_or(f64::NAN);
         println!(
             "| {name} | {} | {} | {} | {:.3} | {paired:.3} |",
-            crate::us(s.p50),
-            crate::us(s.p90),
+            crate::format::us(s.p50),
+            crate::format::us(s.p90),
             s.count,
             s.p50 as f64 / quiet
         );

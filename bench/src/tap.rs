@@ -65,13 +65,14 @@ pub async fn run(sizes: &[usize], rounds: usize) -> anyhow::Result<()> {
             r.copies,
             r.sent,
             r.drops,
-            crate::us(r.span_on.p50),
-            crate::us(r.span_off.p50),
+            crate::format::us(r.span_on.p50),
+            crate::format::us(r.span_off.p50),
             r.span_on.p50 as f64 / r.span_off.p50 as f64,
-            crate::us(r.tap_cpu_ns as i64),
-            crate::us(r.server_cpu_ns as i64),
+            crate::format::us(r.tap_cpu_ns as i64),
+            crate::format::us(r.server_cpu_ns as i64),
             r.tap_cpu_ns / r.server_cpu_ns,
-            r.tapped_span.map_or("-".into(), |s| crate::us(s.p50)),
+            r.tapped_span
+                .map_or("-".into(), |s| crate::format::us(s.p50)),
         );
     }
     Ok(())

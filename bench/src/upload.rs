@@ -364,8 +364,8 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     for (name, (s, paired)) in names.iter().zip(&spans) {
         println!(
             "| {name} | {} | {} | {} | {:.3} | {paired:.3} |",
-            crate::us(s.p50),
-            crate::us(s.p90),
+            crate::format::us(s.p50),
+            crate::format::us(s.p90),
             s.count,
             s.p50 as f64 / quiet,
         );

@@ -8,11 +8,14 @@ use skewscope_core::analysis::join::{
     self, AgentSource, BroadcastSink, Joined, JoinedBroadcast, ProbeSource, Window,
 };
 use skewscope_core::analysis::report::{InputSummary, Report, ReportBuilder};
+use skewscope_core::analysis::tapped;
 use skewscope_core::analysis::triggers::TriggerLatencyBuilder;
 use skewscope_core::log::{LogFileReader, LogKind};
 use skewscope_core::record::{AgentRecord, ProbeRecord};
 
 use crate::log_files::{AgentFiles, LogFiles, ProbeFiles};
+use crate::matching::{Judged, Matcher, PayloadVerdicts};
+use skewscope_core::analysis::report::MatchCounts;
 
 /// The logs given, sorted by writer and run, as files the join reads as it
 /// goes (a log can be far larger than memory should be).
@@ -23,11 +26,23 @@ pub struct Inputs {
     pub probes: Vec<ProbeFiles>,
     /// What each file contributed and what was lost reading it.
     pub summaries: Vec<InputSummary>,
+    /// `--match`: the expression and its verdict on every payload the
+    /// probes recorded; `None` judges every broadcast.
+    pub matching: Option<Matching>,
+}
+
+/// `--match` applied to the payloads read.
+#[derive(Debug)]
+pub struct Matching {
+    /// The expression, as given.
+    pub expression: String,
+    /// Its verdict on each recorded payload, by hash.
+    pub verdicts: PayloadVerdicts,
 }
 
 /// The record logs named: files as given, and for a directory (an agent's
 /// data directory) every `.sklog` in it and in its `probes/` (uploaded runs),
-/// sorted by name.
+/// sorted by name; an empty file there is skipped, with a line that says so.
 pub fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for path in paths {
@@ -43,9 +58,20 @@ pub fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
             for entry in entries {
                 let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
                 let p = entry.path();
-                if p.extension().is_some_and(|x| x == "sklog") && p.is_file() {
-                    found.push(p);
+                if !(p.extension().is_some_and(|x| x == "sklog") && p.is_file()) {
+                    continue;
                 }
+                // A writer killed (or out of disk) between creating its file
+                // and writing the header leaves an empty one: nothing of the
+                // run is in it, and it must not refuse the whole directory.
+                if std::fs::metadata(&p).is_ok_and(|m| m.len() == 0) {
+                    eprintln!(
+                        "skewscope: skipping {}: empty (its writer never wrote a header)",
+                        p.display()
+                    );
+                    continue;
+                }
+                found.push(p);
             }
         }
         if found.is_empty() {
@@ -64,10 +90,23 @@ pub fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 /// counted, a foreign or unreadable file is an error naming it. Nothing is
 /// kept but what the report's inputs table says and which run each file is.
 pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
+    read_inputs_matching(files, None)
+}
+
+/// [`read_inputs`], judging every recorded payload with `--match`'s
+/// `matcher` (given as `expression`) on the way.
+pub fn read_inputs_matching(
+    files: &[PathBuf],
+    matcher: Option<(&str, &Matcher)>,
+) -> anyhow::Result<Inputs> {
     let mut inputs = Inputs {
         agents: Vec::new(),
         probes: Vec::new(),
         summaries: Vec::new(),
+        matching: matcher.map(|(expression, _)| Matching {
+            expression: expression.to_owned(),
+            verdicts: PayloadVerdicts::default(),
+        }),
     };
     for path in files {
         let file = path.display().to_string();
@@ -76,15 +115,21 @@ pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
         let kind = match reader.kind() {
             LogKind::Agent => {
                 let mut run = None;
+                let mut tapped_port = None;
                 while let Some(r) = reader.next_record::<AgentRecord>()? {
                     count += 1;
-                    if let (None, AgentRecord::Started(s)) = (&run, r) {
-                        run = Some((s.host, s.at.wall_ns));
+                    match r {
+                        AgentRecord::Started(s) if run.is_none() => {
+                            run = Some((s.host, s.at.wall_ns));
+                        }
+                        AgentRecord::TapStarted(t) => tapped_port = Some(t.port),
+                        _ => {}
                     }
                 }
                 let mut log = AgentFiles {
                     files: LogFiles::default(),
                     run,
+                    tapped_port,
                 };
                 log.files.push(path.clone(), reader.read_len(), count);
                 // Another segment of a run already read (rotated by size or
@@ -94,7 +139,10 @@ pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
                     .iter_mut()
                     .find(|a| log.run.is_some() && a.run == log.run)
                 {
-                    Some(earlier) => earlier.files.extend(log.files),
+                    Some(earlier) => {
+                        earlier.files.extend(log.files);
+                        earlier.tapped_port = earlier.tapped_port.or(log.tapped_port);
+                    }
                     None => inputs.agents.push(log),
                 }
                 "agent"
@@ -106,7 +154,9 @@ pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
                     run_id: None,
                     hub_side: false,
                     foreign_side: false,
+                    foreign_ports: Default::default(),
                 };
+                let mut foreign_conns = std::collections::HashSet::new();
                 while let Some(r) = reader.next_record::<ProbeRecord>()? {
                     count += 1;
                     match r {
@@ -119,6 +169,22 @@ pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
                         ProbeRecord::ConnectionOpened(o) => {
                             log.hub_side |= o.agent_conn.is_some();
                             log.foreign_side |= o.agent_conn.is_none();
+                            if o.agent_conn.is_none() {
+                                foreign_conns.insert(o.conn);
+                            }
+                        }
+                        ProbeRecord::Payload(p) => {
+                            if let (Some((_, m)), Some(matching)) = (matcher, &mut inputs.matching)
+                            {
+                                matching.verdicts.add(m, &p);
+                            }
+                        }
+                        ProbeRecord::ConnectionAddresses(a) if foreign_conns.contains(&a.conn) => {
+                            if let Some(port) =
+                                a.remote.rsplit_once(':').and_then(|(_, p)| p.parse().ok())
+                            {
+                                log.foreign_ports.insert(port);
+                            }
                         }
                         _ => {}
                     }
@@ -135,6 +201,7 @@ pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
                         earlier.run_id = earlier.run_id.or(log.run_id);
                         earlier.hub_side |= log.hub_side;
                         earlier.foreign_side |= log.foreign_side;
+                        earlier.foreign_ports.extend(log.foreign_ports);
                     }
                     None => inputs.probes.push(log),
                 }
@@ -152,15 +219,7 @@ pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Inputs> {
     Ok(inputs)
 }
 
-/// Which broadcasts a report covers, and whose they were.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Scope {
-    /// Only these broadcasts (an audit's); all when `None`.
-    pub window: Option<Window>,
-    /// The probes listened to a server that is not the agent: the agent's
-    /// log is the clock reference only, broadcasts are what probes received.
-    pub agent_as_reference: bool,
-}
+pub use crate::reference::Scope;
 
 /// The probe logs a join within `scope` reads: a window of the agent's
 /// broadcasts joins only probes the agent named (connected to its hub); a
@@ -173,7 +232,9 @@ fn probes_in(inputs: &Inputs, scope: Scope) -> Vec<&dyn ProbeSource> {
         .filter(|p| match (scope.agent_as_reference, scope.window) {
             (true, _) | (false, Some(Window::FirstReceiptBetween { .. })) => p.foreign_side,
             (false, Some(Window::AgentIds { .. })) => p.hub_side,
-            (false, None) => true,
+            // The hub's broadcasts: a run that only listened to another
+            // server would match none of them ([`crate::reference`] says so).
+            (false, None) => inputs.agents.is_empty() || p.hub_side || !p.foreign_side,
         })
         .map(|p| p as &dyn ProbeSource)
         .collect()
@@ -184,7 +245,7 @@ fn join_into(
     inputs: &Inputs,
     scope: Scope,
     sink: &mut dyn BroadcastSink,
-) -> anyhow::Result<Joined> {
+) -> anyhow::Result<(Joined, Option<MatchCounts>)> {
     let probes = probes_in(inputs, scope);
     let agents: Vec<&dyn AgentSource> = inputs
         .agents
@@ -198,10 +259,19 @@ fn join_into(
         .map(|a| a as &dyn AgentSource);
     let mut within = Within {
         window: scope.window,
+        matching: inputs.matching.as_ref().map(|m| {
+            (
+                &m.verdicts,
+                MatchCounts {
+                    expression: m.expression.clone(),
+                    ..MatchCounts::default()
+                },
+            )
+        }),
         inner: sink,
     };
     let joined = match (latest, scope.agent_as_reference) {
-        (Some(agent), true) => join::join_sources_with_reference(agent, &probes, &mut within),
+        (Some(agent), true) => tapped::join_sources_with_reference(agent, &probes, &mut within),
         _ => join::join_runs_sources(&agents, &probes, &mut within),
     };
     for files in inputs
@@ -212,29 +282,46 @@ fn join_into(
     {
         files.check()?;
     }
-    Ok(joined)
+    Ok((joined, within.matching.map(|(_, counts)| counts)))
 }
 
-/// Passes on the broadcasts inside a window.
+/// Passes on the broadcasts inside a window that `--match` keeps, counting
+/// what it leaves out.
 struct Within<'a> {
     window: Option<Window>,
+    matching: Option<(&'a PayloadVerdicts, MatchCounts)>,
     inner: &'a mut dyn BroadcastSink,
 }
 
 impl BroadcastSink for Within<'_> {
     fn broadcast(&mut self, run: &Joined, broadcast: JoinedBroadcast) {
         let latest = run.agent_runs.saturating_sub(1);
-        if self.window.is_none_or(|w| w.contains(&broadcast, latest)) {
-            self.inner.broadcast(run, broadcast);
+        if !self.window.is_none_or(|w| w.contains(&broadcast, latest)) {
+            return;
         }
+        if let Some((verdicts, counts)) = &mut self.matching {
+            match broadcast.hash.and_then(|h| verdicts.of(h)) {
+                Some(Judged::Matches) => counts.matched += 1,
+                Some(Judged::Differs) => {
+                    counts.left_out += 1;
+                    return;
+                }
+                Some(Judged::Unknown) | None => {
+                    counts.unknown += 1;
+                    return;
+                }
+            }
+        }
+        self.inner.broadcast(run, broadcast);
     }
 }
 
 /// Joins the inputs within `scope`, every broadcast kept (the audit's
 /// progress needs them; a report streams them instead).
 pub fn join(inputs: &Inputs, scope: Scope) -> anyhow::Result<Joined> {
+    let (scope, _) = crate::reference::infer(&inputs.agents, &inputs.probes, scope);
     let mut rows: Vec<JoinedBroadcast> = Vec::new();
-    let mut joined = join_into(inputs, scope, &mut rows)?;
+    let (mut joined, _) = join_into(inputs, scope, &mut rows)?;
     joined.broadcasts = rows;
     Ok(joined)
 }
@@ -286,7 +373,13 @@ impl BroadcastSink for Analysis<'_> {
             f.add(run, &broadcast);
         }
         if let Some(t) = &mut self.triggers {
-            t.add(&broadcast);
+            let clocks = self
+                .report
+                .as_ref()
+                .expect("started above")
+                .timing()
+                .clocks();
+            t.add_corrected(run, &broadcast, clocks);
         }
     }
 }
@@ -299,20 +392,23 @@ pub fn analyse(
     scope: Scope,
     figures: bool,
 ) -> anyhow::Result<(Report, Option<Figures>)> {
+    let (scope, reference) = crate::reference::infer(&inputs.agents, &inputs.probes, scope);
     let mut analysis = Analysis {
         report: None,
         figures: None,
         triggers: triggers.map(TriggerLatencyBuilder::new),
         want_figures: figures,
     };
-    let joined = join_into(&inputs, scope, &mut analysis)?;
+    let (joined, matched) = join_into(&inputs, scope, &mut analysis)?;
     analysis.started(&joined);
     let mut report = analysis
         .report
-        .as_ref()
+        .as_mut()
         .expect("started above")
         .finish(&joined, inputs.summaries);
-    report.latency_from_trigger = analysis.triggers.as_ref().map(|t| t.finish());
+    report.set_trigger_latency(analysis.triggers.as_ref().map(|t| t.finish()));
+    report.reference = Some(reference);
+    report.matched = matched;
     let figures = analysis.figures.map(|f| f.finish(&joined));
     Ok((report, figures))
 }
@@ -333,6 +429,20 @@ pub fn read_triggers(path: &Path) -> anyhow::Result<Vec<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_log_in_a_data_directory_is_skipped_not_fatal() {
+        use skewscope_core::log::LogWriter;
+        let dir = tempfile::tempdir().unwrap();
+        let kept = dir.path().join("agent-1.sklog");
+        LogWriter::create(&kept, LogKind::Agent).unwrap();
+        // What an agent killed (or out of disk) before its header leaves.
+        std::fs::write(dir.path().join("agent-2.sklog"), b"").unwrap();
+        assert_eq!(expand(&[dir.path().to_owned()]).unwrap(), vec![kept]);
+        // Named on its own, it is still an error that says what it is.
+        let empty = dir.path().join("agent-2.sklog");
+        assert!(read_inputs(&[empty]).is_err());
+    }
 
     #[test]
     fn a_log_rewritten_between_reading_and_joining_is_an_error_not_a_wrong_report() {
@@ -374,7 +484,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("probes")).unwrap();
         for name in ["agent-1-0000.sklog", "notes.txt", "probes/probe-ab.sklog"] {
-            std::fs::write(dir.path().join(name), b"").unwrap();
+            std::fs::write(dir.path().join(name), b"not empty").unwrap();
         }
         let files = expand(&[dir.path().to_owned()]).unwrap();
         assert_eq!(

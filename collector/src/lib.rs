@@ -13,6 +13,8 @@ pub mod demo;
 pub mod html;
 pub mod inputs;
 pub mod log_files;
+pub mod matching;
+pub mod reference;
 pub mod table;
 pub mod verdict_lines;
 

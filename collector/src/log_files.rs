@@ -89,6 +89,8 @@ pub struct ProbeFiles {
     pub hub_side: bool,
     /// Whether any connection was to a server that is not the agent.
     pub foreign_side: bool,
+    /// The server ports those connections went to (their remote address).
+    pub foreign_ports: std::collections::BTreeSet<u16>,
 }
 
 impl ProbeSource for ProbeFiles {
@@ -103,6 +105,8 @@ pub struct AgentFiles {
     pub files: LogFiles,
     /// Host and start of its `Started` record: what names the run.
     pub run: Option<(String, u64)>,
+    /// The server port its tap followed (`--tap-port`), if it tapped one.
+    pub tapped_port: Option<u16>,
 }
 
 impl AgentSource for AgentFiles {

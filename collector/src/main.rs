@@ -9,6 +9,7 @@ use collector::audit::progress::Progress;
 use collector::audit::{self, AuditOptions};
 #[cfg(feature = "demo")]
 use collector::demo::{self, DemoOptions};
+use collector::matching::Matcher;
 use collector::{inputs, table, verdict_lines};
 use skewscope_core::analysis::join::Window;
 use skewscope_core::analysis::verdict::Thresholds;
@@ -54,6 +55,12 @@ enum Command {
         /// (no script, nothing fetched; light and dark).
         #[arg(long, value_name = "OUT")]
         html: Option<PathBuf>,
+        /// Judge only broadcasts whose payload matches: `/POINTER=VALUE` (a
+        /// JSON pointer equal to a value, like `/type=start`) or
+        /// `re:EXPRESSION` (a regular expression on text payloads). The
+        /// report says how many were left out.
+        #[arg(long = "match", value_name = "EXPR", value_parser = parse_matcher)]
+        matching: Option<(String, Matcher)>,
     },
     /// Audit a running installation: trigger broadcasts, wait for the
     /// probes' uploaded receipts, print the report and a PASS/FAIL line per
@@ -68,7 +75,7 @@ enum Command {
     /// to the agent's clock (or on the measured skew when every receipt is
     /// on one clock): a pass holds for the truth, not only the estimate.
     #[command(verbatim_doc_comment)]
-    Audit(AuditArgs),
+    Audit(Box<AuditArgs>),
     /// Print the JSON Schema of `report --json` (the committed copy is
     /// docs/report.schema.json).
     JsonSchema,
@@ -105,9 +112,18 @@ struct AuditArgs {
     /// File holding the agent's bearer token.
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
-    /// Broadcasts to trigger.
-    #[arg(long, default_value_t = 20)]
-    broadcasts: u64,
+    /// Broadcasts to trigger (20 if not given); with --passive, stop
+    /// watching once this many were seen.
+    #[arg(long)]
+    broadcasts: Option<u64>,
+    /// Trigger nothing: watch the site's own broadcasts for --window (or
+    /// until --broadcasts were seen) and judge those, for an audit where
+    /// real people watch the screens. Exit codes as for any audit.
+    #[arg(long, conflicts_with_all = ["trigger", "lead", "interval"])]
+    passive: bool,
+    /// How long a passive audit watches.
+    #[arg(long, default_value = "10m", value_parser = skewscope_core::units::parse_duration, requires = "passive")]
+    window: Duration,
     /// Pause between broadcasts.
     #[arg(long, default_value = "1s", value_parser = skewscope_core::units::parse_duration)]
     interval: Duration,
@@ -141,9 +157,31 @@ struct AuditArgs {
     /// Most error bound of any probe's clock offset to the agent.
     #[arg(long, value_name = "D", value_parser = parse_ns)]
     max_offset_bound: Option<u64>,
+    /// The time to act the hub's test broadcasts carry, this long after
+    /// each is sent (`/start_test?lead=`): probes run with `--act-at /at_ns`
+    /// act then, and the verdict can judge their actions. A foreign server
+    /// (`--trigger`) puts its own time to act in its messages: give the
+    /// lead in its trigger URL if it takes one.
+    #[arg(long, value_name = "D", value_parser = skewscope_core::units::parse_duration, conflicts_with = "trigger")]
+    lead: Option<std::time::Duration>,
+
+    /// Most 99th-percentile action skew per broadcast allowed (judged on its
+    /// upper bound across clocks, as skew is); needs probes with --act-at.
+    #[arg(long, value_name = "D", value_parser = parse_ns)]
+    max_action_skew_p99: Option<u64>,
+
+    /// Most late actions allowed (a message that came after its time to
+    /// act); needs probes with --act-at.
+    #[arg(long, value_name = "N")]
+    max_late: Option<u64>,
+
     /// Every clock (probes' and server's) must claim to be synchronised.
     #[arg(long)]
     require_synced_clocks: bool,
+    /// Judge only broadcasts whose payload matches: `/POINTER=VALUE` or
+    /// `re:EXPRESSION`, as for `report`.
+    #[arg(long = "match", value_name = "EXPR", value_parser = parse_matcher)]
+    matching: Option<(String, Matcher)>,
     /// Also write the audit (facts, verdict, report) as JSON here (`-` for
     /// standard output).
     #[arg(long, value_name = "OUT")]
@@ -156,6 +194,13 @@ struct AuditArgs {
     /// page with plots, to hand over (no script, nothing fetched).
     #[arg(long, value_name = "OUT")]
     html: Option<PathBuf>,
+}
+
+/// `--match`'s argument, kept as given for the report.
+fn parse_matcher(s: &str) -> Result<(String, Matcher), String> {
+    s.parse::<Matcher>()
+        .map(|m| (s.to_owned(), m))
+        .map_err(|e| e.to_string())
 }
 
 fn main() -> std::process::ExitCode {
@@ -180,6 +225,7 @@ fn run(command: Command) -> anyhow::Result<u8> {
             between,
             agent_as_reference,
             html,
+            matching,
         } => {
             let triggers = triggers.as_deref().map(inputs::read_triggers).transpose()?;
             let files = inputs::expand(&files)?;
@@ -195,8 +241,9 @@ fn run(command: Command) -> anyhow::Result<u8> {
                 window,
                 agent_as_reference,
             };
+            let matcher = matching.as_ref().map(|(e, m)| (e.as_str(), m));
             let (report, figures) = inputs::analyse(
-                inputs::read_inputs(&files)?,
+                inputs::read_inputs_matching(&files, matcher)?,
                 triggers.as_deref(),
                 scope,
                 html.is_some(),
@@ -209,7 +256,7 @@ fn run(command: Command) -> anyhow::Result<u8> {
             }
             Ok(0)
         }
-        Command::Audit(args) => audit(args),
+        Command::Audit(args) => audit(*args),
         Command::JsonSchema => {
             print!("{}", collector::report_schema());
             Ok(0)
@@ -271,12 +318,13 @@ fn audit(args: AuditArgs) -> anyhow::Result<u8> {
     let options = AuditOptions {
         agent: args.agent,
         token,
-        broadcasts: args.broadcasts.max(1),
+        broadcasts: args.broadcasts.unwrap_or(20).max(1),
         interval: args.interval,
         settle: args.settle,
         require_probes: args.require_probes,
         trigger: args.trigger,
         trigger_method: args.trigger_method,
+        lead: args.lead,
         thresholds: Thresholds {
             max_skew_p50_ns: args.max_skew_p50,
             max_skew_p99_ns: args.max_skew_p99,
@@ -284,9 +332,16 @@ fn audit(args: AuditArgs) -> anyhow::Result<u8> {
             max_missing: Some(args.max_missing),
             max_offset_bound_ns: args.max_offset_bound,
             require_synced_clocks: args.require_synced_clocks,
+            max_action_skew_p99_ns: args.max_action_skew_p99,
+            max_late: args.max_late,
         },
         keep: args.keep,
         figures: args.html.is_some(),
+        matching: args.matching,
+        passive: args.passive.then_some(audit::Passive {
+            window: args.window,
+            broadcasts: args.broadcasts,
+        }),
     };
     let mut progress = Progress::new(options.broadcasts);
     let outcome = audit::run(&options, &mut progress);

@@ -2,9 +2,13 @@
 
 use std::fmt::Write;
 
+use skewscope_core::analysis::actions::{ActionFigures, LeadAdvice};
 use skewscope_core::analysis::clock_figures::{BoundedSummary, ClaimCheck};
+use skewscope_core::analysis::diagnosis::{Diagnosis, LATE_EVERY_TIME_PLACE};
 use skewscope_core::analysis::join::RunEnd;
-use skewscope_core::analysis::report::{ClockBasis, ClockNaming, ProbeSummary, Report};
+use skewscope_core::analysis::report::{
+    ClockBasis, ClockNaming, MatchCounts, ProbeSummary, Reference, ReferenceKind, Report,
+};
 use skewscope_core::analysis::stats::Summary;
 
 /// Formats nanoseconds at a readable scale.
@@ -230,6 +234,227 @@ fn clocks_paragraph(out: &mut String, r: &Report) {
     }
 }
 
+/// The lead to give a broadcast's time to act, from the latencies measured.
+pub fn lead_line(lead: &LeadAdvice) -> String {
+    let bound = if lead.worst_bound_ns > 0 {
+        format!(
+            " (p99.9 of latency plus the worst clock bound, {})",
+            duration(lead.worst_bound_ns as i64)
+        )
+    } else if lead.from == "trigger" {
+        " (p99.9 of latency from the triggers)".to_owned()
+    } else {
+        " (p99.9 of latency; one clock)".to_owned()
+    };
+    format!(
+        "  lead: act {} after the {}: 99.9 % of copies arrive by then{bound};\n        every one of the {} copies by {}",
+        duration(lead.p999_ns),
+        lead.from,
+        lead.copies,
+        duration(lead.every_copy_ns)
+    )
+}
+
+/// What the least time to spare says about the lead, on any server.
+pub fn spare_sentence(least_spare_ns: i64) -> String {
+    if least_spare_ns >= 0 {
+        format!(
+            "every copy was read at least {} before its time to act: the same lead less that (plus the worst clock bound, for safety) would have put every action in time",
+            duration(least_spare_ns)
+        )
+    } else {
+        format!(
+            "a copy was read {} after its time to act: the lead needed that much more (plus the worst clock bound, for safety)",
+            duration(-least_spare_ns)
+        )
+    }
+}
+
+/// What the probes' actions came to: action skew beside receive skew,
+/// late actions, the timers' error.
+fn actions_paragraph(
+    out: &mut String,
+    a: &ActionFigures,
+    receive_corrected: Option<&BoundedSummary>,
+    one_clock: bool,
+) {
+    let _ = writeln!(
+        out,
+        "  acting together ({} actions at their time to act; {} late)",
+        a.actions, a.late
+    );
+    row(
+        out,
+        "action skew",
+        &a.action_skew_ns,
+        "no broadcast acted on by two connections",
+    );
+    row(out, "  receive skew", &a.receive_skew_ns, "-");
+    bounded_row(
+        out,
+        "  corrected",
+        &a.action_skew_corrected_ns,
+        "no offset estimates: no time exchange with an agent (give the probes --time-server)",
+    );
+    row(out, "timer error", &a.timer_error_ns, "no action in time");
+    row(out, "lead given", &a.lead_given_ns, "needs the agent's log");
+    row(
+        out,
+        "time to spare",
+        &a.spare_ns,
+        "no receipt with its action",
+    );
+    if let Some(spare) = &a.spare_ns {
+        let _ = writeln!(out, "    {}", spare_sentence(spare.min));
+    }
+    // Compared in the agent's clock when the devices' clocks differ: raw,
+    // each device's offset would be in both.
+    let compared = match (receive_corrected, &a.action_skew_corrected_ns) {
+        (Some(recv), Some(act)) => {
+            Some((recv.estimate.p50, act.estimate.p50, "in the agent's clock"))
+        }
+        _ if one_clock => a
+            .receive_skew_ns
+            .as_ref()
+            .zip(a.action_skew_ns.as_ref())
+            .map(|(recv, act)| (recv.p50, act.p50, "on one clock")),
+        _ => None,
+    };
+    if let Some((recv, act, basis)) = compared
+        && act > 0
+    {
+        let _ = writeln!(
+            out,
+            "    scheduling took the p50 skew from {} (receipt) to {} (action), {basis}: {:.0}x",
+            duration(recv),
+            duration(act),
+            recv as f64 / act as f64
+        );
+    }
+    if a.late > 0 {
+        let _ = writeln!(
+            out,
+            "    {} LATE: the message came after its time to act, so the action happened at once:",
+            a.late
+        );
+        for l in &a.late_listed {
+            let _ = writeln!(
+                out,
+                "      {:<28} {:<24} late by {}",
+                l.broadcast,
+                l.connection,
+                duration(l.late_ns as i64)
+            );
+        }
+    }
+    if a.receipts_without_action > 0 {
+        let _ = writeln!(
+            out,
+            "    {} receipts carried no time to act where the probe looked (--act-at)",
+            a.receipts_without_action
+        );
+    }
+    if a.uncorrected_actions > 0 {
+        let _ = writeln!(
+            out,
+            "    {} actions left out of the corrected figures: their clock had no time exchange",
+            a.uncorrected_actions
+        );
+    }
+    if a.unmatched_actions > 0 {
+        let _ = writeln!(
+            out,
+            "    {} actions matched no broadcast",
+            a.unmatched_actions
+        );
+    }
+}
+
+/// Why the devices received apart: the skew split, what delivery adds,
+/// and the connections late every time.
+pub fn why_paragraph(out: &mut String, w: &Diagnosis) {
+    let unsplit = if w.unsplit_broadcasts > 0 {
+        format!(
+            "; {} not: a receipt without a send time or a clock bound",
+            w.unsplit_broadcasts
+        )
+    } else {
+        String::new()
+    };
+    if w.split_broadcasts == 0 {
+        let _ = writeln!(
+            out,
+            "  why: the skew cannot be split into the server's order and the network: no send time per copy (tap the server with --tap-port, or broadcast through the agent's hub), or no clock bound"
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "  why ({} broadcast(s) split into the server's order and the network{unsplit})",
+            w.split_broadcasts
+        );
+    }
+    if let Some(share) = w.fanout_share {
+        let _ = writeln!(
+            out,
+            "    of their skew summed, the order the server sent copies in explains {:.0} %; the network and the clocks {:.0} %",
+            share * 100.0,
+            (1.0 - share) * 100.0
+        );
+    }
+    if w.split_broadcasts > 0 {
+        row(out, "  skew", &w.skew_ns, "-");
+        row(out, "    sent later", &w.fanout_ns, "-");
+        row(out, "    network", &w.network_ns, "-");
+        row(
+            out,
+            "  + delivery",
+            &w.delivery_ns,
+            "no kernel receive stamps: the devices' delivery is not measured",
+        );
+    }
+    if w.late_every_time.is_empty() {
+        if w.connections_ranked > 0 {
+            let _ = writeln!(
+                out,
+                "    no connection is late every time: of {} ranked, none has a mean place of {} or more (0 first, 1 last)",
+                w.connections_ranked, LATE_EVERY_TIME_PLACE
+            );
+        }
+    } else {
+        for l in &w.late_every_time {
+            let address = l
+                .address
+                .as_ref()
+                .map(|a| format!(" ({a})"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "    late every time: {}{address}: mean place {:.2} (0 first, 1 last), last in {} of {}",
+                l.connection, l.mean_place, l.last, l.of
+            );
+        }
+    }
+}
+
+/// What `--match` judged and left out, in one line.
+pub fn match_line(m: &MatchCounts) -> String {
+    format!(
+        "--match {}: {} broadcast(s) judged; left out {} that did not match and {} whose payload no probe recorded whole enough to tell",
+        m.expression, m.matched, m.left_out, m.unknown
+    )
+}
+
+/// Which reference the report used, and why, in one line.
+pub fn reference_line(reference: &Reference) -> String {
+    let kind = match reference.kind {
+        ReferenceKind::Hub => "the agent's hub",
+        ReferenceKind::Tap => "the agent's tap",
+        ReferenceKind::Clock => "the agent's clock only",
+        ReferenceKind::None => "none",
+    };
+    format!("reference: {kind} ({})", reference.why)
+}
+
 /// Renders the whole report.
 pub fn render(r: &Report) -> String {
     let mut out = String::new();
@@ -258,6 +483,15 @@ pub fn render(r: &Report) -> String {
             a.host, a.shards, a.order, a.queued, a.dropped
         );
     }
+    if let Some(reference) = &r.reference {
+        let _ = writeln!(out, "  {}", reference_line(reference));
+        if let Some(left_out) = &reference.left_out {
+            let _ = writeln!(out, "    left out: {left_out}");
+        }
+    }
+    if let Some(m) = &r.matched {
+        let _ = writeln!(out, "  {}", match_line(m));
+    }
     let _ = writeln!(out);
     let _ = writeln!(
         out,
@@ -280,9 +514,9 @@ pub fn render(r: &Report) -> String {
     // With an agent log but no broadcasts of its own joined, the probes
     // listened to another server (the agent was their clock reference).
     let agent_log = if r.agent.is_some() && r.fanout_ns.is_none() {
-        "the probes' server is not the agent"
+        "the probes' server is not the agent: tap it (--tap-port) for its sends"
     } else {
-        "needs the agent's log"
+        "needs the agent's log: give its data directory too"
     };
     row(
         &mut out,
@@ -319,14 +553,15 @@ pub fn render(r: &Report) -> String {
         &mut out,
         "  delivery",
         &r.delivery_ns,
-        "no kernel receive stamps",
+        "no kernel receive stamps: the devices' kernels gave none (SO_TIMESTAMPING)",
     );
     let _ = writeln!(out);
     let _ = writeln!(
         out,
         "  in the agent's timebase: estimate [interval that contains the truth]"
     );
-    let no_offsets = "no offset estimates (no time exchange with an agent)";
+    let no_offsets =
+        "no offset estimates: no time exchange with an agent (give the probes --time-server)";
     bounded_row(&mut out, "skew corrected", &r.skew_corrected_ns, no_offsets);
     let no_starts = if r.skew_corrected_ns.is_some() {
         agent_log
@@ -335,6 +570,27 @@ pub fn render(r: &Report) -> String {
     };
     bounded_row(&mut out, "latency", &r.latency_corrected_ns, no_starts);
     bounded_row(&mut out, "  network", &r.network_ns, no_starts);
+    if r.network_acausal > 0 {
+        let _ = writeln!(
+            out,
+            "    {} receipt(s) arrived, by their clock's interval, before their copy was sent: that device's offset bound did not hold (intervals raised to what causality allows)",
+            r.network_acausal
+        );
+    }
+    if let Some(w) = &r.why {
+        let _ = writeln!(out);
+        why_paragraph(&mut out, w);
+    }
+    if let Some(lead) = &r.lead {
+        let _ = writeln!(out);
+        let _ = writeln!(out, "{}", lead_line(lead));
+    }
+    if let Some(a) = &r.actions {
+        let _ = writeln!(out);
+        let one_clock = r.clock_basis == ClockBasis::SingleHost;
+        let receive_corrected = r.skew_corrected_ns.as_ref().filter(|_| !one_clock);
+        actions_paragraph(&mut out, a, receive_corrected, one_clock);
+    }
     let _ = writeln!(out);
     clocks_paragraph(&mut out, r);
     let _ = writeln!(out);
@@ -396,10 +652,17 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(out);
         let _ = writeln!(out, "  worst broadcasts by raw skew:");
         for b in r.worst_broadcasts.iter().filter(|b| b.skew_ns.is_some()) {
-            let fanout = b
+            let mut fanout = b
                 .fanout_ns
                 .map(|f| format!(", fan-out {}", duration(f as i64)))
                 .unwrap_or_default();
+            if let Some(split) = &b.split {
+                fanout += &format!(
+                    "; its skew: {} the order sent, {} network",
+                    duration(split.fanout_ns),
+                    duration(split.network_ns)
+                );
+            }
             let _ = writeln!(
                 out,
                 "    {:<28} skew {:>10}  receipts {}  missing {}{fanout}",

@@ -22,18 +22,31 @@ fn uploading_probe(
     agent: &str,
     extra: &[&str],
 ) -> Reaped {
-    Reaped(
-        Command::new(sibling_binary("skewscope-probe"))
-            .args(["--url", url, "--connections", &conns.to_string()])
-            .args(["--name", name, "--upload", &format!("http://{agent}")])
-            .args(["--duration", "120s"])
-            .arg("--out")
-            .arg(dir.join(format!("{name}.sklog")))
-            .args(extra)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
+    uploading_probe_with(dir, name, url, conns, agent, extra, &[])
+}
+
+/// [`uploading_probe`] with environment variables.
+fn uploading_probe_with(
+    dir: &Path,
+    name: &str,
+    url: &str,
+    conns: u32,
+    agent: &str,
+    extra: &[&str],
+    env: &[(&str, &Path)],
+) -> Reaped {
+    let mut cmd = Command::new(sibling_binary("skewscope-probe"));
+    cmd.args(["--url", url, "--connections", &conns.to_string()])
+        .args(["--name", name, "--upload", &format!("http://{agent}")])
+        .args(["--duration", "120s"])
+        .arg("--out")
+        .arg(dir.join(format!("{name}.sklog")))
+        .args(extra)
+        .stdout(Stdio::null());
+    for (key, value) in env {
+        cmd.env(key, value);
+    }
+    Reaped(cmd.spawn().unwrap())
 }
 
 fn audit(args: &[&str]) -> Output {
@@ -96,7 +109,20 @@ fn an_audit_of_the_hub_passes_fails_or_cannot_run_and_says_which() {
     let url = format!("ws://{addr}/ws");
     let probe_args = ["--token-file", token_arg];
     let _a = uploading_probe(dir.path(), "kiosk-a", &url, 2, &addr, &probe_args);
-    let _b = uploading_probe(dir.path(), "kiosk-b", &url, 3, &addr, &probe_args);
+    // kiosk-b gets the token as a systemd unit hands it over: a credential
+    // named `token` in $CREDENTIALS_DIRECTORY, no flag.
+    let credentials = dir.path().join("credentials");
+    std::fs::create_dir(&credentials).unwrap();
+    std::fs::copy(&token, credentials.join("token")).unwrap();
+    let _b = uploading_probe_with(
+        dir.path(),
+        "kiosk-b",
+        &url,
+        3,
+        &addr,
+        &[],
+        &[("CREDENTIALS_DIRECTORY", credentials.as_path())],
+    );
     wait_until("two probes uploading", || uploading(&addr, "s3cret") == 2);
     wait_until("their five connections", || {
         status(&addr, "s3cret")["clients"] == 5

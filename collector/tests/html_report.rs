@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::{Reaped, SKEWSCOPE, signal, start_agent, trigger, wait_until};
+use common::{Reaped, SKEWSCOPE, signal, start_agent, wait_until};
 use nix::sys::signal::Signal;
 use skewscope_core::record::ProbeRecord;
 
@@ -154,17 +154,6 @@ fn picture_facts(png_file: &Path) -> ([u8; 3], f64, usize) {
     )
 }
 
-/// libfaketime's multi-threaded build, to give probes clocks of their own.
-fn faketime_lib() -> PathBuf {
-    std::fs::read_dir("/usr/lib")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path().join("faketime/libfaketimeMT.so.1"))
-        .find(|p| p.exists())
-        .expect("libfaketime not found: ./test installs Debian's faketime")
-}
-
 /// A probe whose wall clock is `shift` seconds off (libfaketime's syntax).
 fn run_probe(url: &str, name: &str, connections: usize, shift: &str, log: &Path) -> Reaped {
     Reaped(
@@ -178,7 +167,8 @@ fn run_probe(url: &str, name: &str, connections: usize, shift: &str, log: &Path)
                 "200ms",
             ])
             .args(["--out", log.to_str().unwrap()])
-            .env("LD_PRELOAD", faketime_lib())
+            .args(["--act-at", "/at_ns"])
+            .env("LD_PRELOAD", common::faketime_lib())
             .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
             .env("FAKETIME", shift)
             .spawn()
@@ -220,8 +210,22 @@ fn the_html_report_renders_in_chromium_with_every_mark_and_no_fetch() {
             count_in(log, |r| matches!(r, ProbeRecord::TimeSample(_))) >= 4
         });
     }
+    // Each broadcast carries a time to act 100 ms after it; the probes act then.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     for _ in 0..BROADCASTS {
-        trigger(&addr);
+        let r = runtime
+            .block_on(agent::http_client::request(
+                addr.parse().unwrap(),
+                "GET",
+                "/start_test?lead=100ms",
+                b"",
+                None,
+            ))
+            .unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
         std::thread::sleep(Duration::from_millis(30));
     }
     for mut probe in running {
@@ -267,6 +271,25 @@ fn the_html_report_renders_in_chromium_with_every_mark_and_no_fetch() {
     assert_eq!(count(r#"<g class="mark offset">"#), probes.len());
     assert_eq!(count(r#"<rect class="cell""#), BROADCASTS * connections);
     assert_eq!(count(r#"<path class="cdf"#), 2, "estimate and upper bound");
+    // Acting together: per broadcast, its receive skew beside its action skew.
+    assert_eq!(
+        count(r#"<circle class="mark received"#),
+        BROADCASTS,
+        "{dom}"
+    );
+    assert_eq!(count(r#"<circle class="mark acted"#), BROADCASTS, "{dom}");
+    assert!(dom.contains("Acting together"), "{dom}");
+    // The diagnosis and the reference, as the table words them.
+    assert!(dom.contains(r#"<section id="why"><h2>Why</h2>"#), "{dom}");
+    assert!(
+        dom.contains("split into the server's order and the network"),
+        "{dom}"
+    );
+    assert!(dom.contains("reference: the agent's hub ("), "{dom}");
+    assert!(
+        dom.contains("before its time to act"),
+        "the time to spare: {dom}"
+    );
     assert!(dom.contains("bar&lt;&amp;&gt;"), "a probe's name is text");
     assert!(!dom.contains("bar<&>"));
 

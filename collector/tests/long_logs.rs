@@ -127,7 +127,13 @@ fn a_report_over_files_read_as_they_come_is_the_whole_run_report() {
     lobby_read.extend(decoded(&files[1]));
     let stage_read = decoded(&files[2]);
     assert!(stage_read.len() < stage.len(), "the garbage cost a record");
-    let whole = Report::build(&join_records(None, &[&lobby_read, &stage_read]), summaries);
+    let mut whole = Report::build(&join_records(None, &[&lobby_read, &stage_read]), summaries);
+    // What the collector adds to the core's report: the reference it chose.
+    assert_eq!(
+        streamed.reference.as_ref().map(|r| r.kind),
+        Some(skewscope_core::analysis::report::ReferenceKind::None)
+    );
+    whole.reference = streamed.reference.clone();
     assert_eq!(streamed, whole);
 
     // Connection 0 of each device misses 60; the garbage cut one record.

@@ -10,16 +10,19 @@ use std::path::Path;
 use std::time::Duration;
 
 use agent::{AgentConfig, RunningAgent};
-use collector::inputs::{Scope, read_inputs, report_within};
+use collector::inputs::{Scope, expand, read_inputs, report_within};
 use futures_util::StreamExt;
 use probe::{ProbeConfig, RunningProbe};
+use skewscope_core::analysis::report::ReferenceKind;
 use skewscope_os::test_namespace::run_in_own_namespace;
 use tokio::net::TcpListener;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
-/// Waits for the probes to end by themselves, stops the agent, and
-/// reports its log with theirs, the agent as clock reference.
+/// Waits for the probes to end by themselves, stops the agent, copies its
+/// log and theirs elsewhere (as an operator copies them off the server and
+/// the devices) and reports them with no flag: the report infers that the
+/// agent tapped the probes' server.
 async fn finish_and_report(
     probes: [RunningProbe; 2],
     agent: RunningAgent,
@@ -33,12 +36,13 @@ async fn finish_and_report(
     }
     let log = agent.log_path.clone();
     agent.shutdown().await.unwrap();
-    let inputs = read_inputs(&[log, dir.join("a.sklog"), dir.join("b.sklog")]).unwrap();
-    let scope = Scope {
-        window: None,
-        agent_as_reference: true,
-    };
-    report_within(inputs, None, scope).unwrap()
+    let copies = dir.join("copied");
+    std::fs::create_dir(&copies).unwrap();
+    for from in [log, dir.join("a.sklog"), dir.join("b.sklog")] {
+        std::fs::copy(&from, copies.join(from.file_name().unwrap())).unwrap();
+    }
+    let files = expand(&[copies]).unwrap();
+    report_within(read_inputs(&files).unwrap(), None, Scope::default()).unwrap()
 }
 
 #[test]
@@ -101,6 +105,20 @@ async fn inside() {
         }
     }
     let r = finish_and_report([a, b], agent, dir.path()).await;
+    // No flag: the reference is inferred, and said.
+    let reference = r.reference.clone().expect("the reference used");
+    assert_eq!(reference.kind, ReferenceKind::Tap, "{reference:?}");
+    assert!(
+        reference
+            .why
+            .contains(&format!("the agent tapped port {}", server.port())),
+        "{reference:?}"
+    );
+    assert!(
+        collector::table::render(&r).contains("reference: the agent's tap ("),
+        "{}",
+        collector::table::render(&r)
+    );
     assert_eq!(r.broadcasts, broadcasts);
     assert_eq!(r.receipts, 5 * broadcasts);
     assert_eq!(r.missing, 0);

@@ -289,6 +289,11 @@ fn audit(peer: Peer, over_a_link: bool) {
         agent_as_reference: true,
     };
     let r = report_within(inputs, None, scope).unwrap();
+    // Asked for, and a tap of the probes' server: the tap is the reference.
+    assert_eq!(
+        r.reference.as_ref().map(|r| r.kind),
+        Some(skewscope_core::analysis::report::ReferenceKind::Tap)
+    );
     let receipts = 2 * u64::from(PER_PROBE) * BROADCASTS;
     assert_eq!(r.broadcasts, BROADCASTS);
     assert_eq!((r.receipts, r.missing), (receipts, 0));

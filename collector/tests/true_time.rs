@@ -6,7 +6,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -14,19 +14,6 @@ use common::{Reaped, json_report, signal, start_agent, trigger, wait_until};
 use nix::sys::signal::Signal;
 use skewscope_core::log::{AnyLog, read_file};
 use skewscope_core::record::{MessageKey, ProbeRecord};
-
-/// libfaketime's multi-threaded build (the probe runs several threads).
-fn faketime_lib() -> PathBuf {
-    let found = std::fs::read_dir("/usr/lib")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path().join("faketime/libfaketimeMT.so.1"))
-        .find(|p| p.exists());
-    found.expect(
-        "libfaketime not found: install Debian's faketime package (apt-get install faketime)",
-    )
-}
 
 /// How a probe's wall clock is shifted.
 enum Shift<'a> {
@@ -41,7 +28,7 @@ fn probe(url: &str, name: &str, count: u32, out: &Path, shift: Shift) -> Reaped 
     cmd.args(["--url", url, "--name", name, "--connections", "3"])
         .args(["--count", &count.to_string(), "--time-interval", "200ms"])
         .args(["--out", out.to_str().unwrap()])
-        .env("LD_PRELOAD", faketime_lib())
+        .env("LD_PRELOAD", common::faketime_lib())
         .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
     match shift {
         Shift::Fixed(spec) => cmd.env("FAKETIME", spec),

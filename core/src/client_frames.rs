@@ -268,7 +268,10 @@ impl ClientFrameParser {
         if data == Data::Text {
             self.text = true;
         }
-        self.message_len += len;
+        // A header may announce up to 2^64 - 1 bytes: saturate, so the
+        // check below refuses it rather than the sum wrapping (found by the
+        // client_frames fuzz target with overflow checks on).
+        self.message_len = self.message_len.saturating_add(len);
         self.fragments += 1;
         if len > max_frame as u64 || self.message_len > max_frame as u64 {
             return Err(ClientFrameError::TooLarge(max_frame));
@@ -614,6 +617,21 @@ mod tests {
         assert_eq!(
             close(&bad_reason).unwrap_err(),
             ClientFrameError::InvalidUtf8
+        );
+    }
+
+    #[test]
+    fn a_continuation_announcing_2_to_the_64_bytes_is_too_large_not_an_overflow() {
+        // A first fragment, then a continuation whose 64-bit length brings
+        // the message's total past u64::MAX.
+        let mut stream = data(Data::Text, false, 10);
+        stream.extend([0x80, 0x80 | 127]);
+        stream.extend(u64::MAX.to_be_bytes());
+        stream.extend([1, 2, 3, 4]);
+        let mut p = ClientFrameParser::default();
+        assert_eq!(
+            p.feed(&stream, 1000, |_| {}),
+            Err(ClientFrameError::TooLarge(1000))
         );
     }
 }

@@ -9,33 +9,45 @@ pub const CONTROL_BURST: u32 = 100;
 /// send pings; libraries' keepalives send one every few seconds.
 pub const CONTROL_PER_SECOND: u32 = 50;
 
-/// One client's allowance of control frames.
+/// One peer's allowance: a token bucket of `burst` at `per_second`. A
+/// client's control frames use [`ControlRate::new`]; other allowances (the
+/// agent's `/clock` exchanges per connection) choose their own.
 #[derive(Clone, Copy, Debug)]
 pub struct ControlRate {
     /// Frames allowed now, in 1/1e9 of a frame (so refills need no division
     /// per frame).
     tokens_nano: u64,
     last_ns: u64,
+    burst: u32,
+    per_second: u32,
 }
 
 impl ControlRate {
-    /// A full bucket at `now_ns` (monotonic).
+    /// A full bucket of control frames at `now_ns` (monotonic):
+    /// [`CONTROL_BURST`] at once, [`CONTROL_PER_SECOND`] kept up.
     pub fn new(now_ns: u64) -> ControlRate {
+        ControlRate::with(now_ns, CONTROL_BURST, CONTROL_PER_SECOND)
+    }
+
+    /// A full bucket of `burst`, refilled at `per_second`.
+    pub fn with(now_ns: u64, burst: u32, per_second: u32) -> ControlRate {
         ControlRate {
-            tokens_nano: u64::from(CONTROL_BURST) * 1_000_000_000,
+            tokens_nano: u64::from(burst) * 1_000_000_000,
             last_ns: now_ns,
+            burst,
+            per_second,
         }
     }
 
-    /// Takes one control frame seen at `now_ns`; `false` once the client is
-    /// over the rate.
+    /// Takes one frame seen at `now_ns`; `false` once the peer is over the
+    /// rate.
     pub fn allow(&mut self, now_ns: u64) -> bool {
         let elapsed = now_ns.saturating_sub(self.last_ns);
         self.last_ns = self.last_ns.max(now_ns);
-        let full = u64::from(CONTROL_BURST) * 1_000_000_000;
+        let full = u64::from(self.burst) * 1_000_000_000;
         self.tokens_nano = self
             .tokens_nano
-            .saturating_add(elapsed.saturating_mul(u64::from(CONTROL_PER_SECOND)))
+            .saturating_add(elapsed.saturating_mul(u64::from(self.per_second)))
             .min(full);
         match self.tokens_nano.checked_sub(1_000_000_000) {
             Some(left) => {

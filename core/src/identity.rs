@@ -15,6 +15,7 @@ pub const TEST_MESSAGE_LEN: usize = 450;
 const PREFIX: &str = r#"{"skewscope":"test","seq":"#;
 const SENT: &str = r#","sent_ns":"#;
 const PAD: &str = r#","pad":""#;
+const AT: &str = r#"","at_ns":"#;
 const FILLER: &str = "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod \
 tempor incididunt ut labore et dolore magna aliqua. Ut enim ad minim veniam, quis nostrud \
 exercitation ullamco laboris nisi ut aliquip ex ea commodo consequat. Duis aute irure dolor in \
@@ -28,16 +29,25 @@ pub struct TestMessage {
     pub seq: u64,
     /// The agent's wall clock when it built the message.
     pub sent_wall_ns: u64,
+    /// When its clients are to act, in the agent's wall clock
+    /// (`/start_test?lead=`), as the `at_ns` field after the padding.
+    pub at_wall_ns: Option<u64>,
 }
 
 /// Builds the built-in test message: a JSON text of exactly [`TEST_MESSAGE_LEN`]
-/// bytes, readable by any client, that carries its sequence number and send time.
+/// bytes, readable by any client, that carries its sequence number and send
+/// time, and its time to act when it has one
+/// (`{"skewscope":"test","seq":1,"sent_ns":…,"pad":"…","at_ns":…}`; the
+/// field comes last so readers of messages without it read these too).
 pub fn encode_test_message(msg: TestMessage) -> String {
     let mut s = format!("{PREFIX}{}{SENT}{}{PAD}", msg.seq, msg.sent_wall_ns);
-    let tail = "\"}";
+    let tail = match msg.at_wall_ns {
+        Some(at) => format!("{AT}{at}}}"),
+        None => "\"}".to_owned(),
+    };
     let room = TEST_MESSAGE_LEN.saturating_sub(s.len() + tail.len());
     s.extend(FILLER.chars().cycle().take(room));
-    s.push_str(tail);
+    s.push_str(&tail);
     s
 }
 
@@ -47,8 +57,19 @@ pub fn parse_test_message(payload: &[u8]) -> Option<TestMessage> {
     let (seq, rest) = leading_u64(rest)?;
     let rest = rest.strip_prefix(SENT.as_bytes())?;
     let (sent_wall_ns, rest) = leading_u64(rest)?;
-    rest.strip_prefix(PAD.as_bytes())?;
-    Some(TestMessage { seq, sent_wall_ns })
+    let pad = rest.strip_prefix(PAD.as_bytes())?;
+    // The filler holds no quote: the first one ends it.
+    let at_wall_ns = pad
+        .iter()
+        .position(|&b| b == b'"')
+        .and_then(|end| pad[end..].strip_prefix(AT.as_bytes()))
+        .and_then(|at| leading_u64(at))
+        .map(|(at, _)| at);
+    Some(TestMessage {
+        seq,
+        sent_wall_ns,
+        at_wall_ns,
+    })
 }
 
 fn leading_u64(bytes: &[u8]) -> Option<(u64, &[u8])> {
@@ -96,6 +117,7 @@ mod tests {
             let msg = TestMessage {
                 seq,
                 sent_wall_ns: 1_764_000_000_123_456_789,
+                at_wall_ns: None,
             };
             let text = encode_test_message(msg);
             assert_eq!(text.len(), TEST_MESSAGE_LEN);
@@ -104,10 +126,29 @@ mod tests {
     }
 
     #[test]
+    fn a_time_to_act_rides_after_the_padding_at_the_same_size() {
+        let msg = TestMessage {
+            seq: 12,
+            sent_wall_ns: 1_764_000_000_123_456_789,
+            at_wall_ns: Some(1_764_000_000_153_456_789),
+        };
+        let text = encode_test_message(msg);
+        assert_eq!(text.len(), TEST_MESSAGE_LEN);
+        assert_eq!(parse_test_message(text.as_bytes()), Some(msg));
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(json["at_ns"].as_u64(), Some(1_764_000_000_153_456_789));
+        assert_eq!(json["seq"].as_u64(), Some(12));
+        // What --act-at /at_ns finds in it.
+        let at = crate::act_at::ActAt::new("/at_ns", crate::act_at::ActUnit::Auto).unwrap();
+        assert_eq!(at.find(text.as_bytes()), Ok(1_764_000_000_153_456_789));
+    }
+
+    #[test]
     fn test_message_is_valid_json_text() {
         let text = encode_test_message(TestMessage {
             seq: 3,
             sent_wall_ns: 9,
+            at_wall_ns: None,
         });
         assert!(text.starts_with('{') && text.ends_with("\"}"));
         assert_eq!(text.matches('"').count(), 12);
@@ -153,6 +194,7 @@ mod tests {
         let text = encode_test_message(TestMessage {
             seq: 41,
             sent_wall_ns: 1,
+            at_wall_ns: None,
         });
         assert_eq!(id.identify(text.as_bytes()).0, MessageKey::Seq(41));
         assert_eq!(id.identify(text.as_bytes()).0, MessageKey::Seq(41));

@@ -17,10 +17,12 @@
 //! - [`tap`]: an unmodified server's outgoing TCP segments read back into
 //!   the WebSocket messages it sent each client, with capture times;
 //! - [`units`]: durations and sizes as written in flags;
+//! - [`act_at`]: the time to act a broadcast carries, and where;
 //! - the [`analysis`]: joining, the clock model, the figures and the report.
 
 #![forbid(unsafe_code)]
 
+pub mod act_at;
 pub mod analysis;
 pub mod chrony;
 pub mod client_frames;

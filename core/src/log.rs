@@ -19,7 +19,12 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+mod frame;
 mod stream;
+pub use frame::{
+    FRAME_HEADER_LEN, FrameAt, MAX_RECORD_LEN, RESYNC_MAX_LEN, encode_record, frame_at, resync,
+    whole_frames_end,
+};
 pub use stream::{BodyDecoder, Next};
 
 /// First bytes of every skewscope log.
@@ -28,11 +33,6 @@ pub const MAGIC: &[u8; 8] = b"SKWSCOPE";
 pub const FORMAT_VERSION: u16 = 1;
 /// Size of the file header.
 pub const HEADER_LEN: usize = 12;
-/// Size of a record's frame header (length and checksum).
-pub const FRAME_HEADER_LEN: usize = 8;
-/// Largest record accepted: bounds memory when reading a corrupt length.
-pub const MAX_RECORD_LEN: usize = 64 * 1024 * 1024;
-
 /// Which program wrote a log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogKind {
@@ -171,19 +171,6 @@ pub fn header(kind: LogKind) -> [u8; HEADER_LEN] {
     h
 }
 
-/// Appends one framed record to `out`.
-pub fn encode_record<R: Serialize>(record: &R, out: &mut Vec<u8>) {
-    let start = out.len();
-    out.extend_from_slice(&[0u8; FRAME_HEADER_LEN]);
-    // postcard serialising plain data into a Vec cannot fail.
-    let mut body = postcard::to_extend(record, std::mem::take(out)).expect("postcard into Vec");
-    let len = (body.len() - start - FRAME_HEADER_LEN) as u32;
-    let crc = crc32fast::hash(&body[start + FRAME_HEADER_LEN..]);
-    body[start..start + 4].copy_from_slice(&len.to_le_bytes());
-    body[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-    *out = body;
-}
-
 /// Writes a record log to any `Write`; callers choose when to flush.
 pub struct LogWriter<W: Write> {
     out: W,
@@ -198,8 +185,13 @@ impl LogWriter<BufWriter<File>> {
         let file = File::create(path)?;
         let mut writer = LogWriter::new(BufWriter::with_capacity(256 * 1024, file), kind)?;
         // On disk at once: a writer killed before its first flush still leaves a
-        // file that reads as an (empty) log rather than as a foreign file.
-        writer.flush()?;
+        // file that reads as an (empty) log rather than as a foreign file. A
+        // header that cannot be written (a full disk) leaves no file at all.
+        if let Err(e) = writer.flush() {
+            let _ = writer.discard_buffered();
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
         Ok(writer)
     }
 
@@ -337,77 +329,6 @@ pub fn decode_records<R: DeserializeOwned>(body: &[u8]) -> Decoded<R> {
         skipped_bytes: decoder.skipped_bytes() + undecodable,
         torn_tail: decoder.torn_tail(),
     }
-}
-
-/// What starts at one offset of a record log's body.
-#[derive(Debug, PartialEq, Eq)]
-pub enum FrameAt<'a> {
-    /// An intact frame: its payload.
-    Intact(&'a [u8]),
-    /// Too few bytes for the frame its header announces (or for a header).
-    Truncated,
-    /// A length over [`MAX_RECORD_LEN`] or a checksum that does not hold.
-    Corrupt,
-}
-
-/// Reads the frame at `pos` of a log body: what the reader, the probe's
-/// uploader and the agent's ingest all frame records by.
-pub fn frame_at(body: &[u8], pos: usize) -> FrameAt<'_> {
-    let rest = &body[pos..];
-    if rest.len() < FRAME_HEADER_LEN {
-        return FrameAt::Truncated;
-    }
-    let len = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
-    let crc = u32::from_le_bytes(rest[4..8].try_into().unwrap());
-    if len > MAX_RECORD_LEN {
-        return FrameAt::Corrupt;
-    }
-    if rest.len() < FRAME_HEADER_LEN + len {
-        return FrameAt::Truncated;
-    }
-    let payload = &rest[FRAME_HEADER_LEN..FRAME_HEADER_LEN + len];
-    if crc32fast::hash(payload) == crc {
-        FrameAt::Intact(payload)
-    } else {
-        FrameAt::Corrupt
-    }
-}
-
-/// Longest frame a resynchronisation takes as the next intact one. In
-/// damaged bytes every offset is a candidate, and checking one costs a CRC
-/// over the length it announces: random bytes announce up to
-/// [`MAX_RECORD_LEN`], which made resynchronising over 32 MiB of garbage take
-/// over a minute. Records are far smaller (a 10,000-client tapped broadcast
-/// is about 400 KB); one over this right after damage is counted as skipped.
-pub const RESYNC_MAX_LEN: usize = 1 << 20;
-
-/// Finds the next offset at or after `from` where an intact frame starts.
-fn resync(body: &[u8], from: usize) -> Option<usize> {
-    match stream::scan_for_frame(body, from, true) {
-        stream::Scan::Found(at) => Some(at),
-        stream::Scan::NeedMore(_) | stream::Scan::Nothing => None,
-    }
-}
-
-/// How much of `body` after `from` can be handed to a reader that follows a
-/// log while it is written (the agent serving `/audit/log`): whole frames
-/// only, so a frame still being written is never sent half. A damaged stretch
-/// followed by intact frames is included (the reader counts it as skipped)
-/// rather than stalling the follower forever. Stops after `limit` bytes, or
-/// later if the first frame alone is larger. Returns an offset into `body`.
-pub fn whole_frames_end(body: &[u8], from: usize, limit: usize) -> usize {
-    let mut pos = from;
-    while pos < body.len() && pos - from < limit {
-        match frame_at(body, pos) {
-            FrameAt::Intact(payload) => pos += FRAME_HEADER_LEN + payload.len(),
-            FrameAt::Truncated => break,
-            FrameAt::Corrupt => match resync(body, pos + 1) {
-                Some(next) => pos = next,
-                None => break,
-            },
-        }
-    }
-    pos
 }
 
 /// A log read from disk, of either kind.

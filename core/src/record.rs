@@ -155,13 +155,55 @@ pub struct TapCopy {
     pub last_byte_wall_ns: u64,
 }
 
+/// What the tap counted, for its records and for people.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+pub struct TapCounters {
+    /// Segments read.
+    pub segments: u64,
+    /// Packets that were not TCP segments of the tapped port.
+    pub ignored_packets: u64,
+    /// Connections followed from their SYN-ACK.
+    pub followed: u64,
+    /// Connections already open when the tap started: skipped.
+    pub open_before_tap: u64,
+    /// Connections whose response was not `101` (plain HTTP on the port).
+    pub not_websocket: u64,
+    /// Connections that spoke TLS: cannot be decoded.
+    pub tls: u64,
+    /// Connections whose stream broke the WebSocket protocol or a bound.
+    pub broken: u64,
+    /// Connections given up because the capture missed a segment.
+    pub lost: u64,
+    /// Segments that were resends of bytes already seen.
+    pub retransmitted: u64,
+    /// Segments captured ahead of a gap.
+    pub reordered: u64,
+    /// Data messages decoded.
+    pub messages: u64,
+    /// Of those, compressed ones that could not be inflated (no inflater:
+    /// over the memory bound), so not identified.
+    pub compressed: u64,
+    /// Compressed messages inflated (permessage-deflate) and identified.
+    pub inflated: u64,
+}
+
 /// The tap's counters and the capture ring's, written periodically.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TapCountersRecord {
     /// When they were read.
     pub at: Stamp,
     /// What following the connections counted.
-    pub tap: crate::tap::TapCounters,
+    pub tap: TapCounters,
     /// Memory the inflaters hold (about 43 KiB per deflate connection).
     pub inflater_bytes: u64,
     /// Packets the capture's filter passed (kernel count).
@@ -366,6 +408,72 @@ pub enum ProbeRecord {
     /// `ConnectionOpened`: the server compresses what it sends it, as it
     /// does for the browsers among its clients.
     ConnectionDeflate(ConnectionDeflate),
+    /// The probe acts on broadcasts (`--act-at`): where it reads each one's
+    /// time to act. Written after `Identity`; without it, it never acts.
+    ActPlan(ActPlan),
+    /// The probe acted on a message at its time to act (or at once, late).
+    Action(Action),
+    /// A message's payload, the first time this probe run received it (on
+    /// any of its connections): what a report's `--match` judges broadcasts
+    /// by, at one record per message, not per connection.
+    Payload(MessagePayload),
+}
+
+/// Payload bytes a probe keeps of each message: the small JSON and text
+/// messages that tell devices what to do fit whole.
+pub const PAYLOAD_EXCERPT_BYTES: usize = 4096;
+
+/// One message's payload, as a probe first received it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MessagePayload {
+    /// [`crate::identity::payload_hash`] of the whole payload: what joins
+    /// it to receipts and broadcasts.
+    pub hash: u64,
+    /// The whole payload's length.
+    pub len: u32,
+    /// Its first bytes, at most [`PAYLOAD_EXCERPT_BYTES`]: all of it when
+    /// `len` fits.
+    pub excerpt: Vec<u8>,
+}
+
+/// Where a probe reads each broadcast's time to act.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ActPlan {
+    /// The JSON pointer (`--act-at`).
+    pub pointer: String,
+    /// The unit (`--act-unit`: auto, s, ms, us, ns).
+    pub unit: String,
+    /// When the probe started acting.
+    pub at: Stamp,
+}
+
+/// One connection's action on one message: what time it was told, the
+/// moment on its own clocks it aimed at, and the moment it acted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Action {
+    /// Connection index within this probe.
+    pub conn: u32,
+    /// Which message (as its receipt names it).
+    pub key: MessageKey,
+    /// [`crate::identity::payload_hash`] of the payload.
+    pub hash: u64,
+    /// The time to act the message carried: the server's wall clock, ns.
+    pub act_at_ns: u64,
+    /// The offset it was mapped with into this device's clock (the agent's
+    /// clock minus this one's), from the probe's time exchanges; `None`
+    /// with none (this clock was taken for the server's).
+    pub offset_ns: Option<i64>,
+    /// That offset's error bound when it was used.
+    pub offset_bound_ns: Option<u64>,
+    /// The moment aimed at, on this device's clocks.
+    pub target: Stamp,
+    /// The moment it acted, on this device's clocks, read right after its
+    /// timer fired (or at once when late).
+    pub done: Stamp,
+    /// How much after the target the message reached the probe (its read;
+    /// 0: before, and it acted at the target). A late action happens as
+    /// soon as it can.
+    pub late_ns: u64,
 }
 
 /// What one probe connection's permessage-deflate agreed (RFC 7692).
@@ -394,10 +502,13 @@ impl ProbeRecord {
             ProbeRecord::ClockState(c) => Some(c.at),
             ProbeRecord::TimeSample(t) => Some(t.t4),
             ProbeRecord::LogFull(l) => Some(l.at),
+            ProbeRecord::ActPlan(p) => Some(p.at),
+            ProbeRecord::Action(a) => Some(a.done),
             ProbeRecord::Identity(_)
             | ProbeRecord::ConnectionAddresses(_)
             | ProbeRecord::ConnectionTls(_)
-            | ProbeRecord::ConnectionDeflate(_) => None,
+            | ProbeRecord::ConnectionDeflate(_)
+            | ProbeRecord::Payload(_) => None,
         }
     }
 }

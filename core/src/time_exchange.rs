@@ -1,5 +1,6 @@
 //! The UDP time exchange between probe and agent, as bytes: sans-IO encoding
-//! and validation.
+//! and validation. The same exchange in JSON, for the agent's `/clock`
+//! WebSocket, is [`json`].
 //!
 //! Request and reply have the same fixed size, so the agent's port can never
 //! answer with more bytes than it was sent (no amplification):
@@ -12,6 +13,8 @@
 //! 32..40 t3: agent wall clock at send (reply only)
 //! 40..48 zero
 //! ```
+
+pub mod json;
 
 /// Size of every time packet, request or reply.
 pub const PACKET_LEN: usize = 48;

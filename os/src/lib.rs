@@ -16,7 +16,9 @@
 //!   ring and BPF filter), for the tap;
 //! - [`rx_stamp`], [`tx_stamp`]: kernel receive and transmit timestamps
 //!   (`SO_TIMESTAMPING`, `recvmsg` control messages);
-//! - [`settings`]: TOML settings files merged under command-line flags.
+//! - [`settings`]: TOML settings files merged under command-line flags;
+//! - `logging` (feature `cli`): the daemons' log lines, under a terminal
+//!   or the journal.
 //!
 //! [`Stamp`]: skewscope_core::Stamp
 
@@ -25,6 +27,8 @@ pub mod clock_claims;
 pub mod cpu;
 pub mod files;
 pub mod host;
+#[cfg(feature = "cli")]
+pub mod logging;
 pub mod packet_capture;
 pub mod priority;
 pub mod rx_stamp;

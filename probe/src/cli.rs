@@ -10,6 +10,8 @@ use clap::Parser;
 use serde::{Deserialize, Serialize};
 use skewscope_core::units::{parse_duration, parse_size};
 
+use skewscope_core::act_at::ActAt;
+
 use crate::config::ProbeConfig;
 use crate::error::ProbeError;
 
@@ -32,6 +34,12 @@ pub struct Args {
     #[arg(long)]
     #[serde(skip)]
     pub print_config: bool,
+
+    /// What to log, as `RUST_LOG` says it (`warn`, `info,probe::upload=debug`);
+    /// overrides `RUST_LOG`. Default `info`. Targets: `probe`,
+    /// `probe::time`, `probe::upload`.
+    #[arg(long, value_name = "FILTER")]
+    pub log: Option<String>,
 
     /// WebSocket URL of the broadcast server, like ws://server:8080/ws. Any server
     /// works; a skewscope agent also labels the connection so both logs can be
@@ -123,7 +131,8 @@ pub struct Args {
     pub upload: Option<String>,
 
     /// File holding the agent's bearer token for --upload (kept out of
-    /// process lists and settings).
+    /// process lists and settings). Without it, a systemd credential named
+    /// `token` is used when the unit has one ($CREDENTIALS_DIRECTORY/token).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
 
@@ -160,6 +169,29 @@ pub struct Args {
     /// and reports warn about it. For a test bench, never a deployment.
     #[arg(long, conflicts_with = "ca_file")]
     pub insecure: bool,
+
+    /// Act on each message at the time it names: a JSON pointer (RFC 6901)
+    /// to a time in the server's wall clock, like /at (FastAPI's
+    /// time.time() + 0.03) or /at_ns (the agent's test message with
+    /// /start_test?lead=). The probe maps it into this device's clock with
+    /// its time exchange, waits with a precise timer and records the action
+    /// (late, and by how much, when the message came after its time).
+    #[arg(long, value_name = "POINTER")]
+    pub act_at: Option<String>,
+
+    /// The unit of --act-at's time: s, ms, us or ns since the epoch, or auto
+    /// (read from its magnitude: below 1e11 seconds, below 1e14 ms, below
+    /// 1e17 µs, else ns). Integers and floats are both read; a string
+    /// holding a number too.
+    #[arg(long, value_name = "UNIT", default_value = "auto", requires = "act_at")]
+    pub act_unit: String,
+
+    /// Run the timer that acts as a real-time thread (SCHED_FIFO 1), so it
+    /// fires on time however busy the device is. Needs CAP_SYS_NICE or
+    /// LimitRTPRIO=1 (and no RestrictRealtime=yes) in the unit; without
+    /// them the probe says so and acts at normal priority.
+    #[arg(long, requires = "act_at")]
+    pub act_realtime: bool,
 }
 
 impl skewscope_os::settings::FileSettings for Args {
@@ -212,8 +244,8 @@ impl Args {
             time_interval: self.time_interval,
             upload: self.upload,
             reconnect: self.reconnect,
-            upload_token: match &self.token_file {
-                Some(path) => Some(read_token(path)?),
+            upload_token: match self.token_file.clone().or_else(credential_token) {
+                Some(path) => Some(read_token(&path)?),
                 None => None,
             },
             headers: self
@@ -225,6 +257,17 @@ impl Args {
             deflate: !self.no_deflate,
             ca_file: self.ca_file,
             insecure: self.insecure,
+            act_realtime: self.act_realtime,
+            act_at: match &self.act_at {
+                Some(pointer) => {
+                    let unit = self
+                        .act_unit
+                        .parse()
+                        .map_err(|e| ProbeError::Config(format!("--act-unit {e}")))?;
+                    Some(ActAt::new(pointer, unit).map_err(ProbeError::Config)?)
+                }
+                None => None,
+            },
         })
     }
 }
@@ -306,6 +349,13 @@ fn checked_subprotocols(names: Vec<String>) -> Result<Vec<String>, ProbeError> {
         }
     }
     Ok(names)
+}
+
+/// The token systemd handed the unit as a credential named `token`
+/// (`LoadCredential=token:…` in a drop-in), if it did.
+fn credential_token() -> Option<PathBuf> {
+    let path = PathBuf::from(std::env::var_os("CREDENTIALS_DIRECTORY")?).join("token");
+    path.is_file().then_some(path)
 }
 
 /// The bearer token in `path`, trimmed; an empty or unreadable file is an error.

@@ -68,6 +68,11 @@ pub struct ProbeConfig {
     /// For `wss://`: do not check the server's certificate at all. Every
     /// connection is then recorded as unverified and reports warn.
     pub insecure: bool,
+    /// Act on each message at the time it names (`--act-at`): where the
+    /// time is, and its unit.
+    pub act_at: Option<skewscope_core::act_at::ActAt>,
+    /// Run the timer that acts as a real-time thread (`--act-realtime`).
+    pub act_realtime: bool,
 }
 
 impl ProbeConfig {
@@ -95,6 +100,8 @@ impl ProbeConfig {
             deflate: true,
             ca_file: None,
             insecure: false,
+            act_at: None,
+            act_realtime: false,
         }
     }
 

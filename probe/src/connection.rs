@@ -8,8 +8,8 @@ use skewscope_core::Stamp;
 use skewscope_core::control_rate::{CONTROL_BURST, CONTROL_PER_SECOND, ControlRate};
 use skewscope_core::identity::Identifier;
 use skewscope_core::record::{
-    ConnectionAddresses, ConnectionDeflate, ConnectionTls, ProbeConnectionClosed,
-    ProbeConnectionFailed, ProbeConnectionOpened, ProbeRecord, Receipt,
+    ConnectionAddresses, ConnectionDeflate, ConnectionTls, MessagePayload, PAYLOAD_EXCERPT_BYTES,
+    ProbeConnectionClosed, ProbeConnectionFailed, ProbeConnectionOpened, ProbeRecord, Receipt,
 };
 use tokio::sync::{Semaphore, watch};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
@@ -29,7 +29,10 @@ pub const MAX_HANDSHAKES_IN_FLIGHT: usize = 256;
 /// are recorded; a server that never replies costs at most this long.
 pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
+use crate::act::Acting;
+use crate::error::ConnectError;
 use crate::handshake::Framing;
+use crate::payloads_seen::PayloadsSeen;
 use crate::wire::{Incoming, Wire, code};
 
 /// How far connecting has got, for [`crate::RunningProbe::connected`].
@@ -62,6 +65,10 @@ pub(crate) struct Settings {
     pub(crate) reconnect: bool,
     /// Bounds handshakes in flight to [`MAX_HANDSHAKES_IN_FLIGHT`].
     pub(crate) gate: Semaphore,
+    /// Acting on messages' times to act (`--act-at`).
+    pub(crate) acting: Option<Acting>,
+    /// Payloads recorded so far in this run: each message's once.
+    pub(crate) payloads: Arc<PayloadsSeen>,
 }
 
 /// One connection's task state.
@@ -94,7 +101,7 @@ impl Connection {
         loop {
             let dialed = tokio::select! {
                 biased;
-                reason = shutdown.wait() => Err(format!("{reason} before the connection was made")),
+                reason = shutdown.wait() => Err(ConnectError::Stopped(reason)),
                 dialed = dial(&settings) => dialed,
             };
             match dialed {
@@ -138,6 +145,8 @@ impl Connection {
                         received,
                         recorder: recorder.clone(),
                         last_rx,
+                        acting: settings.acting.clone(),
+                        payloads: settings.payloads.clone(),
                     };
                     let ended =
                         receive(&mut wire, &mut receipts, &mut shutdown, settings.count).await;
@@ -152,6 +161,8 @@ impl Connection {
                     }
                 }
                 Err(error) => {
+                    // The log keeps the reason as people read it.
+                    let error = error.to_string();
                     recorder.record(ProbeRecord::ConnectionFailed(ProbeConnectionFailed {
                         conn: index,
                         at: skewscope_os::clock::now(),
@@ -227,9 +238,6 @@ impl Ended {
     }
 }
 
-/// Opens one connection once the handshake gate lets it: TCP connect and
-/// WebSocket upgrade within the connect timeout. Returns the stream, its
-/// kernel-stamp handle, the agent's id for it, and when the upgrade completed.
 /// An opened connection, as [`dial`] hands it over.
 struct Dialed {
     wire: Wire,
@@ -244,19 +252,18 @@ struct Dialed {
     deflate: Option<skewscope_core::permessage_deflate::Accepted>,
 }
 
-async fn dial(settings: &Settings) -> Result<Dialed, String> {
+/// Opens one connection once the handshake gate lets it: TCP connect and
+/// WebSocket upgrade within the connect timeout. Returns the stream, its
+/// kernel-stamp handle, the agent's id for it, and when the upgrade completed.
+async fn dial(settings: &Settings) -> Result<Dialed, ConnectError> {
     let _permit = settings
         .gate
         .acquire()
         .await
-        .map_err(|_| "the probe is shutting down".to_owned())?;
-    let connect = async {
-        let up = settings
-            .upgrade
-            .connect(settings.ws_config, settings.framing)
-            .await?;
-        Ok::<_, String>(up)
-    };
+        .map_err(|_| ConnectError::ShuttingDown)?;
+    let connect = settings
+        .upgrade
+        .connect(settings.ws_config, settings.framing);
     match tokio::time::timeout(settings.connect_timeout, connect).await {
         Ok(Ok(up)) => Ok(Dialed {
             agent_conn: request::agent_conn(&up.response),
@@ -267,10 +274,7 @@ async fn dial(settings: &Settings) -> Result<Dialed, String> {
             deflate: up.deflate,
         }),
         Ok(Err(e)) => Err(e),
-        Err(_) => Err(format!(
-            "no WebSocket upgrade within the connect timeout ({:?})",
-            settings.connect_timeout
-        )),
+        Err(_) => Err(ConnectError::TimedOut(settings.connect_timeout)),
     }
 }
 
@@ -297,6 +301,8 @@ struct Receipts {
     received: u64,
     recorder: Recorder,
     last_rx: LastRx,
+    acting: Option<Acting>,
+    payloads: Arc<PayloadsSeen>,
 }
 
 /// When a frame was complete: the kernel's realtime clock read first, then
@@ -331,6 +337,21 @@ impl Receipts {
             kernel_delay_ns,
         }));
         self.received += 1;
+        if self.payloads.first_time(hash) {
+            let keep = payload.len().min(PAYLOAD_EXCERPT_BYTES);
+            self.recorder.record(ProbeRecord::Payload(MessagePayload {
+                hash,
+                len: u32::try_from(payload.len()).unwrap_or(u32::MAX),
+                excerpt: payload[..keep].to_vec(),
+            }));
+        }
+        if let Some(acting) = &self.acting {
+            // Late means the message reached the probe (its read, not the
+            // kernel's stamp) after its time: before that it cannot act.
+            if let Err(why) = acting.plan(self.conn, key, hash, payload, at) {
+                tracing::debug!(target: "probe::act", "connection {}: no time to act: {why}", self.conn);
+            }
+        }
     }
 }
 

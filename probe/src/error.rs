@@ -88,3 +88,46 @@ pub enum ProbeError {
         out: PathBuf,
     },
 }
+
+/// Why one connection attempt failed. Recorded in the log as it reads here
+/// (the connection's failure record), and retried with `--reconnect`; the
+/// variant says which side of the attempt it was.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnectError {
+    /// The upgrade request could not be made from the URL or a header.
+    #[error("{0}")]
+    Request(String),
+    /// No TCP connection to the server.
+    #[error("{url}: {source}")]
+    Unreachable {
+        /// The URL, credentials hidden.
+        url: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The TLS configuration could not be made.
+    #[error(transparent)]
+    Trust(#[from] crate::tls::TrustError),
+    /// The server answered, but not with an upgrade: what it said.
+    #[error("{0}")]
+    Refused(String),
+    /// A redirect the probe will not follow.
+    #[error("{0}")]
+    Redirect(String),
+    /// The `101` broke the protocol and the connection was failed.
+    #[error("{0}")]
+    BadUpgrade(String),
+    /// The upgrade failed below HTTP (TLS, a port that is not HTTP): what
+    /// the port was found to speak.
+    #[error("{0}")]
+    Diagnosed(String),
+    /// No upgrade within `--connect-timeout`.
+    #[error("no WebSocket upgrade within the connect timeout ({0:?})")]
+    TimedOut(std::time::Duration),
+    /// The run is ending.
+    #[error("the probe is shutting down")]
+    ShuttingDown,
+    /// The run was stopped while this connection was being made.
+    #[error("{0} before the connection was made")]
+    Stopped(crate::shutdown::StopReason),
+}

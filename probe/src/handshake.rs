@@ -30,8 +30,9 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::{Connector, MaybeTlsStream};
 
 use crate::after_upgrade::Recording;
+use crate::error::ConnectError;
 use crate::request;
-use crate::tls::{Trust, client_config};
+use crate::tls::{Trust, TrustError, client_config};
 use crate::wire::{Wire, code};
 use skewscope_core::permessage_deflate::{Accepted, BROWSER_OFFER, read_answer};
 use skewscope_os::rx_stamp::{LastRx, RxStamped};
@@ -66,7 +67,7 @@ pub(crate) struct Upgrade {
     /// Whom `wss://` connections trust.
     pub(crate) trust: Trust,
     /// The TLS client configuration, made at the first `wss://` upgrade.
-    tls: OnceLock<Result<(Arc<rustls::ClientConfig>, bool), String>>,
+    tls: OnceLock<Result<(Arc<rustls::ClientConfig>, bool), TrustError>>,
 }
 
 /// An upgraded connection.
@@ -94,11 +95,11 @@ impl Upgrade {
     /// user-info turned into Basic auth.
     pub(crate) fn new(
         labelled_url: String,
-        config: &crate::ProbeConfig,
-    ) -> Result<Upgrade, crate::ProbeError> {
+        config: &crate::config::ProbeConfig,
+    ) -> Result<Upgrade, crate::error::ProbeError> {
         let mut headers = Vec::new();
         for (name, value) in &config.headers {
-            let bad = |what| crate::ProbeError::Config(format!("--header {name}: {what}"));
+            let bad = |what| crate::error::ProbeError::Config(format!("--header {name}: {what}"));
             headers.push((
                 HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad("not a header name"))?,
                 HeaderValue::from_str(value).map_err(|_| bad("not a header value"))?,
@@ -106,12 +107,14 @@ impl Upgrade {
         }
         if let (_, Some(info)) = request::split_user_info(&config.url) {
             if headers.iter().any(|(n, _)| n == header::AUTHORIZATION) {
-                return Err(crate::ProbeError::Config(
+                return Err(crate::error::ProbeError::Config(
                     "the URL has user-info and --header sets Authorization: give one".into(),
                 ));
             }
             let value = HeaderValue::from_str(&info.basic_authorization()).map_err(|_| {
-                crate::ProbeError::Config("the URL's user-info cannot be sent as a header".into())
+                crate::error::ProbeError::Config(
+                    "the URL's user-info cannot be sent as a header".into(),
+                )
             })?;
             headers.push((header::AUTHORIZATION, value));
         }
@@ -131,12 +134,14 @@ impl Upgrade {
         };
         // A bad --ca-file fails the run at once, not every connection.
         if request::is_tls(&upgrade.url) || config.ca_file.is_some() {
-            upgrade.tls_config().map_err(crate::ProbeError::Config)?;
+            upgrade
+                .tls_config()
+                .map_err(|e| crate::error::ProbeError::Config(e.to_string()))?;
         }
         Ok(upgrade)
     }
 
-    fn tls_config(&self) -> Result<(Arc<rustls::ClientConfig>, bool), String> {
+    fn tls_config(&self) -> Result<(Arc<rustls::ClientConfig>, bool), TrustError> {
         self.tls.get_or_init(|| client_config(&self.trust)).clone()
     }
 
@@ -145,7 +150,7 @@ impl Upgrade {
         &self,
         ws_config: WebSocketConfig,
         settings: Framing,
-    ) -> Result<Upgraded, String> {
+    ) -> Result<Upgraded, ConnectError> {
         let mut url = self.url.clone();
         let mut headers = self.headers.clone();
         let mut dropped_credentials = false;
@@ -153,7 +158,7 @@ impl Upgrade {
             let mut request = url
                 .as_str()
                 .into_client_request()
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| ConnectError::Request(e.to_string()))?;
             for (name, value) in &headers {
                 request.headers_mut().append(name.clone(), value.clone());
             }
@@ -165,15 +170,19 @@ impl Upgrade {
             }
             if !self.subprotocols.is_empty() {
                 let offered = HeaderValue::from_str(&self.subprotocols.join(", "))
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| ConnectError::Request(format!("--subprotocol: {e}")))?;
                 request
                     .headers_mut()
                     .insert(header::SEC_WEBSOCKET_PROTOCOL, offered);
             }
-            let (host, port) = request::host_port(&url).map_err(|e| e.to_string())?;
+            let (host, port) =
+                request::host_port(&url).map_err(|e| ConnectError::Request(e.to_string()))?;
             let stream = TcpStream::connect((host.as_str(), port))
                 .await
-                .map_err(|e| format!("{}: {e}", request::redacted(&url)))?;
+                .map_err(|source| ConnectError::Unreachable {
+                    url: request::redacted(&url),
+                    source,
+                })?;
             // Receipt time is the point: never let Nagle hold our close or pong back.
             let _ = stream.set_nodelay(true);
             let (stream, last_rx) = RxStamped::new(stream);
@@ -182,7 +191,11 @@ impl Upgrade {
                 let (config, verified) = self.tls_config()?;
                 match tls_connect(config, &host, stream).await {
                     Ok(stream) => (stream, verified),
-                    Err(e) => return Err(diagnose(&url, &host, port, WsError::Io(e)).await),
+                    Err(e) => {
+                        return Err(ConnectError::Diagnosed(
+                            diagnose(&url, &host, port, WsError::Io(e)).await,
+                        ));
+                    }
                 }
             } else {
                 (MaybeTlsStream::Plain(stream), false)
@@ -212,17 +225,17 @@ impl Upgrade {
                         .headers()
                         .get(header::LOCATION)
                         .map(|l| String::from_utf8_lossy(l.as_bytes()).into_owned())
-                        .ok_or_else(|| refused(&response))?;
+                        .ok_or_else(|| ConnectError::Refused(refused(&response)))?;
                     if hop == MAX_REDIRECTS {
-                        return Err(format!(
+                        return Err(ConnectError::Redirect(format!(
                             "more than {MAX_REDIRECTS} redirects; the last to {location}"
-                        ));
+                        )));
                     }
-                    let next = redirect_target(&url, &location)?;
+                    let next = redirect_target(&url, &location).map_err(ConnectError::Redirect)?;
                     if request::is_tls(&url) && !request::is_tls(&next) {
-                        return Err(format!(
+                        return Err(ConnectError::Redirect(format!(
                             "redirected from wss:// to {location}: refused, it would drop TLS"
-                        ));
+                        )));
                     }
                     if origin(&next) != origin(&url) {
                         // As browsers do: no credentials to another host.
@@ -233,7 +246,8 @@ impl Upgrade {
                     url = if next.contains("probe=") {
                         next
                     } else {
-                        request::labelled_url(&next, &self.name).map_err(|e| e.to_string())?
+                        request::labelled_url(&next, &self.name)
+                            .map_err(|e| ConnectError::Redirect(e.to_string()))?
                     };
                 }
                 Err(WsError::Http(response)) => {
@@ -243,9 +257,13 @@ impl Upgrade {
                             " (a redirect to another host dropped Authorization and Cookie, as browsers do)",
                         );
                     }
-                    return Err(why);
+                    return Err(ConnectError::Refused(why));
                 }
-                Err(e) => return Err(diagnose(&url, &host, port, e).await),
+                Err(e) => {
+                    return Err(ConnectError::Diagnosed(
+                        diagnose(&url, &host, port, e).await,
+                    ));
+                }
             }
         }
         unreachable!("the loop returns by its last hop")
@@ -264,7 +282,7 @@ impl Upgrade {
         last_rx: LastRx,
         verified: bool,
         settings: Framing,
-    ) -> Result<Upgraded, String> {
+    ) -> Result<Upgraded, ConnectError> {
         let answer: Vec<&str> = response
             .headers()
             .get_all(header::SEC_WEBSOCKET_EXTENSIONS)
@@ -280,7 +298,7 @@ impl Upgrade {
                 );
                 let mut wire = Wire::new(stream, &[], None, settings.max_message, 16);
                 let _ = wire.send_close(code::PROTOCOL, "bad extension").await;
-                return Err(why);
+                return Err(ConnectError::BadUpgrade(why));
             }
         };
         let tls = match &stream {
@@ -358,7 +376,8 @@ fn refused(response: &tokio_tungstenite::tungstenite::http::Response<Option<Vec<
 
 /// Where a redirect points, as a WebSocket URL: `http` becomes `ws` and
 /// `https` becomes `wss` (a browser's WebSocket URL is its HTTP URL), and a
-/// relative `Location` is resolved against the URL it came from.
+/// relative `Location` is resolved against the URL it came from. The error
+/// says why the target is no WebSocket URL.
 pub(crate) fn redirect_target(from: &str, location: &str) -> Result<String, String> {
     let location = location.trim();
     let (scheme, authority_and_path) = match location.split_once("://") {

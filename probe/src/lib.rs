@@ -27,15 +27,18 @@
 
 #![forbid(unsafe_code)]
 
+mod act;
 mod after_upgrade;
 mod backoff;
 pub mod cli;
+mod clock_estimate;
 mod clock_watch;
 pub mod config;
 mod connection;
 mod connection_threads;
 mod error;
 mod handshake;
+mod payloads_seen;
 mod previous_runs;
 mod recorder;
 mod request;
@@ -51,7 +54,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use skewscope_core::log::{LogKind, LogWriter};
-use skewscope_core::record::{ProbeRecord, ProbeStarted};
+use skewscope_core::record::{ActPlan, ProbeRecord, ProbeStarted};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -98,6 +101,8 @@ pub struct RunningProbe {
     /// The `--upload` task, if any.
     upload_task: Option<tokio::task::JoinHandle<()>>,
     upload_state: watch::Receiver<uploader::UploadState>,
+    /// The actor (`--act-at`): done before the log is closed.
+    actor: Option<act::Actor>,
     /// Uploads of earlier runs' logs left by restarts.
     previous_uploads: Vec<(
         tokio::task::JoinHandle<()>,
@@ -164,8 +169,9 @@ impl RunningProbe {
         config.validate()?;
         let url = request::labelled_url(&config.url, &config.name)?;
         if config.insecure {
-            eprintln!(
-                "skewscope-probe: WARNING: --insecure: server certificates are NOT checked; \
+            tracing::warn!(
+                target: "probe",
+                "--insecure: server certificates are NOT checked; \
                  anyone on the path could be the server. Every such connection is recorded \
                  and reports warn about it."
             );
@@ -218,7 +224,7 @@ impl RunningProbe {
         let upload_task = match &config.upload {
             Some(base) => {
                 let upload = uploader::Upload {
-                    url: uploader::ingest_url(base).map_err(ProbeError::Config)?,
+                    url: uploader::ingest_url(base)?,
                     token: config.upload_token.clone(),
                     log: config.out.clone(),
                     run_id,
@@ -240,6 +246,26 @@ impl RunningProbe {
             None => None,
         };
 
+        // The running idea of the agent's clock, for acting at its times.
+        let clock = clock_estimate::ClockEstimate::new();
+        let (actor, acting) = match &config.act_at {
+            Some(act_at) => {
+                recorder.record(ProbeRecord::ActPlan(ActPlan {
+                    pointer: act_at.pointer().to_owned(),
+                    unit: act_at.unit().as_str().to_owned(),
+                    at: skewscope_os::clock::now(),
+                }));
+                let (actor, acting) = act::Actor::start(
+                    act_at.clone(),
+                    clock.clone(),
+                    recorder.clone(),
+                    config.act_realtime,
+                )
+                .map_err(ProbeError::Threads)?;
+                (Some(actor), Some(acting))
+            }
+            None => (None, None),
+        };
         let settings = Arc::new(Settings {
             upgrade: handshake::Upgrade::new(url, &config)?,
             // tungstenite reads only the upgrade's response.
@@ -252,6 +278,8 @@ impl RunningProbe {
             count: config.count,
             reconnect: config.reconnect,
             gate: Semaphore::new(MAX_HANDSHAKES_IN_FLIGHT),
+            acting,
+            payloads: Default::default(),
         });
         let reopen = recorder.reopen_handle();
         let mut helpers = JoinSet::new();
@@ -261,6 +289,7 @@ impl RunningProbe {
                 target,
                 config.time_interval,
                 recorder.clone(),
+                clock,
                 shutdown.clone(),
             ));
         }
@@ -295,6 +324,7 @@ impl RunningProbe {
             log_ended,
             upload_task,
             upload_state,
+            actor,
             previous_uploads,
         })
     }
@@ -352,6 +382,7 @@ impl RunningProbe {
             upload_task,
             upload_state,
             previous_uploads,
+            actor,
             ..
         } = self;
         let mut panicked = None;
@@ -364,6 +395,10 @@ impl RunningProbe {
             }
         }
 
+        // The actions still due (the connections, which plan them, are done).
+        if let Some(actor) = actor {
+            let _ = tokio::task::spawn_blocking(move || actor.finish()).await;
+        }
         // Their work is only useful while connections receive.
         helpers.abort_all();
         while helpers.join_next().await.is_some() {}
@@ -463,8 +498,9 @@ async fn time_target(config: &ProbeConfig) -> Result<Option<std::net::SocketAddr
     match found.ok().and_then(|mut addrs| addrs.next()) {
         Some(addr) => Ok(Some(addr)),
         None => {
-            eprintln!(
-                "skewscope-probe: cannot resolve the time server {host}:{port}; no offset estimate"
+            tracing::warn!(
+                target: "probe::time",
+                "cannot resolve the time server {host}:{port}; no offset estimate"
             );
             Ok(None)
         }

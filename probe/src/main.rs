@@ -21,20 +21,26 @@ fn main() -> ExitCode {
         print!("{}", skewscope_os::settings::print(&args));
         return ExitCode::SUCCESS;
     }
+    if let Err(e) =
+        skewscope_os::logging::init(args.log.as_deref(), skewscope_os::logging::DEFAULT_FILTER)
+    {
+        eprintln!("skewscope-probe: {e}");
+        return ExitCode::from(2);
+    }
     let config = match args.into_config() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("skewscope-probe: {e}");
+            tracing::error!(target: "probe", "{e}");
             return ExitCode::from(2);
         }
     };
     match run(config) {
         Ok(summary) => {
-            eprintln!("skewscope-probe: {summary}");
+            tracing::info!(target: "probe", "{summary}");
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("skewscope-probe: {e:#}");
+            tracing::error!(target: "probe", "{e:#}");
             ExitCode::FAILURE
         }
     }

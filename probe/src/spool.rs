@@ -9,7 +9,7 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use skewscope_core::log::{FRAME_HEADER_LEN, FrameAt, HEADER_LEN, frame_at};
+use skewscope_core::log::{FRAME_HEADER_LEN, FrameAt, HEADER_LEN, frame_at, resync};
 
 /// The files of one run, read in order.
 pub struct Spool {
@@ -88,17 +88,34 @@ impl Spool {
             file.seek(SeekFrom::Start(self.offset))?;
             let n = read_up_to(file, &mut buf)?;
             let mut pos = 0;
-            while let FrameAt::Intact(payload) = frame_at(&buf[..n], pos) {
-                let len = FRAME_HEADER_LEN + payload.len();
-                if self.seq >= seq {
-                    if out.len() + len > max_bytes && !out.is_empty() {
-                        return Ok(true);
+            loop {
+                match frame_at(&buf[..n], pos) {
+                    FrameAt::Intact(payload) => {
+                        let len = FRAME_HEADER_LEN + payload.len();
+                        if self.seq >= seq {
+                            if out.len() + len > max_bytes && !out.is_empty() {
+                                return Ok(true);
+                            }
+                            out.extend_from_slice(&buf[pos..pos + len]);
+                        }
+                        pos += len;
+                        self.offset += len as u64;
+                        self.seq += 1;
                     }
-                    out.extend_from_slice(&buf[pos..pos + len]);
+                    // Damage with an intact frame after it (a torn write the
+                    // recorder went on from) is stepped over, as every reader
+                    // of the log does, so the records after it are numbered
+                    // and sent alike; stopping here stalled the upload for
+                    // good (found by collector/tests/faults.rs). A frame
+                    // still being written has nothing after it: wait.
+                    FrameAt::Corrupt | FrameAt::Truncated => match resync(&buf[..n], pos + 1) {
+                        Some(next) => {
+                            self.offset += (next - pos) as u64;
+                            pos = next;
+                        }
+                        None => break,
+                    },
                 }
-                pos += len;
-                self.offset += len as u64;
-                self.seq += 1;
             }
             // Read on only when a full buffer was consumed while still
             // skipping forward to `seq`.
@@ -183,5 +200,34 @@ mod tests {
             all_from(&mut spool, 0),
             (0..3).map(stopped).collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn damage_in_the_middle_is_stepped_over_and_what_follows_is_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("probe.sklog");
+        write(&path, 0..5);
+        // A torn frame (a header announcing more than follows), eight
+        // zeros (a hole), then intact frames again.
+        let mut tail = vec![0x40, 0, 0, 0, 1, 2, 3];
+        tail.extend([0u8; 8]);
+        for i in 5..10 {
+            skewscope_core::log::encode_record(&stopped(i), &mut tail);
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut file, &tail).unwrap();
+        let mut spool = Spool::open(&path, true).unwrap();
+        let all = all_from(&mut spool, 0);
+        assert_eq!(all, (0..10).map(stopped).collect::<Vec<_>>());
+        // Numbered as the log reader numbers them.
+        let read = skewscope_core::log::read_file(&path).unwrap();
+        let skewscope_core::log::AnyLog::Probe(decoded) = read else {
+            panic!("a probe log");
+        };
+        assert_eq!(decoded.records, all);
+        assert_eq!(decoded.skipped_bytes, 15);
     }
 }

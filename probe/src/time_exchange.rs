@@ -10,6 +10,7 @@ use skewscope_core::record::{ProbeRecord, TimeSample};
 use skewscope_core::time_exchange::{PACKET_LEN, Reply, Request};
 use tokio::net::UdpSocket;
 
+use crate::clock_estimate::ClockEstimate;
 use crate::recorder::Recorder;
 use crate::shutdown::Shutdown;
 
@@ -25,6 +26,7 @@ pub(crate) async fn run(
     target: SocketAddr,
     interval: Duration,
     recorder: Recorder,
+    estimate: ClockEstimate,
     mut shutdown: Shutdown,
 ) {
     let bind: SocketAddr = if target.is_ipv4() {
@@ -35,31 +37,52 @@ pub(crate) async fn run(
     let socket = match UdpSocket::bind(bind).await {
         Ok(s) if s.connect(target).await.is_ok() => s,
         _ => {
-            eprintln!("skewscope-probe: cannot reach the time exchange at udp {target}");
+            tracing::warn!(target: "probe::time", "cannot reach the time exchange at udp {target}");
             return;
         }
     };
-    let mut answered = 0;
-    for _ in 0..BURST {
-        if let Some(sample) = exchange(&socket).await {
-            recorder.record(ProbeRecord::TimeSample(sample));
-            answered += 1;
-        }
-        tokio::time::sleep(BURST_GAP).await;
-    }
-    if answered == 0 {
-        eprintln!(
-            "skewscope-probe: no answer from a time exchange at udp {target}; offsets to the server's clock cannot be estimated (is it a skewscope agent?)"
-        );
-        return;
-    }
     let stopped = shutdown.wait();
     tokio::pin!(stopped);
+    // A burst first, for a good estimate at once; until one is answered
+    // (the agent down or out of reach when the probe started), try again
+    // at each interval: giving up would leave the whole run without
+    // offsets (found by collector/tests/faults.rs, a probe started while
+    // its link was cut).
+    let mut unanswered_since_warned = false;
+    loop {
+        let mut answered = 0;
+        for _ in 0..BURST {
+            if let Some(sample) = exchange(&socket).await {
+                recorder.record(ProbeRecord::TimeSample(sample));
+                estimate.add(sample);
+                answered += 1;
+            }
+            tokio::time::sleep(BURST_GAP).await;
+        }
+        if answered > 0 {
+            if unanswered_since_warned {
+                tracing::info!(target: "probe::time", "the time exchange at udp {target} answers");
+            }
+            break;
+        }
+        if !unanswered_since_warned {
+            tracing::warn!(
+                target: "probe::time",
+                "no answer from a time exchange at udp {target} yet; offsets to the server's clock cannot be estimated until it answers (is it a skewscope agent?); trying again every {interval:?}"
+            );
+            unanswered_since_warned = true;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = &mut stopped => return,
+        }
+    }
     loop {
         tokio::select! {
             _ = tokio::time::sleep(interval) => {
                 if let Some(sample) = exchange(&socket).await {
                     recorder.record(ProbeRecord::TimeSample(sample));
+                    estimate.add(sample);
                 }
             }
             _ = &mut stopped => return,

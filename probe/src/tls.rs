@@ -24,12 +24,34 @@ pub(crate) enum Trust {
     Nothing,
 }
 
+/// Why no TLS configuration could be made: a run stops at once on it.
+#[derive(Clone, Debug, thiserror::Error)]
+pub(crate) enum TrustError {
+    /// rustls refused the protocol versions (a build without them).
+    #[error("TLS: {0}")]
+    Rustls(String),
+    /// `wss://` with system roots, and the device has none.
+    #[error(
+        "wss://: no trusted root certificates on this device (looked in the system \
+         store, like /etc/ssl/certs); install ca-certificates or give --ca-file"
+    )]
+    NoSystemRoots,
+    /// `--ca-file` could not be read or holds no usable certificate.
+    #[error("--ca-file {path}: {reason}")]
+    CaFile {
+        /// The file as given.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
 /// A client configuration for `trust`, and whether it verifies servers.
-pub(crate) fn client_config(trust: &Trust) -> Result<(Arc<ClientConfig>, bool), String> {
+pub(crate) fn client_config(trust: &Trust) -> Result<(Arc<ClientConfig>, bool), TrustError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?;
+        .map_err(|e| TrustError::Rustls(e.to_string()))?;
     let config = match trust {
         Trust::Nothing => builder
             .dangerous()
@@ -47,34 +69,31 @@ pub(crate) fn client_config(trust: &Trust) -> Result<(Arc<ClientConfig>, bool), 
     Ok((Arc::new(config), *trust != Trust::Nothing))
 }
 
-fn system_roots() -> Result<RootCertStore, String> {
+fn system_roots() -> Result<RootCertStore, TrustError> {
     let found = rustls_native_certs::load_native_certs();
     let mut roots = RootCertStore::empty();
     let (added, _) = roots.add_parsable_certificates(found.certs);
     if added == 0 {
-        return Err(
-            "wss://: no trusted root certificates on this device (looked in the system \
-             store, like /etc/ssl/certs); install ca-certificates or give --ca-file"
-                .into(),
-        );
+        return Err(TrustError::NoSystemRoots);
     }
     Ok(roots)
 }
 
-fn ca_file_roots(path: &Path) -> Result<RootCertStore, String> {
-    let shown = path.display();
+fn ca_file_roots(path: &Path) -> Result<RootCertStore, TrustError> {
+    let bad = |reason: String| TrustError::CaFile {
+        path: path.display().to_string(),
+        reason,
+    };
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-        .map_err(|e| format!("--ca-file {shown}: {e}"))?
+        .map_err(|e| bad(e.to_string()))?
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("--ca-file {shown}: {e}"))?;
+        .map_err(|e| bad(e.to_string()))?;
     if certs.is_empty() {
-        return Err(format!("--ca-file {shown}: no PEM certificate in it"));
+        return Err(bad("no PEM certificate in it".into()));
     }
     let mut roots = RootCertStore::empty();
     for cert in certs {
-        roots
-            .add(cert)
-            .map_err(|e| format!("--ca-file {shown}: {e}"))?;
+        roots.add(cert).map_err(|e| bad(e.to_string()))?;
     }
     Ok(roots)
 }

@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
+use crate::error::ProbeError;
 use crate::spool::Spool;
 
 /// Pause before looking for newly flushed records.
@@ -54,18 +55,49 @@ pub struct UploadState {
 }
 
 /// `http://host:port[/]` (or `ws://…`) to the ingest WebSocket URL.
-pub fn ingest_url(base: &str) -> Result<String, String> {
+pub fn ingest_url(base: &str) -> Result<String, ProbeError> {
     let rest = base
         .strip_prefix("http://")
         .or_else(|| base.strip_prefix("ws://"))
         .ok_or_else(|| {
-            format!("--upload {base}: give the agent as http://HOST:PORT (TLS is not supported)")
+            ProbeError::Config(format!(
+                "--upload {base}: give the agent as http://HOST:PORT (TLS is not supported)"
+            ))
         })?;
     let host = rest.trim_end_matches('/');
     if host.is_empty() || host.contains('/') {
-        return Err(format!("--upload {base}: give only http://HOST:PORT"));
+        return Err(ProbeError::Config(format!(
+            "--upload {base}: give only http://HOST:PORT"
+        )));
     }
     Ok(format!("ws://{host}/ingest"))
+}
+
+/// Why an upload session ended before the log was acknowledged: said in the
+/// log line, and the session is tried again.
+#[derive(Debug, thiserror::Error)]
+enum UploadError {
+    /// The upload request could not be made (a bad token).
+    #[error("cannot make the upload request: {0}")]
+    Request(String),
+    /// No answer to the connection within 10 s.
+    #[error("connect timed out")]
+    ConnectTimeout,
+    /// The WebSocket failed.
+    #[error(transparent)]
+    WebSocket(#[from] tokio_tungstenite::tungstenite::Error),
+    /// The log could not be read.
+    #[error("cannot read the log: {0}")]
+    Log(#[from] std::io::Error),
+    /// The agent did not answer a batch.
+    #[error("no answer from the agent in 30 s")]
+    NoAnswer,
+    /// The agent answered with something else.
+    #[error("the agent sent something that is not an ingest answer")]
+    NotAnAnswer,
+    /// The agent closed the upload, saying why.
+    #[error("the agent closed the upload: {0}")]
+    Closed(String),
 }
 
 /// Uploads until `ended` turns true and the log is fully acknowledged, or
@@ -123,7 +155,7 @@ async fn upload_until_complete(
                     // to one record each).
                     batch_bytes = (batch_bytes / 8).max(MIN_BATCH_BYTES);
                 }
-                eprintln!("skewscope-probe: upload to {}: {e}; retrying", upload.url);
+                tracing::warn!(target: "probe::upload", "upload to {}: {e}; retrying", upload.url);
                 tokio::select! {
                     _ = tokio::time::sleep(backoff.pause()) => {}
                     _ = ended.changed(), if !*ended.borrow() => {}
@@ -142,14 +174,12 @@ async fn session(
     state: &watch::Sender<UploadState>,
     batch_bytes: usize,
     reached: &mut bool,
-) -> Result<(), String> {
-    let mut request = upload
-        .url
-        .as_str()
-        .into_client_request()
-        .map_err(|e| e.to_string())?;
+) -> Result<(), UploadError> {
+    let mut request = upload.url.as_str().into_client_request()?;
     if let Some(token) = &upload.token {
-        let value = format!("Bearer {token}").parse().map_err(|_| "bad token")?;
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| UploadError::Request("the token is not a valid header value".into()))?;
         request.headers_mut().insert("authorization", value);
     }
     let (mut ws, _) = tokio::time::timeout(
@@ -157,27 +187,22 @@ async fn session(
         tokio_tungstenite::connect_async(request),
     )
     .await
-    .map_err(|_| "connect timed out".to_owned())?
-    .map_err(|e| e.to_string())?;
+    .map_err(|_| UploadError::ConnectTimeout)??;
     let hello = ToAgent::Hello {
         version: INGEST_VERSION,
         run_id: upload.run_id,
     };
-    ws.send(Message::Binary(encode(&hello).into()))
-        .await
-        .map_err(|e| e.to_string())?;
+    ws.send(Message::Binary(encode(&hello).into())).await?;
     let spool = match spool {
         Some(spool) => spool,
-        None => spool.insert(Spool::open(&upload.log, upload.follow).map_err(|e| e.to_string())?),
+        None => spool.insert(Spool::open(&upload.log, upload.follow)?),
     };
     let mut next_seq = receive_ack(&mut ws).await?.0;
     *reached = true;
     loop {
         // Read the end flag before the log: what was flushed before it is in the file.
         let was_ended = *ended.borrow();
-        let (first_seq, frames) = spool
-            .batch_from(next_seq, batch_bytes)
-            .map_err(|e| e.to_string())?;
+        let (first_seq, frames) = spool.batch_from(next_seq, batch_bytes)?;
         if frames.is_empty() {
             state.send_modify(|s| {
                 s.acked = next_seq;
@@ -194,15 +219,14 @@ async fn session(
             continue;
         }
         let batch = ToAgent::Records { first_seq, frames };
-        ws.send(Message::Binary(encode(&batch).into()))
-            .await
-            .map_err(|e| e.to_string())?;
+        ws.send(Message::Binary(encode(&batch).into())).await?;
         let (acked, busy) = receive_ack(&mut ws).await?;
         next_seq = acked;
         state.send_modify(|s| s.acked = acked);
         if let Some(reason) = busy {
-            eprintln!(
-                "skewscope-probe: the agent stored nothing ({reason}); records stay in the log"
+            tracing::warn!(
+                target: "probe::upload",
+                "the agent stored nothing ({reason}); records stay in the log"
             );
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
@@ -214,28 +238,27 @@ type Socket =
 
 /// Waits for the agent's answer: its `next_seq`, and why nothing was stored
 /// when it was busy.
-async fn receive_ack(ws: &mut Socket) -> Result<(u64, Option<String>), String> {
+async fn receive_ack(ws: &mut Socket) -> Result<(u64, Option<String>), UploadError> {
     loop {
         let message = tokio::time::timeout(Duration::from_secs(30), ws.next())
             .await
-            .map_err(|_| "no answer from the agent in 30 s".to_owned())?;
+            .map_err(|_| UploadError::NoAnswer)?;
         match message {
             Some(Ok(Message::Binary(b))) => {
                 return match decode_to_probe(&b) {
                     Some(ToProbe::Ack { next_seq }) => Ok((next_seq, None)),
                     Some(ToProbe::Busy { next_seq, reason }) => Ok((next_seq, Some(reason))),
-                    None => Err("the agent sent something that is not an ingest answer".into()),
+                    None => Err(UploadError::NotAnAnswer),
                 };
             }
             Some(Ok(Message::Close(frame))) => {
-                return Err(format!(
-                    "the agent closed the upload: {}",
-                    frame.map_or_else(String::new, |f| f.reason.to_string())
+                return Err(UploadError::Closed(
+                    frame.map_or_else(String::new, |f| f.reason.to_string()),
                 ));
             }
             Some(Ok(_)) => continue,
-            Some(Err(e)) => return Err(e.to_string()),
-            None => return Err("the agent closed the connection".into()),
+            Some(Err(e)) => return Err(e.into()),
+            None => return Err(UploadError::Closed("the connection ended".into())),
         }
     }
 }

@@ -582,7 +582,11 @@ fn wss_trusts_a_private_ca_refuses_an_unknown_one_and_warns_when_insecure() {
     // --insecure connects, warns, and the log says so for the report.
     let (o, records) = probe(dir.path(), &url, &["--insecure"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stderr(&o).contains("WARNING: --insecure"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("WARN probe: --insecure"),
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(receipts(&records), 3);
     assert!(
         records

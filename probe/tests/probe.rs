@@ -147,6 +147,7 @@ async fn test_messages_are_keyed_by_sequence() {
         let text = encode_test_message(TestMessage {
             seq,
             sent_wall_ns: skewscope_os::clock::now().wall_ns,
+            at_wall_ns: None,
         });
         server.broadcast(Message::text(text));
     }

@@ -9,14 +9,32 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use prometheus_client::metrics::counter::Counter;
 use skewscope_core::identity::{TestMessage, encode_test_message, payload_hash};
 use skewscope_core::permessage_deflate::deflate::MessageDeflater;
 use skewscope_core::record::{AgentConnectionOpened, AgentRecord, BroadcastStarted};
 use tungstenite::protocol::frame::Frame;
 use tungstenite::protocol::frame::coding::{Data, OpCode};
 
-use crate::engine::shard::{Job, NewClient, ShardConfig, ShardHandle, encode};
+use crate::counters::ClientCounters;
+use crate::engine::shard::{EncodedBroadcast, NewClient, ShardConfig, ShardHandle, encode};
+use crate::quiet::{FanoutQuiet, InFlight};
 use crate::recorder::Recorder;
+
+/// How the hub runs its shards; fixed for the agent's life.
+#[derive(Clone, Copy, Debug)]
+pub struct HubConfig {
+    /// Shard threads to start (at least one).
+    pub shards: usize,
+    /// Pin shard i to the i-th core the agent may run on (`--pin-shards`),
+    /// when there are as many cores as shards.
+    pub pin_shards: bool,
+    /// Compress each broadcast once for the clients that agreed to
+    /// permessage-deflate (unless `--no-deflate`).
+    pub deflate: bool,
+    /// How every shard behaves.
+    pub shard: ShardConfig,
+}
 
 /// What a broadcast reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +43,8 @@ pub struct Broadcasted {
     pub id: u64,
     /// Test sequence number, for `/start_test`.
     pub seq: Option<u64>,
+    /// The time to act it carries (`/start_test?lead=`), agent wall clock.
+    pub at_wall_ns: Option<u64>,
     /// Clients it was sent to.
     pub clients: u32,
 }
@@ -37,66 +57,39 @@ pub struct Hub {
     next_broadcast: AtomicU64,
     next_seq: AtomicU64,
     /// Broadcasts being fanned out right now.
-    in_flight: tokio::sync::watch::Sender<u32>,
+    in_flight: InFlight,
     /// Compresses each broadcast once (unless `--no-deflate`).
     deflater: Option<Mutex<MessageDeflater>>,
-}
-
-/// Lets background work (storing probes' uploads) step aside while a
-/// broadcast is fanned out: on a 2-core server the shards need both cores
-/// for those few milliseconds, and the upload can wait that long.
-#[derive(Clone)]
-pub struct FanoutQuiet(tokio::sync::watch::Receiver<u32>);
-
-impl FanoutQuiet {
-    /// Resolves when no broadcast is in flight, or after `at_most` (so a
-    /// stream of broadcasts back to back cannot starve the caller).
-    pub async fn wait(&mut self, at_most: std::time::Duration) {
-        let _ = tokio::time::timeout(at_most, self.0.wait_for(|n| *n == 0)).await;
-    }
-
-    /// Resolves when a broadcast starts (at once if one is in flight).
-    pub async fn busy(&mut self) {
-        if self.0.wait_for(|n| *n > 0).await.is_err() {
-            // The hub is gone: no broadcast will ever start.
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-/// Counts one broadcast in flight until dropped, even if its task is cancelled.
-struct InFlight<'a>(&'a tokio::sync::watch::Sender<u32>);
-
-impl<'a> InFlight<'a> {
-    fn start(counter: &'a tokio::sync::watch::Sender<u32>) -> InFlight<'a> {
-        counter.send_modify(|n| *n += 1);
-        InFlight(counter)
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.send_modify(|n| *n -= 1);
-    }
+    /// Clients in and out (the shards hold clones).
+    clients: ClientCounters,
+    /// Broadcasts started.
+    broadcasts: Counter,
 }
 
 impl Hub {
-    /// Starts `shards` shard threads; with `pin_shards`, shard i on the
-    /// i-th core the agent may use, when there are at least as many.
-    pub fn start(shards: usize, config: ShardConfig, recorder: Recorder) -> std::io::Result<Hub> {
-        let shards = shards.max(1);
+    /// Starts the shard threads; with `pin_shards`, shard i on the i-th
+    /// core the agent may use, when there are at least as many. The hub
+    /// and its shards count into `clients` and `broadcasts`.
+    pub fn start(
+        config: HubConfig,
+        recorder: Recorder,
+        clients: ClientCounters,
+        broadcasts: Counter,
+    ) -> std::io::Result<Hub> {
+        let shards = config.shards.max(1);
         let cores = if config.pin_shards {
             match skewscope_os::cpu::allowed_cores() {
                 Ok(cores) if cores.len() >= shards => Some(cores),
                 Ok(cores) => {
-                    eprintln!(
-                        "skewscope-agent: --pin-shards: {shards} shards but {} cores allowed; not pinned",
+                    tracing::warn!(
+                        target: "agent::engine",
+                        "--pin-shards: {shards} shards but {} cores allowed; not pinned",
                         cores.len()
                     );
                     None
                 }
                 Err(e) => {
-                    eprintln!("skewscope-agent: --pin-shards: cannot read the allowed cores: {e}");
+                    tracing::warn!(target: "agent::engine", "--pin-shards: cannot read the allowed cores: {e}");
                     None
                 }
             }
@@ -106,7 +99,13 @@ impl Hub {
         let handles = (0..shards)
             .map(|i| {
                 let core = cores.as_ref().map(|c| c[i]);
-                ShardHandle::spawn(i as u16, config, recorder.clone(), core)
+                ShardHandle::spawn(
+                    i as u16,
+                    config.shard,
+                    recorder.clone(),
+                    clients.clone(),
+                    core,
+                )
             })
             .collect::<std::io::Result<Vec<_>>>()?;
         Ok(Hub {
@@ -115,10 +114,12 @@ impl Hub {
             next_conn: AtomicU64::new(1),
             next_broadcast: AtomicU64::new(1),
             next_seq: AtomicU64::new(1),
-            in_flight: tokio::sync::watch::Sender::new(0),
+            in_flight: InFlight::new(),
             deflater: config
                 .deflate
                 .then(|| Mutex::new(MessageDeflater::default())),
+            clients,
+            broadcasts,
         })
     }
 
@@ -129,13 +130,12 @@ impl Hub {
 
     /// Connected clients that agreed to permessage-deflate.
     pub fn deflate_clients(&self) -> usize {
-        let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
-        shards.iter().map(ShardHandle::deflate_clients).sum()
+        self.clients.deflate.get().max(0) as usize
     }
 
     /// A handle to wait until no broadcast is being fanned out.
     pub fn quiet(&self) -> FanoutQuiet {
-        FanoutQuiet(self.in_flight.subscribe())
+        self.in_flight.quiet()
     }
 
     /// Reserves the id a new connection will have (sent in its upgrade response).
@@ -162,6 +162,7 @@ impl Hub {
         else {
             return; // shut down, or no shard left: dropping the socket closes it
         };
+        self.clients.opened.inc();
         self.recorder
             .record(AgentRecord::ConnectionOpened(AgentConnectionOpened {
                 conn: client.id,
@@ -188,20 +189,28 @@ impl Hub {
         !shards.is_empty() && shards.iter().all(ShardHandle::alive)
     }
 
-    /// Whether every shard's thread runs and still handles its commands
-    /// (see [`ShardHandle::responsive`]): what the watchdog is pinged on.
-    pub fn shards_healthy(&self, now_mono_ns: u64, stuck_after: std::time::Duration) -> bool {
+    /// How many shards' threads ended or no longer handle their commands
+    /// (see [`ShardHandle::responsive`]): the watchdog is pinged only at 0.
+    pub fn shards_stuck(&self, now_mono_ns: u64, stuck_after: std::time::Duration) -> usize {
         let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
-        !shards.is_empty()
-            && shards
-                .iter()
-                .all(|s| s.alive() && s.responsive(now_mono_ns, stuck_after))
+        shards
+            .iter()
+            .filter(|s| !(s.alive() && s.responsive(now_mono_ns, stuck_after)))
+            .count()
+    }
+
+    /// Whether the hub has shards at all (none once it is shut down).
+    pub fn has_shards(&self) -> bool {
+        !self
+            .shards
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
     }
 
     /// Connected clients over all shards.
     pub fn clients(&self) -> usize {
-        let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
-        shards.iter().map(ShardHandle::clients).sum()
+        self.clients.connected.get().max(0) as usize
     }
 
     /// Broadcasts started so far in this run (ids are 1 to this).
@@ -215,14 +224,21 @@ impl Hub {
         self.broadcast(payload, text, None).await
     }
 
-    /// Broadcasts the built-in test message with the next sequence number.
-    pub async fn start_test(&self) -> Broadcasted {
+    /// Broadcasts the built-in test message with the next sequence number;
+    /// with a `lead`, its time to act is the moment it is built plus the
+    /// lead (microseconds before the start is stamped).
+    pub async fn start_test(&self, lead: Option<std::time::Duration>) -> Broadcasted {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let sent_wall_ns = skewscope_os::clock::now().wall_ns;
+        let at_wall_ns = lead.map(|l| sent_wall_ns.saturating_add(l.as_nanos() as u64));
         let text = encode_test_message(TestMessage {
             seq,
-            sent_wall_ns: skewscope_os::clock::now().wall_ns,
+            sent_wall_ns,
+            at_wall_ns,
         });
-        self.broadcast(text.as_bytes(), true, Some(seq)).await
+        let mut sent = self.broadcast(text.as_bytes(), true, Some(seq)).await;
+        sent.at_wall_ns = at_wall_ns;
+        sent
     }
 
     /// Encodes and hashes the payload, then stamps the start: the fan-out
@@ -250,6 +266,7 @@ impl Hub {
                 Some(Arc::<[u8]>::from(encode(message)))
             });
         let hash = payload_hash(payload);
+        self.broadcasts.inc();
         let start = skewscope_os::clock::now();
         // Recorded before any shard can record its sends for it.
         self.recorder
@@ -261,12 +278,12 @@ impl Hub {
                 text,
                 at: start,
             }));
-        let job = Arc::new(Job {
+        let job = Arc::new(EncodedBroadcast {
             id,
             frame,
             compressed,
         });
-        let _in_flight = InFlight::start(&self.in_flight);
+        let _in_flight = self.in_flight.start();
         let waits: Vec<_> = {
             let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
             shards
@@ -282,7 +299,12 @@ impl Hub {
         for wait in waits {
             clients += wait.await.unwrap_or(0);
         }
-        Broadcasted { id, seq, clients }
+        Broadcasted {
+            id,
+            seq,
+            clients,
+            at_wall_ns: None,
+        }
     }
 
     /// Closes every client and stops the shard threads. Blocks until they end.
@@ -298,8 +320,7 @@ impl Hub {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Metrics;
-    use crate::recorder::RecorderThread;
+    use crate::recorder::{RecorderThread, Unobserved};
     use crate::segments::Limits;
 
     /// A hub of `shards` shards recording into a temporary directory.
@@ -310,7 +331,7 @@ mod tests {
     /// A test hub whose shard settings `adjust` changes.
     fn test_hub_with(
         shards: usize,
-        adjust: impl FnOnce(&mut ShardConfig),
+        adjust: impl FnOnce(&mut HubConfig),
     ) -> (Hub, RecorderThread, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let limits = Limits {
@@ -318,20 +339,29 @@ mod tests {
             max_data_bytes: 1 << 24,
         };
         let recorder =
-            RecorderThread::start(dir.path(), limits, Arc::new(Metrics::new(shards))).unwrap();
-        let config = ShardConfig {
-            order: skewscope_core::record::SendOrder::Rotate,
-            record_send_times: true,
-            max_frame: 1 << 16,
-            max_queue_bytes: 1 << 20,
-            tx_timestamps: false,
+            RecorderThread::start(dir.path(), limits, Counter::default(), Box::new(Unobserved))
+                .unwrap();
+        let mut config = HubConfig {
+            shards,
             pin_shards: false,
-            stall_shard: None,
             deflate: false,
+            shard: ShardConfig {
+                order: skewscope_core::record::SendOrder::Rotate,
+                record_send_times: true,
+                max_frame: 1 << 16,
+                max_queue_bytes: 1 << 20,
+                tx_timestamps: false,
+                stall_shard: None,
+            },
         };
-        let mut config = config;
         adjust(&mut config);
-        let hub = Hub::start(shards, config, recorder.handle()).unwrap();
+        let hub = Hub::start(
+            config,
+            recorder.handle(),
+            crate::counters::AgentCounters::new(false).clients,
+            Counter::default(),
+        )
+        .unwrap();
         (hub, recorder, dir)
     }
 
@@ -397,12 +427,12 @@ mod tests {
     #[test]
     fn a_stuck_shard_is_unhealthy_though_its_thread_is_alive() {
         use std::time::{Duration, Instant};
-        let (hub, recorder, dir) = test_hub_with(2, |c| c.stall_shard = Some(0));
+        let (hub, recorder, dir) = test_hub_with(2, |c| c.shard.stall_shard = Some(0));
         let now = skewscope_os::clock::mono_ns;
         // Shards that handle commands answer every heartbeat, however often asked.
         let generous = Duration::from_secs(5);
         for _ in 0..20 {
-            assert!(hub.shards_healthy(now(), generous));
+            assert_eq!(hub.shards_stuck(now(), generous), 0);
             std::thread::sleep(Duration::from_millis(10));
         }
         // Shard 0 blocks at the broadcast; publish never completes, so it runs aside.
@@ -417,7 +447,7 @@ mod tests {
         });
         let strict = Duration::from_millis(200);
         let deadline = Instant::now() + Duration::from_secs(20);
-        while hub.shards_healthy(now(), strict) {
+        while hub.shards_stuck(now(), strict) == 0 {
             assert!(Instant::now() < deadline, "the stuck shard was never seen");
             std::thread::sleep(Duration::from_millis(10));
         }

@@ -25,10 +25,18 @@ use slab::Slab;
 use tungstenite::protocol::CloseFrame;
 use tungstenite::protocol::frame::Frame;
 
+use crate::counters::ClientCounters;
 use crate::engine::client::{Client, Offer};
 use crate::engine::send_order::Sequencer;
 use crate::recorder::Recorder;
 use skewscope_core::client_frames::{ClientFrame, ClientFrameError};
+
+/// How long a shard may leave a heartbeat unanswered before it counts as
+/// stuck. A broadcast to 10,000 clients takes milliseconds, and a shard
+/// looks at its commands between client reads, so only a shard that has
+/// stopped working is this late. With the unit's `WatchdogSec=30s` (pinged
+/// every 15 s), a stuck shard gets the agent restarted within about 50 s.
+pub const SHARD_STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 const WAKER: Token = Token(usize::MAX);
 const READ_CHUNK: usize = 64 * 1024;
@@ -52,23 +60,19 @@ pub struct ShardConfig {
     pub max_frame: usize,
     /// Most bytes a slow client may have pending before it is dropped.
     pub max_queue_bytes: usize,
-    /// Ask the kernel for TX timestamps of every broadcast write.
+    /// Ask the kernel for TX timestamps of every broadcast write to a probe.
     pub tx_timestamps: bool,
-    /// Pin shard i to the i-th core the agent may run on (`--pin-shards`),
-    /// when there are as many cores as shards.
-    pub pin_shards: bool,
-    /// Test hook (`SKEWSCOPE_AGENT_TEST_STALL_SHARD=N`): shard N's thread
-    /// blocks for good at its first broadcast, alive but stuck, so a test
-    /// can see the watchdog restart the agent. `None` in every real run.
+    /// Test hook (`SKEWSCOPE_AGENT_TEST_STALL_SHARD=N`, in builds with the
+    /// `test-hooks` feature only): shard N's thread blocks for good at its
+    /// first broadcast, alive but stuck, so a test can see the watchdog
+    /// restart the agent.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub stall_shard: Option<u16>,
-    /// Compress each broadcast once for the clients that agreed to
-    /// permessage-deflate (unless `--no-deflate`).
-    pub deflate: bool,
 }
 
 /// One broadcast as shards see it: the frame, encoded once.
 #[derive(Debug)]
-pub struct Job {
+pub struct EncodedBroadcast {
     /// Broadcast id.
     pub id: u64,
     /// The complete WebSocket frame, identical for every client.
@@ -98,7 +102,7 @@ pub struct NewClient {
 
 enum Command {
     Add(NewClient),
-    Broadcast(Arc<Job>, tokio::sync::oneshot::Sender<u32>),
+    Broadcast(Arc<EncodedBroadcast>, tokio::sync::oneshot::Sender<u32>),
     Shutdown,
     /// The hub asks whether the thread still handles commands.
     Heartbeat,
@@ -117,17 +121,19 @@ pub struct ShardHandle {
     clients: Arc<AtomicUsize>,
     /// When an unanswered heartbeat was asked for (monotonic ns), 0 if none.
     heartbeat_asked_at: Arc<AtomicU64>,
-    /// Of its clients, those that agreed to permessage-deflate.
-    deflate_clients: Arc<AtomicUsize>,
+    /// Every shard's clients, for `/metrics` and `/healthz`.
+    counters: ClientCounters,
     thread: Option<JoinHandle<()>>,
 }
 
 impl ShardHandle {
-    /// Starts shard `index` on its own thread, pinned to `core` if given.
+    /// Starts shard `index` on its own thread, pinned to `core` if given;
+    /// it counts its clients in and out into `counters`.
     pub fn spawn(
         index: u16,
         config: ShardConfig,
         recorder: Recorder,
+        counters: ClientCounters,
         core: Option<usize>,
     ) -> io::Result<ShardHandle> {
         let poll = Poll::new()?;
@@ -137,9 +143,8 @@ impl ShardHandle {
         let clients = Arc::new(AtomicUsize::new(0));
         let command_pending = Arc::new(AtomicBool::new(false));
         let heartbeat_asked_at = Arc::new(AtomicU64::new(0));
-        let deflate_clients = Arc::new(AtomicUsize::new(0));
         let shard = Shard {
-            deflate_count: deflate_clients.clone(),
+            counters: counters.clone(),
             command_pending: command_pending.clone(),
             heartbeat_asked_at: heartbeat_asked_at.clone(),
             backlog: Vec::new(),
@@ -163,7 +168,7 @@ impl ShardHandle {
                 if let Some(core) = core
                     && let Err(e) = skewscope_os::cpu::pin_this_thread(core)
                 {
-                    eprintln!("skewscope-agent: shard {index} not pinned to core {core}: {e}");
+                    tracing::warn!(target: "agent::engine", "shard {index} not pinned to core {core}: {e}");
                 }
                 shard.run()
             })?;
@@ -173,7 +178,7 @@ impl ShardHandle {
             command_pending,
             clients,
             heartbeat_asked_at,
-            deflate_clients,
+            counters,
             thread: Some(thread),
         })
     }
@@ -209,23 +214,19 @@ impl ShardHandle {
         self.clients.load(Ordering::Relaxed)
     }
 
-    /// Of those, the ones that agreed to permessage-deflate.
-    pub fn deflate_clients(&self) -> usize {
-        self.deflate_clients.load(Ordering::Relaxed)
-    }
-
     /// Hands a client to the shard.
     pub fn add(&self, client: NewClient) {
         // Counted now so the hub's least-loaded choice sees it at once.
         self.clients.fetch_add(1, Ordering::Relaxed);
+        self.counters.connected.inc();
         if client.deflate {
-            self.deflate_clients.fetch_add(1, Ordering::Relaxed);
+            self.counters.deflate.inc();
         }
         self.send(Command::Add(client));
     }
 
     /// Queues a broadcast; `done` receives how many clients it targeted.
-    pub fn broadcast(&self, job: Arc<Job>, done: tokio::sync::oneshot::Sender<u32>) {
+    pub fn broadcast(&self, job: Arc<EncodedBroadcast>, done: tokio::sync::oneshot::Sender<u32>) {
         self.send(Command::Broadcast(job, done));
     }
 
@@ -271,8 +272,8 @@ struct Shard {
     recycle_tx: Sender<Vec<SendSlot>>,
     recycle_rx: Receiver<Vec<SendSlot>>,
     count: Arc<AtomicUsize>,
-    /// Its clients that agreed to permessage-deflate (the handle's count).
-    deflate_count: Arc<AtomicUsize>,
+    /// Every shard's clients (connected, deflate, closed by reason).
+    counters: ClientCounters,
 }
 
 impl Shard {
@@ -285,7 +286,7 @@ impl Shard {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
-                eprintln!("skewscope-agent: shard {} poll failed: {e}", self.index);
+                tracing::error!(target: "agent::engine", "shard {} poll failed: {e}", self.index);
                 break;
             }
             // Commands first, and again after every client read: a broadcast
@@ -344,9 +345,11 @@ impl Shard {
         loop {
             match self.commands.try_recv() {
                 Ok(Command::Broadcast(job, done)) => {
+                    #[cfg(any(test, feature = "test-hooks"))]
                     if self.config.stall_shard == Some(self.index) {
-                        eprintln!(
-                            "skewscope-agent: shard {} stalls for good (SKEWSCOPE_AGENT_TEST_STALL_SHARD)",
+                        tracing::warn!(
+                            target: "agent::engine",
+                            "shard {} stalls for good (SKEWSCOPE_AGENT_TEST_STALL_SHARD)",
                             self.index
                         );
                         loop {
@@ -369,7 +372,7 @@ impl Shard {
     }
 
     /// The hot path: write one frame to every client, one clock read per client.
-    fn fan_out(&mut self, job: &Job) -> u32 {
+    fn fan_out(&mut self, job: &EncodedBroadcast) -> u32 {
         let loop_start_mono_ns = mono_ns();
         let n = self.order.len();
         let record = self.config.record_send_times;
@@ -435,8 +438,9 @@ impl Shard {
             Interest::READABLE | Interest::WRITABLE,
         ) {
             self.count.fetch_sub(1, Ordering::Relaxed);
+            self.counters.connected.dec();
             if new.deflate {
-                self.deflate_count.fetch_sub(1, Ordering::Relaxed);
+                self.counters.deflate.dec();
             }
             self.record_close(new.id, CloseReason::SocketError(format!("register: {e}")));
             return;
@@ -449,8 +453,9 @@ impl Shard {
         if self.config.tx_timestamps && new.probe {
             match skewscope_os::tx_stamp::enable(&client.stream) {
                 Ok(()) => client.tx = Some(Default::default()),
-                Err(e) => eprintln!(
-                    "skewscope-agent: no TX timestamps for connection {}: {e}",
+                Err(e) => tracing::warn!(
+                    target: "agent::engine",
+                    "no TX timestamps for connection {}: {e}",
                     new.id
                 ),
             }
@@ -624,8 +629,9 @@ impl Shard {
             };
             let _ = self.poll.registry().deregister(&mut client.stream);
             self.count.fetch_sub(1, Ordering::Relaxed);
+            self.counters.connected.dec();
             if client.deflate {
-                self.deflate_count.fetch_sub(1, Ordering::Relaxed);
+                self.counters.deflate.dec();
             }
             self.record_close(client.id, reason);
         }
@@ -641,9 +647,17 @@ impl Shard {
             }));
             let _ = client.send_control(encode(frame), usize::MAX);
         }
-        let ids: Vec<u64> = self.clients.iter().map(|(_, c)| c.id).collect();
-        for id in ids {
+        let closing: Vec<(u64, bool)> = self
+            .clients
+            .iter()
+            .map(|(_, c)| (c.id, c.deflate))
+            .collect();
+        for &(id, deflate) in &closing {
             self.record_close(id, CloseReason::Shutdown);
+            self.counters.connected.dec();
+            if deflate {
+                self.counters.deflate.dec();
+            }
         }
         self.await_closes();
         self.clients.clear();
@@ -697,6 +711,7 @@ impl Shard {
     }
 
     fn record_close(&self, conn: u64, reason: CloseReason) {
+        self.counters.closed_for(&reason);
         self.recorder
             .record(AgentRecord::ConnectionClosed(AgentConnectionClosed {
                 conn,

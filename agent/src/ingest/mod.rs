@@ -7,7 +7,6 @@ pub mod store;
 pub mod worker;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -27,7 +26,7 @@ pub use worker::Worker;
 
 use worker::Stored;
 
-use crate::engine::hub::FanoutQuiet;
+use crate::quiet::FanoutQuiet;
 use store::OpenError;
 
 /// Longest an upload waits for a broadcast in flight to finish before it is
@@ -141,7 +140,7 @@ async fn session(
                     Ok(run) => run,
                     Err(OpenError::InUse(_)) => return Err(SessionError::InUse),
                     Err(OpenError::Io(e)) => {
-                        eprintln!("skewscope-agent: ingest: cannot open run {run_id:032x}: {e}");
+                        tracing::error!(target: "agent::ingest", "cannot open run {run_id:032x}: {e}");
                         return Ok(());
                     }
                 };
@@ -172,28 +171,4 @@ async fn session(
             return Ok(());
         }
     }
-}
-
-/// The counters as JSON, for `/healthz`.
-pub fn health_json(store: &IngestStore) -> String {
-    let c = &store.counters;
-    let mut rejected: Vec<(&str, u64)> = c
-        .rejected
-        .lock()
-        .expect("counters lock")
-        .iter()
-        .map(|(k, v)| (*k, *v))
-        .collect();
-    rejected.sort();
-    let rejected = rejected
-        .iter()
-        .map(|(k, v)| format!("\"{k}\":{v}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    format!(
-        "{{\"records\":{},\"duplicates\":{},\"busy\":{},\"rejected\":{{{rejected}}}}}",
-        c.records.load(Ordering::Relaxed),
-        c.duplicates.load(Ordering::Relaxed),
-        c.busy.load(Ordering::Relaxed),
-    )
 }

@@ -9,38 +9,14 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use skewscope_core::log::{FRAME_HEADER_LEN, FrameAt, HEADER_LEN, LogKind, frame_at, header};
 use skewscope_core::record::ProbeRecord;
 
+use crate::counters::IngestCounters;
+
 /// The subdirectory of the data directory that holds uploaded runs.
 pub const PROBES_DIR: &str = "probes";
-
-/// Counters shown in `/healthz`.
-#[derive(Debug, Default)]
-pub struct IngestCounters {
-    /// Records durably stored.
-    pub records: AtomicU64,
-    /// Records received again after a lost ack, and not stored twice.
-    pub duplicates: AtomicU64,
-    /// Batches refused for space (data budget or disk): nothing stored, no ack.
-    pub busy: AtomicU64,
-    /// Connections refused, by reason.
-    pub rejected: Mutex<HashMap<&'static str, u64>>,
-}
-
-impl IngestCounters {
-    /// Counts one refused connection.
-    pub fn reject(&self, reason: &'static str) {
-        *self
-            .rejected
-            .lock()
-            .expect("counters lock")
-            .entry(reason)
-            .or_default() += 1;
-    }
-}
 
 /// One run being uploaded: its file and how many records it holds.
 #[derive(Debug)]
@@ -98,14 +74,18 @@ pub enum OpenError {
 
 impl IngestStore {
     /// A store in `data_dir/probes`, counted against `max_data_bytes`
-    /// together with the agent's own segments.
-    pub fn new(data_dir: &Path, max_data_bytes: u64) -> io::Result<IngestStore> {
+    /// together with the agent's own segments, counting into `counters`.
+    pub fn new(
+        data_dir: &Path,
+        max_data_bytes: u64,
+        counters: IngestCounters,
+    ) -> io::Result<IngestStore> {
         std::fs::create_dir_all(data_dir.join(PROBES_DIR))?;
         Ok(IngestStore {
             data_dir: data_dir.to_owned(),
             max_data_bytes,
             runs: Mutex::default(),
-            counters: IngestCounters::default(),
+            counters,
         })
     }
 
@@ -201,13 +181,18 @@ impl IngestStore {
             .write_all(frames)
             .and_then(|()| run.file.sync_data());
         if let Err(e) = written {
+            // Cut back, and move the handle back too: a write that failed
+            // part way left it past the cut, and the next append would
+            // leave a hole of zeros there (the fault test found the hole,
+            // and zeros read as records once the agent restarted).
             let _ = run.file.set_len(run.len);
+            let _ = io::Seek::seek(&mut run.file, io::SeekFrom::Start(run.len));
             return Err(e);
         }
         let first_batch = run.next_seq == 0;
         run.len += frames.len() as u64;
         run.next_seq += records;
-        self.counters.records.fetch_add(records, Ordering::Relaxed);
+        self.counters.records.inc_by(records);
         let started = first_batch.then(|| started_by(frames)).flatten();
         self.update(run.run_id, |s| {
             s.records = run.next_seq;

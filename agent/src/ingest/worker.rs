@@ -6,14 +6,13 @@
 //! of a 1,000-client fan-out.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 
 use skewscope_core::ingest::{IngestError, accept_batch};
 use tokio::sync::oneshot;
 
 use super::store::{IngestStore, OpenError, OpenRun};
-use crate::metrics::Metrics;
+use crate::live::LiveFeed;
 
 /// What storing a batch came to.
 #[derive(Debug)]
@@ -24,7 +23,8 @@ pub enum Stored {
     Busy(String),
 }
 
-enum Job {
+/// What the worker is asked to do.
+enum Task {
     Open {
         run_id: u128,
         reply: oneshot::Sender<Result<OpenRun, OpenError>>,
@@ -40,38 +40,32 @@ enum Job {
 /// A handle to the worker thread; it ends when the last handle goes.
 #[derive(Clone)]
 pub struct Worker {
-    jobs: mpsc::Sender<Job>,
+    tasks: mpsc::Sender<Task>,
 }
 
 impl Worker {
-    /// Starts the worker thread for `store`; what it stores also feeds the
-    /// live join of `metrics`, which it ticks about once a second.
-    pub fn start(store: Arc<IngestStore>, metrics: Arc<Metrics>) -> std::io::Result<Worker> {
-        let (jobs, queue) = mpsc::channel();
+    /// Starts the worker thread for `store`; what it stores goes up to the
+    /// live join through `live`. It sleeps until a task comes.
+    pub fn start(store: Arc<IngestStore>, live: LiveFeed) -> std::io::Result<Worker> {
+        let (tasks, queue) = mpsc::channel();
         std::thread::Builder::new()
             .name("ingest".into())
             .spawn(move || {
                 if let Err(e) = skewscope_os::priority::lower_this_thread() {
-                    eprintln!("skewscope-agent: ingest runs at normal priority: {e}");
+                    tracing::warn!(target: "agent::ingest", "the ingest thread runs at normal priority: {e}");
                 }
-                loop {
-                    match queue.recv_timeout(TICK) {
-                        Ok(job) => work(&store, &metrics, job),
-                        Err(mpsc::RecvTimeoutError::Timeout) => {
-                            metrics.tick(skewscope_os::clock::now().wall_ns);
-                        }
-                        Err(mpsc::RecvTimeoutError::Disconnected) => return,
-                    }
+                while let Ok(task) = queue.recv() {
+                    work(&store, &live, task);
                 }
             })?;
-        Ok(Worker { jobs })
+        Ok(Worker { tasks })
     }
 
     /// Claims and opens run `run_id` (see [`IngestStore::open`]).
     pub async fn open(&self, run_id: u128) -> Result<OpenRun, OpenError> {
         let (reply, answer) = oneshot::channel();
-        self.jobs
-            .send(Job::Open { run_id, reply })
+        self.tasks
+            .send(Task::Open { run_id, reply })
             .map_err(|_| gone())?;
         answer.await.map_err(|_| gone())?
     }
@@ -85,13 +79,13 @@ impl Worker {
         frames: Vec<u8>,
     ) -> Option<(OpenRun, Result<Stored, IngestError>)> {
         let (reply, answer) = oneshot::channel();
-        let job = Job::Batch {
+        let task = Task::Batch {
             run,
             first_seq,
             frames,
             reply,
         };
-        self.jobs.send(job).ok()?;
+        self.tasks.send(task).ok()?;
         answer.await.ok()
     }
 }
@@ -100,15 +94,12 @@ fn gone() -> OpenError {
     OpenError::Io(std::io::Error::other("the agent is shutting down"))
 }
 
-/// How often broadcasts are judged when no upload comes (finality by time).
-const TICK: std::time::Duration = std::time::Duration::from_secs(1);
-
-fn work(store: &IngestStore, metrics: &Metrics, job: Job) {
-    match job {
-        Job::Open { run_id, reply } => {
+fn work(store: &IngestStore, live: &LiveFeed, task: Task) {
+    match task {
+        Task::Open { run_id, reply } => {
             let _ = reply.send(store.open(run_id));
         }
-        Job::Batch {
+        Task::Batch {
             mut run,
             first_seq,
             frames,
@@ -116,21 +107,14 @@ fn work(store: &IngestStore, metrics: &Metrics, job: Job) {
         } => {
             let stored = match accept_batch(run.run_id, run.next_seq, first_seq, &frames) {
                 Ok(accepted) => {
-                    store
-                        .counters
-                        .duplicates
-                        .fetch_add(accepted.duplicates, Ordering::Relaxed);
+                    store.counters.duplicates.inc_by(accepted.duplicates);
                     match store.append(&mut run, accepted.new_frames, accepted.new_records) {
                         Ok(()) => {
-                            metrics.ingested(
-                                run.run_id,
-                                &accepted.records,
-                                skewscope_os::clock::now().wall_ns,
-                            );
+                            live.uploaded(run.run_id, accepted.records);
                             Ok(Stored::Ack)
                         }
                         Err(e) => {
-                            store.counters.busy.fetch_add(1, Ordering::Relaxed);
+                            store.counters.busy.inc();
                             Ok(Stored::Busy(e.to_string()))
                         }
                     }

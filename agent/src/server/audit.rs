@@ -13,7 +13,6 @@ use skewscope_core::log::{HEADER_LEN, whole_frames_end};
 use tokio::net::TcpStream;
 
 use crate::ingest::store::{PROBES_DIR, RunStatus};
-use crate::server::Context;
 use crate::server::http::{Request, respond, respond_bytes};
 
 /// Largest piece of a log one `/audit/log` response carries; the audit asks
@@ -52,17 +51,27 @@ struct LogFile {
     bytes: u64,
 }
 
+/// What the rest of the agent says for `/audit/status`, read by the caller.
+#[derive(Debug)]
+pub struct Now {
+    /// WebSocket clients connected.
+    pub clients: usize,
+    /// Broadcasts started in this run.
+    pub broadcasts: u64,
+    /// Probe runs uploaded since the agent started.
+    pub probes: Vec<RunStatus>,
+}
+
 /// `GET /audit/status`.
-pub async fn status(stream: &mut TcpStream, context: &Context) {
-    let source = &context.audit;
+pub async fn status(stream: &mut TcpStream, source: &AuditSource, now: Now) {
     let logs = list_logs(&source.data_dir);
     let status = Status {
         agent_run: format!("{:032x}", source.run_id),
         segment_stem: source.segment_stem.clone(),
         now_wall_ns: skewscope_os::clock::now().wall_ns,
-        clients: context.hub.clients(),
-        broadcasts: context.hub.broadcasts(),
-        probes: context.ingest.runs(),
+        clients: now.clients,
+        broadcasts: now.broadcasts,
+        probes: now.probes,
         logs,
     };
     let body = serde_json::to_string(&status).expect("status serializes") + "\n";
@@ -72,7 +81,7 @@ pub async fn status(stream: &mut TcpStream, context: &Context) {
 /// `GET /audit/log?name=NAME&from=OFFSET`: the log's bytes from `OFFSET`
 /// (0 includes the file header) up to its last whole frame, at most
 /// [`MAX_PIECE`] at a time.
-pub async fn log(stream: &mut TcpStream, request: &Request, context: &Context) {
+pub async fn log(stream: &mut TcpStream, request: &Request, source: &AuditSource) {
     let Some(name) = request.query_param("name").filter(|n| is_log_name(n)) else {
         return respond(
             stream,
@@ -88,7 +97,7 @@ pub async fn log(stream: &mut TcpStream, request: &Request, context: &Context) {
     else {
         return respond(stream, 400, "", "from= must be a byte offset\n").await;
     };
-    let path = context.audit.data_dir.join(name);
+    let path = source.data_dir.join(name);
     let piece = tokio::task::spawn_blocking(move || read_piece(&path, from)).await;
     match piece {
         Ok(Ok(piece)) => {

@@ -93,36 +93,45 @@ async fn read_head_inner(stream: &mut TcpStream) -> Result<Request, HeadError> {
             return Err(HeadError::Closed);
         }
         buf.extend_from_slice(&chunk[..n]);
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut req = httparse::Request::new(&mut headers);
-        match req.parse(&buf) {
-            Ok(httparse::Status::Complete(len)) => {
-                let target = req.path.unwrap_or("/");
-                let (path, query) = match target.split_once('?') {
-                    Some((p, q)) => (p, Some(q.to_owned())),
-                    None => (target, None),
-                };
-                return Ok(Request {
-                    method: req.method.unwrap_or("").to_owned(),
-                    path: path.to_owned(),
-                    query,
-                    headers: req
-                        .headers
-                        .iter()
-                        .map(|h| {
-                            (
-                                h.name.to_ascii_lowercase(),
-                                String::from_utf8_lossy(h.value).into_owned(),
-                            )
-                        })
-                        .collect(),
-                    rest: buf[len..].to_vec(),
-                });
-            }
-            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => continue,
-            Ok(httparse::Status::Partial) => return Err(HeadError::TooLarge),
-            Err(e) => return Err(HeadError::Malformed(e)),
+        if let Some(request) = parse_head(&buf)? {
+            return Ok(request);
         }
+    }
+}
+
+/// Parses the bytes received so far on a connection: the request once its
+/// head is complete, `None` while more may complete it. Sans-IO, so the
+/// fuzz target reads exactly what the server reads.
+pub fn parse_head(buf: &[u8]) -> Result<Option<Request>, HeadError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => {
+            let target = req.path.unwrap_or("/");
+            let (path, query) = match target.split_once('?') {
+                Some((p, q)) => (p, Some(q.to_owned())),
+                None => (target, None),
+            };
+            Ok(Some(Request {
+                method: req.method.unwrap_or("").to_owned(),
+                path: path.to_owned(),
+                query,
+                headers: req
+                    .headers
+                    .iter()
+                    .map(|h| {
+                        (
+                            h.name.to_ascii_lowercase(),
+                            String::from_utf8_lossy(h.value).into_owned(),
+                        )
+                    })
+                    .collect(),
+                rest: buf[len..].to_vec(),
+            }))
+        }
+        Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => Ok(None),
+        Ok(httparse::Status::Partial) => Err(HeadError::TooLarge),
+        Err(e) => Err(HeadError::Malformed(e)),
     }
 }
 

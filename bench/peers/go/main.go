@@ -8,9 +8,11 @@ package main
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -57,8 +59,28 @@ func (h *hub) ws(w http.ResponseWriter, r *http.Request) {
 	c.Close()
 }
 
+// startTest broadcasts the test message; with ?lead=SECONDS it carries a
+// time to act, as an app that wants its clients to act together sends it:
+// JSON with the moment in the server's clock (the one line that matters:
+// "at": time.Now().Add(lead).UnixNano()), padded to the same 450 bytes.
 func (h *hub) startTest(w http.ResponseWriter, r *http.Request) {
-	h.broadcast(w, []byte(message))
+	lead := r.URL.Query().Get("lead")
+	if lead == "" {
+		h.broadcast(w, []byte(message))
+		return
+	}
+	seconds, err := strconv.ParseFloat(lead, 64)
+	if err != nil {
+		http.Error(w, "lead is seconds, like 0.03", http.StatusBadRequest)
+		return
+	}
+	at := time.Now().Add(time.Duration(seconds * float64(time.Second))).UnixNano()
+	head := fmt.Sprintf(`{"type":"go","at":%d,"pad":"`, at)
+	room := 450 - len(head) - 2
+	if room < 0 {
+		room = 0
+	}
+	h.broadcast(w, []byte(head+message[:room]+`"}`))
 }
 
 // publish broadcasts the request body as a text message.

@@ -95,6 +95,9 @@ pub struct Status {
     pub now_wall_ns: u64,
     /// WebSocket clients of the hub.
     pub clients: u64,
+    /// Broadcasts the hub started in this run (its ids are 1 to this).
+    #[serde(default)]
+    pub broadcasts: u64,
     /// Probe runs uploaded since the agent started.
     pub probes: Vec<ProbeRun>,
     /// Every record log in the data directory.
@@ -150,9 +153,13 @@ impl AgentApi {
         })
     }
 
-    /// `GET /start_test`: one test broadcast through the hub.
-    pub fn start_test(&self) -> Result<Sent, ApiError> {
-        let url = format!("{}/start_test", self.base);
+    /// `GET /start_test`: one test broadcast through the hub; with a
+    /// `lead`, it carries its time to act that long after it is sent.
+    pub fn start_test(&self, lead: Option<std::time::Duration>) -> Result<Sent, ApiError> {
+        let url = match lead {
+            Some(lead) => format!("{}/start_test?lead={}ns", self.base, lead.as_nanos()),
+            None => format!("{}/start_test", self.base),
+        };
         let body = self.get(&url, 1 << 20)?.1;
         serde_json::from_slice(&body).map_err(|e| ApiError::Unexpected {
             url,

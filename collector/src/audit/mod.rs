@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use skewscope_core::analysis::join::{BroadcastKey, Joined, Window};
-use skewscope_core::analysis::report::Report;
+use skewscope_core::analysis::report::{ReferenceKind, Report};
 use skewscope_core::analysis::verdict::{Check, Thresholds, Unit, Verdict, judge};
 
 use crate::inputs::{self, Scope};
+use crate::matching::Matcher;
 use agent_api::{AgentApi, ApiError, Status};
 use mirror::Mirror;
 use progress::Progress;
@@ -54,6 +55,9 @@ pub struct AuditOptions {
     pub trigger: Option<String>,
     /// `GET` or `POST` for `trigger`.
     pub trigger_method: String,
+    /// The time to act the hub's test broadcasts carry, after their start
+    /// (`/start_test?lead=`); a foreign server's trigger carries its own.
+    pub lead: Option<Duration>,
     /// What the verdict holds the report to.
     pub thresholds: Thresholds,
     /// Where to keep the copy of the agent's logs (a temporary directory
@@ -61,6 +65,40 @@ pub struct AuditOptions {
     pub keep: Option<PathBuf>,
     /// Also compute the series the HTML page plots.
     pub figures: bool,
+    /// Judge only broadcasts whose payload matches (`--match`), given as
+    /// the expression and its parse.
+    pub matching: Option<(String, Matcher)>,
+    /// Trigger nothing: judge the broadcasts the site sends itself.
+    pub passive: Option<Passive>,
+}
+
+/// `--passive`: what a live site sends on its own is judged, nothing is
+/// triggered.
+#[derive(Clone, Copy, Debug)]
+pub struct Passive {
+    /// How long to watch.
+    pub window: Duration,
+    /// Stop watching once this many broadcasts were seen (`--broadcasts`).
+    pub broadcasts: Option<u64>,
+}
+
+/// What the audit sent or watched, for the wait and the verdict.
+struct Observed {
+    /// The hub's test broadcasts, as `/start_test` answered.
+    sent: Vec<agent_api::Sent>,
+    /// The agent's clock before each foreign trigger.
+    trigger_times: Vec<u64>,
+    /// The broadcasts judged.
+    window: Option<Window>,
+    /// The probes listen to a server that is not the agent's hub.
+    foreign: bool,
+    /// The agent's clock after the last broadcast could have started:
+    /// every probe's records must reach past it.
+    last_wall: u64,
+    /// The agent's clock when the audit began.
+    first_wall: u64,
+    /// Broadcasts that must have arrived (a foreign server's triggers).
+    expected: u64,
 }
 
 /// Why the audit could not run (exit status 2).
@@ -101,8 +139,11 @@ pub struct AuditFacts {
     pub agent: String,
     /// The foreign trigger, when the agent was not the server.
     pub trigger: Option<String>,
-    /// Broadcasts triggered.
+    /// Broadcasts triggered (0 for a passive audit).
     pub triggered: u64,
+    /// A passive audit: it triggered nothing and judged the site's own
+    /// broadcasts in its window.
+    pub passive: bool,
     /// Probe runs uploading when the audit started.
     pub probes_uploading: usize,
     /// Every connection reported every audited broadcast before `--settle`.
@@ -153,53 +194,24 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
             .collect::<Vec<_>>()
             .join(", ")
     ));
-    let first_wall = status.now_wall_ns;
-
-    let trigger_http = agent_api::trigger_client();
-    let mut sent = Vec::new();
-    let mut last_trigger_wall = first_wall;
-    let mut trigger_times = Vec::new();
-    for i in 1..=options.broadcasts {
-        if i == options.broadcasts && i > 1 {
-            // Every receipt of the last broadcast comes after this.
-            last_trigger_wall = api.status()?.now_wall_ns;
-        }
-        match &options.trigger {
-            None => {
-                let s = api.start_test()?;
-                progress.triggered(
-                    i,
-                    options.broadcasts,
-                    &format!("(id {}, sent to {} clients)", s.broadcast, s.clients),
-                );
-                sent.push(s);
-            }
-            Some(url) => {
-                // The agent's clock just before the trigger is sent: the
-                // trigger reaches the server after it, so latency from it is
-                // never short (long by at most one round trip to the agent).
-                trigger_times.push(api.status()?.now_wall_ns);
-                agent_api::trigger(&trigger_http, url, &options.trigger_method)?;
-                progress.triggered(i, options.broadcasts, &format!("({url})"));
-            }
-        }
-        if i < options.broadcasts {
-            std::thread::sleep(options.interval);
-        }
-    }
+    let observed = match &options.passive {
+        None => trigger(&api, options, &status, progress)?,
+        Some(passive) => observe(&api, &mirror, options, passive, &status, progress)?,
+    };
+    let Observed {
+        sent,
+        trigger_times,
+        mut window,
+        foreign,
+        last_wall: last_trigger_wall,
+        first_wall,
+        expected,
+    } = observed;
     let last_trigger = Instant::now();
     let deadline = last_trigger + options.settle;
-
-    let mut window = match (&options.trigger, sent.first(), sent.last()) {
-        (None, Some(first), Some(last)) => Some(Window::AgentIds {
-            first: first.broadcast,
-            last: last.broadcast,
-        }),
-        _ => None,
-    };
     let scope = |window| Scope {
         window,
-        agent_as_reference: options.trigger.is_some(),
+        agent_as_reference: foreign,
     };
     // The copy is read again only when a poll fetched something new.
     let mut read: Option<inputs::Inputs> = None;
@@ -221,7 +233,7 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
             )));
         }
         let wall_now = status.now_wall_ns;
-        if options.trigger.is_some() {
+        if foreign && options.passive.is_none() {
             window = Some(Window::FirstReceiptBetween {
                 from_wall_ns: first_wall.saturating_sub(FOREIGN_MARGIN_NS),
                 to_wall_ns: wall_now + FOREIGN_MARGIN_NS,
@@ -229,7 +241,7 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
         }
         let (files, fetched) = sync_logs(&api, &mirror, &status)?;
         if fetched > 0 || read.is_none() {
-            read = Some(inputs::read_inputs(&files).map_err(|e| CannotAudit(format!("{e:#}")))?);
+            read = Some(read_copy(&files, options)?);
         }
         let inputs = read.as_ref().expect("read above");
         let joined =
@@ -258,13 +270,7 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
             .into_iter()
             .filter(|(run, _)| !out_of_scope.contains(run))
             .collect();
-        let state = Completion::of(
-            &joined,
-            &sent,
-            options.broadcasts,
-            &uploading,
-            last_trigger_wall,
-        );
+        let state = Completion::of(&joined, &sent, expected, &uploading, last_trigger_wall);
         let probes_uploading = status.probes.iter().filter(|p| p.uploading).count();
         progress.waiting(&format!(
             "waiting for receipts: {} received, {} outstanding over {} broadcasts; {probes_uploading} probe(s) uploading",
@@ -314,11 +320,20 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
         }) => format!("report DIR --agent-as-reference --between {from_wall_ns}-{to_wall_ns}"),
         None => "report DIR".to_owned(),
     };
+    let reproduce = match &options.matching {
+        Some((expression, _)) => format!("{reproduce} --match '{expression}'"),
+        None => reproduce,
+    };
     Ok(AuditOutcome {
         audit: AuditFacts {
             agent: options.agent.clone(),
             trigger: options.trigger.clone(),
-            triggered: options.broadcasts,
+            triggered: if options.passive.is_some() {
+                0
+            } else {
+                options.broadcasts
+            },
+            passive: options.passive.is_some(),
             probes_uploading: uploading,
             complete,
             last_broadcast_to_verdict_ms: waited.as_millis() as u64,
@@ -330,6 +345,210 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
         figures,
     })
 }
+
+/// Triggers `--broadcasts` broadcasts: the hub's test message, or a foreign
+/// server's trigger URL.
+fn trigger(
+    api: &AgentApi,
+    options: &AuditOptions,
+    status: &Status,
+    progress: &mut Progress,
+) -> Result<Observed, CannotAudit> {
+    let first_wall = status.now_wall_ns;
+    let trigger_http = agent_api::trigger_client();
+    let mut sent = Vec::new();
+    let mut last_wall = first_wall;
+    let mut trigger_times = Vec::new();
+    for i in 1..=options.broadcasts {
+        if i == options.broadcasts && i > 1 {
+            // Every receipt of the last broadcast comes after this.
+            last_wall = api.status()?.now_wall_ns;
+        }
+        match &options.trigger {
+            None => {
+                let s = api.start_test(options.lead)?;
+                progress.triggered(
+                    i,
+                    options.broadcasts,
+                    &format!("(id {}, sent to {} clients)", s.broadcast, s.clients),
+                );
+                sent.push(s);
+            }
+            Some(url) => {
+                // The agent's clock just before the trigger is sent: the
+                // trigger reaches the server after it, so latency from it is
+                // never short (long by at most one round trip to the agent).
+                trigger_times.push(api.status()?.now_wall_ns);
+                agent_api::trigger(&trigger_http, url, &options.trigger_method)?;
+                progress.triggered(i, options.broadcasts, &format!("({url})"));
+            }
+        }
+        if i < options.broadcasts {
+            std::thread::sleep(options.interval);
+        }
+    }
+    let window = match (&options.trigger, sent.first(), sent.last()) {
+        (None, Some(first), Some(last)) => Some(Window::AgentIds {
+            first: first.broadcast,
+            last: last.broadcast,
+        }),
+        _ => None,
+    };
+    Ok(Observed {
+        sent,
+        trigger_times,
+        window,
+        foreign: options.trigger.is_some(),
+        last_wall,
+        first_wall,
+        expected: if options.trigger.is_some() {
+            options.broadcasts
+        } else {
+            0
+        },
+    })
+}
+
+/// `--passive`: watches the window (or until `--broadcasts` were seen)
+/// while the site broadcasts on its own. Whether its broadcasts are the
+/// hub's or another server's the probes' logs say ([`crate::reference`]).
+fn observe(
+    api: &AgentApi,
+    mirror: &Mirror,
+    options: &AuditOptions,
+    passive: &Passive,
+    start: &Status,
+    progress: &mut Progress,
+) -> Result<Observed, CannotAudit> {
+    let begun = Instant::now();
+    progress.say(&format!(
+        "audit: passive, triggering nothing; watching for {}{}",
+        humantime::format_duration(passive.window),
+        passive
+            .broadcasts
+            .map(|n| format!(" or {n} broadcasts"))
+            .unwrap_or_default()
+    ));
+    let from_wall_ns = start.now_wall_ns;
+    let mut read: Option<inputs::Inputs> = None;
+    let mut said: Option<String> = None;
+    // Whether the probes listen to the hub or to another server, their
+    // logs say once they hold a connection; until then, and to count a
+    // foreign server's broadcasts for --broadcasts, they are read as they
+    // grow. Otherwise the window passes without reading them.
+    let mut foreign: Option<bool> = None;
+    let end = loop {
+        let status = api.status()?;
+        if status.agent_run != start.agent_run {
+            return Err(CannotAudit(
+                "the agent restarted during the audit's window; run the audit again".into(),
+            ));
+        }
+        // Counting the hub's broadcasts needs only its status; counting a
+        // foreign server's, or only the matching ones, needs the logs.
+        let hub_count = (foreign == Some(false) && options.matching.is_none())
+            .then(|| status.broadcasts.saturating_sub(start.broadcasts));
+        let mut seen = hub_count;
+        if foreign.is_none() || (hub_count.is_none() && passive.broadcasts.is_some()) {
+            let (files, fetched) = sync_logs(api, mirror, &status)?;
+            if fetched > 0 || read.is_none() {
+                read = Some(read_copy(&files, options)?);
+            }
+            let inputs = read.as_ref().expect("read above");
+            if inputs.probes.iter().any(|p| p.hub_side || p.foreign_side) {
+                let (_, reference) =
+                    crate::reference::infer(&inputs.agents, &inputs.probes, Scope::default());
+                let line = crate::table::reference_line(&reference);
+                if said.as_ref() != Some(&line) {
+                    progress.say(&format!("audit: {line}"));
+                    said = Some(line);
+                }
+                foreign = Some(reference.kind != ReferenceKind::Hub);
+            }
+            if let Some(foreign) = foreign {
+                let window = passive_window(foreign, from_wall_ns, start, &status, None);
+                let scope = Scope {
+                    window: Some(window),
+                    agent_as_reference: foreign,
+                };
+                let joined =
+                    inputs::join(inputs, scope).map_err(|e| CannotAudit(format!("{e:#}")))?;
+                seen = Some(joined.broadcasts.len() as u64);
+            }
+        }
+        let elapsed = begun.elapsed();
+        progress.waiting(&format!(
+            "watching: {} in {} of {}",
+            seen.map_or("the site's broadcasts".to_owned(), |n| format!(
+                "{n} broadcast(s)"
+            )),
+            humantime::format_duration(Duration::from_secs(elapsed.as_secs())),
+            humantime::format_duration(passive.window)
+        ));
+        if elapsed >= passive.window || passive.broadcasts.zip(seen).is_some_and(|(n, s)| s >= n) {
+            break status;
+        }
+        std::thread::sleep(PASSIVE_POLL.min(passive.window.saturating_sub(elapsed)));
+    };
+    let Some(foreign) = foreign else {
+        return Err(CannotAudit(
+            "no probe's records hold a connection yet: nothing to judge the window with".into(),
+        ));
+    };
+    if !foreign && end.broadcasts <= start.broadcasts {
+        return Err(CannotAudit(format!(
+            "the hub sent no broadcast in the window ({})",
+            humantime::format_duration(passive.window)
+        )));
+    }
+    let at_most = passive.broadcasts.filter(|_| options.matching.is_none());
+    let window = passive_window(foreign, from_wall_ns, start, &end, at_most);
+    Ok(Observed {
+        sent: Vec::new(),
+        trigger_times: Vec::new(),
+        window: Some(window),
+        foreign,
+        last_wall: end.now_wall_ns,
+        first_wall: from_wall_ns,
+        expected: 0,
+    })
+}
+
+/// The broadcasts a passive audit judges: a foreign server's first received
+/// in the window; the hub's sent in it (its first `at_most` with no
+/// `--match`, which otherwise picks among them).
+fn passive_window(
+    foreign: bool,
+    from_wall_ns: u64,
+    start: &Status,
+    now: &Status,
+    at_most: Option<u64>,
+) -> Window {
+    if foreign {
+        Window::FirstReceiptBetween {
+            from_wall_ns,
+            to_wall_ns: now.now_wall_ns,
+        }
+    } else {
+        let last = match at_most {
+            Some(n) => now.broadcasts.min(start.broadcasts + n),
+            None => now.broadcasts,
+        };
+        Window::AgentIds {
+            first: start.broadcasts + 1,
+            last,
+        }
+    }
+}
+
+/// Reads the local copy of the logs, judging payloads with `--match`.
+fn read_copy(files: &[PathBuf], options: &AuditOptions) -> Result<inputs::Inputs, CannotAudit> {
+    let matcher = options.matching.as_ref().map(|(e, m)| (e.as_str(), m));
+    inputs::read_inputs_matching(files, matcher).map_err(|e| CannotAudit(format!("{e:#}")))
+}
+
+/// How often a passive audit looks while it watches.
+const PASSIVE_POLL: Duration = Duration::from_secs(1);
 
 /// Asks for the agent's status until `--require-probes` probes upload, or
 /// `--settle` passes.
@@ -393,6 +612,55 @@ struct Completion {
     done: bool,
 }
 
+/// How long after a receipt an acting probe's records must have moved on
+/// before its action is given up for (the message had no time to act), on
+/// top of the largest lead seen.
+const ACTION_GRACE_NS: i64 = 2_000_000_000;
+
+/// Receipts on connections of probes that act (`--act-at`) whose action has
+/// not arrived and may still: their probe's records have not moved past
+/// them by the largest lead seen plus [`ACTION_GRACE_NS`].
+fn awaiting_actions(joined: &Joined) -> usize {
+    let acting = |c: usize| {
+        joined.probes[joined.connections[c].probe]
+            .act_plan
+            .is_some()
+    };
+    if !joined.probes.iter().any(|p| p.act_plan.is_some()) {
+        return 0;
+    }
+    let latest: Vec<i64> = joined
+        .probes
+        .iter()
+        .map(|p| p.stamps.iter().map(|s| s.wall_ns as i64).max().unwrap_or(0))
+        .collect();
+    // How long after its broadcast's first receipt an action has come.
+    let lead = joined
+        .broadcasts
+        .iter()
+        .filter_map(|b| {
+            let first = b.receipts.iter().map(|r| r.wall_ns as i64).min()?;
+            b.actions
+                .iter()
+                .map(|a| a.done.wall_ns as i64 - first)
+                .max()
+        })
+        .max()
+        .unwrap_or(0)
+        .max(0);
+    joined
+        .broadcasts
+        .iter()
+        .flat_map(|b| b.receipts.iter().map(move |r| (b, r)))
+        .filter(|(b, r)| {
+            acting(r.connection)
+                && !b.actions.iter().any(|a| a.connection == r.connection)
+                && latest[joined.connections[r.connection].probe]
+                    < r.wall_ns as i64 + lead + ACTION_GRACE_NS
+        })
+        .count()
+}
+
 impl Completion {
     /// Every probe uploading now has reported something after the last
     /// trigger (so one whose upload lags is not taken for one that was not
@@ -421,7 +689,7 @@ impl Completion {
             })
             .map(|(_, name)| name.clone())
             .collect();
-        let caught_up = lagging.is_empty();
+        let caught_up = lagging.is_empty() && awaiting_actions(joined) == 0;
         let broadcasts_done = if sent.is_empty() {
             // With the agent tapping the server (and following these
             // probes' connections), wait for its record of each broadcast.

@@ -60,6 +60,16 @@ pub fn render(page: &Page) -> String {
         verdict(&mut out, v);
     }
     summary(&mut out, r);
+    if let Some(w) = &r.why {
+        // The same lines as the table's: one wording of the diagnosis.
+        let mut text = String::new();
+        crate::table::why_paragraph(&mut text, w);
+        let _ = writeln!(
+            out,
+            r#"<section id="why"><h2>Why</h2><pre class="why">{}</pre></section>"#,
+            escape(text.trim_end())
+        );
+    }
     // On one clock the raw figure has no clock error: no band to draw.
     let corrected = r.clock_basis == ClockBasis::CorrectedToAgent;
 
@@ -91,6 +101,22 @@ pub fn render(page: &Page) -> String {
             "The fraction of broadcasts with at most this skew."
         },
     );
+    if f.broadcasts.iter().any(|b| b.actions.is_some()) {
+        section(
+            &mut out,
+            "actions-time",
+            "Acting together: action skew beside receive skew",
+            plots::actions_over_time(f, corrected),
+            &format!(
+                "Each broadcast carried a time to act; its probes acted then. Blue: how far apart the copies arrived (receive skew); green: how far apart the devices acted (action skew){}. Red: some copy came after its time, and its device acted late. What a screen or speaker adds after the action is not in it.",
+                if corrected {
+                    ", both on the upper bound of their interval in the agent's clock"
+                } else {
+                    ""
+                }
+            ),
+        );
+    }
     section(
         &mut out,
         "latency-position",
@@ -249,6 +275,10 @@ fn summary(out: &mut String, r: &Report) {
     plain("fan-out span", &r.fanout_ns);
     plain("fan-out position", &r.fanout_position_ns);
     plain("device delivery", &r.delivery_ns);
+    if let Some(a) = &r.actions {
+        plain("action skew (raw clocks)", &a.action_skew_ns);
+        plain("timer error", &a.timer_error_ns);
+    }
     let mut bounded = |name: &str, s: &Option<BoundedSummary>| {
         if let Some(b) = s {
             let cell = |e: i64, lo: i64, hi: i64| {
@@ -273,7 +303,47 @@ fn summary(out: &mut String, r: &Report) {
     bounded("skew, agent's clock", &r.skew_corrected_ns);
     bounded("latency, agent's clock", &r.latency_corrected_ns);
     bounded("network", &r.network_ns);
+    if let Some(a) = &r.actions {
+        bounded("action skew, agent's clock", &a.action_skew_corrected_ns);
+    }
     out.push_str("</table>");
+    if let Some(a) = &r.actions {
+        let _ = write!(
+            out,
+            r#"<p class="counts">actions <b>{}</b> · late <b class="{}">{}</b> · receipts with no time to act <b>{}</b></p>"#,
+            a.actions,
+            if a.late > 0 { "bad" } else { "" },
+            a.late,
+            a.receipts_without_action
+        );
+    }
+    if let Some(lead) = &r.lead {
+        let _ = write!(
+            out,
+            r#"<p class="lead">{}</p>"#,
+            escape(crate::table::lead_line(lead).trim())
+        );
+    }
+    if let Some(spare) = r.actions.as_ref().and_then(|a| a.spare_ns.as_ref()) {
+        let _ = write!(
+            out,
+            r#"<p class="lead">{}</p>"#,
+            escape(&crate::table::spare_sentence(spare.min))
+        );
+    }
+    if let Some(reference) = &r.reference {
+        let left_out = reference
+            .left_out
+            .as_ref()
+            .map(|l| format!(" Left out: {l}."))
+            .unwrap_or_default();
+        let _ = write!(
+            out,
+            r#"<p class="reference">{}.{}</p>"#,
+            escape(&crate::table::reference_line(reference)),
+            escape(&left_out)
+        );
+    }
     let basis = match r.clock_basis {
         ClockBasis::SingleHost => "One clock: every receipt and the agent are on one host.",
         ClockBasis::CorrectedToAgent => {

@@ -1,7 +1,7 @@
-//! The report's five plots, each from the [`Figures`] series: skew over
-//! time with its interval, the CDF of skew, latency against fan-out
-//! position, lateness per connection × broadcast, and each probe's offset
-//! beside its clock's claim.
+//! The report's plots, each from the [`Figures`] series: skew over time
+//! with its interval, the CDF of skew, action skew beside receive skew
+//! (when probes acted), latency against fan-out position, lateness per
+//! connection × broadcast, and each probe's offset beside its clock's claim.
 
 use skewscope_core::analysis::figures::Figures;
 
@@ -78,6 +78,73 @@ pub fn skew_over_time(f: &Figures, use_corrected: bool) -> Option<String> {
         chart.point(secs(b), unit.of(e), class, &title);
     }
     Some(chart.finish("skew per broadcast over time"))
+}
+
+/// Per broadcast acted on: its receive skew and its action skew, over time
+/// on one axis, so the page shows what scheduling bought. Each is the upper
+/// bound of its interval when `use_corrected` (what an audit judges), else
+/// the figure on the devices' clocks.
+pub fn actions_over_time(f: &Figures, use_corrected: bool) -> Option<String> {
+    let drawn: Vec<_> = f
+        .broadcasts
+        .iter()
+        .filter(|b| b.actions.is_some_and(|a| a.skew_ns.is_some()))
+        .collect();
+    let t0 = drawn.first()?.at_wall_ns;
+    let received = |b: &skewscope_core::analysis::figures::BroadcastPoint| -> f64 {
+        match b.corrected_ns {
+            Some((_, _, hi)) if use_corrected => hi as f64,
+            _ => b.skew_ns.unwrap_or(0) as f64,
+        }
+    };
+    let acted = |b: &skewscope_core::analysis::figures::BroadcastPoint| -> f64 {
+        let a = b.actions.expect("filtered above");
+        match a.corrected_ns {
+            Some((_, _, hi)) if use_corrected => hi as f64,
+            _ => a.skew_ns.unwrap_or(0) as f64,
+        }
+    };
+    let top = drawn
+        .iter()
+        .map(|b| received(b).max(acted(b)))
+        .fold(0.0, f64::max);
+    let unit = TimeUnit::for_range(top);
+    let secs = |b: &skewscope_core::analysis::figures::BroadcastPoint| {
+        (b.at_wall_ns.saturating_sub(t0)) as f64 / 1e9
+    };
+    let last = drawn.iter().map(|b| secs(b)).fold(0.0, f64::max);
+    let mut chart = Chart::new(
+        "actions-time",
+        WIDE,
+        (0.0, last),
+        (0.0, unit.of(top)),
+        "time since the first broadcast (s)",
+        &format!("skew ({})", unit.symbol),
+    );
+    for b in &drawn {
+        let a = b.actions.expect("filtered above");
+        let (r, x) = (received(b), acted(b));
+        chart.point(
+            secs(b),
+            unit.of(r),
+            "received",
+            &format!("{}: receive skew {}", b.label, duration(r as i64)),
+        );
+        let class = if a.late > 0 { "acted late" } else { "acted" };
+        chart.point(
+            secs(b),
+            unit.of(x),
+            class,
+            &format!(
+                "{}: action skew {} over {} actions, {} late",
+                b.label,
+                duration(x as i64),
+                a.actions,
+                a.late
+            ),
+        );
+    }
+    Some(chart.finish("receive skew and action skew per broadcast over time"))
 }
 
 /// The CDF of skew per broadcast: the estimate, and the upper bounds when

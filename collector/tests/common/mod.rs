@@ -68,6 +68,18 @@ pub fn records_in(path: &Path) -> usize {
     }
 }
 
+/// Receipts in a probe log on disk (0 while it has no header).
+pub fn receipts_in(path: &Path) -> usize {
+    match skewscope_core::log::read_file(path) {
+        Ok(skewscope_core::log::AnyLog::Probe(d)) => d
+            .records
+            .iter()
+            .filter(|r| matches!(r, skewscope_core::record::ProbeRecord::Receipt(_)))
+            .count(),
+        _ => 0,
+    }
+}
+
 pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
@@ -147,4 +159,48 @@ pub fn json_report(files: &[&Path]) -> (String, serde_json::Value) {
     );
     let json = serde_json::from_str(&out[out.find("{\n").unwrap()..]).unwrap();
     (out, json)
+}
+
+/// The peer servers of `bench/peers`.
+pub fn peers() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/peers")
+}
+
+/// The FastAPI broadcaster of bench/peers on a free loopback port.
+pub fn fastapi() -> (Reaped, std::net::SocketAddr) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new("python3")
+        .args(["-m", "uvicorn", "app:app", "--app-dir"])
+        .arg(peers().join("fastapi"))
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--log-level", "warning"])
+        .spawn()
+        .expect("python3 with uvicorn (./test installs it)");
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "uvicorn never listened on {addr}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (Reaped(child), addr)
+}
+
+/// libfaketime's multi-threaded build (the probe runs several threads), for
+/// tests that shift a probe's wall clock; `./test` installs Debian's
+/// faketime package.
+pub fn faketime_lib() -> PathBuf {
+    std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("faketime/libfaketimeMT.so.1"))
+        .find(|p| p.exists())
+        .expect("libfaketime not found: install Debian's faketime package (./test does)")
 }

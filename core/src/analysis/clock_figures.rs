@@ -93,6 +93,10 @@ pub struct Timing {
     pub fanout_position: Option<Summary>,
     /// Per receipt: kernel arrival (corrected) after the agent's write or TX stamp.
     pub network: Option<BoundedSummary>,
+    /// Receipts whose network interval lay wholly below what causality
+    /// allows (arrival before sending): the device's offset bound did not
+    /// hold for them. Their interval is raised to the causal floor.
+    pub network_acausal: u64,
     /// Per receipt: userspace stamp after the kernel's receive stamp.
     pub delivery: Option<Summary>,
     /// Receipts without a correction (their probe, or that stretch of its run
@@ -100,6 +104,15 @@ pub struct Timing {
     pub uncorrected_receipts: u64,
     /// Receipts without a kernel receive stamp.
     pub receipts_without_kernel_stamp: u64,
+    /// The largest clock bound of any receipt in `latency_corrected`: what
+    /// a device's idea of the agent's time can be off by.
+    pub worst_bound_ns: u64,
+    /// Latency to the probe's read of each copy (its userspace stamp, the
+    /// moment an app has the message), in the agent's timebase: what a
+    /// time to act must leave room for.
+    pub read_latency_corrected: Option<BoundedSummary>,
+    /// The same on the devices' clocks as they are (one clock: exact).
+    pub read_latency_raw: Option<Summary>,
     /// Whether every probe shares the agent's host and no measurement says
     /// otherwise (no offset excludes zero, no steps).
     pub one_clock: bool,
@@ -149,9 +162,13 @@ pub struct TimingBuilder {
     latency_corrected: BoundedSummaryBuilder,
     fanout_position: SummaryBuilder,
     network: BoundedSummaryBuilder,
+    network_acausal: u64,
     delivery: SummaryBuilder,
     uncorrected: u64,
     no_kernel: u64,
+    worst_bound: u64,
+    read_latency: BoundedSummaryBuilder,
+    read_latency_raw: SummaryBuilder,
 }
 
 impl TimingBuilder {
@@ -165,9 +182,13 @@ impl TimingBuilder {
             latency_corrected: BoundedSummaryBuilder::default(),
             fanout_position: SummaryBuilder::new(),
             network: BoundedSummaryBuilder::default(),
+            network_acausal: 0,
             delivery: SummaryBuilder::new(),
             uncorrected: 0,
             no_kernel: 0,
+            worst_bound: 0,
+            read_latency: BoundedSummaryBuilder::default(),
+            read_latency_raw: SummaryBuilder::new(),
         }
     }
 
@@ -177,6 +198,9 @@ impl TimingBuilder {
     }
 
     /// Adds one broadcast of `joined`.
+    ///
+    /// The network interval is intersected with causality: a copy cannot
+    /// reach the device before it was sent. See [`causal_send`].
     pub fn add(&mut self, joined: &Joined, b: &JoinedBroadcast) {
         let clocks = &self.clocks;
         let correction = |r: &JoinedReceipt| -> Option<Correction> {
@@ -188,6 +212,12 @@ impl TimingBuilder {
         };
         // (corrected arrival, bound) of every receipt that has a correction.
         let mut corrected: Vec<(i64, i64)> = Vec::new();
+        if let Some(a) = b.agent {
+            for r in &b.receipts {
+                self.read_latency_raw
+                    .add(r.wall_ns as i64 - a.start.wall_ns as i64);
+            }
+        }
         for r in &b.receipts {
             match r.kernel_delay_ns {
                 Some(d) => self.delivery.add(d as i64),
@@ -204,9 +234,16 @@ impl TimingBuilder {
                 let start = a.start.wall_ns as i64;
                 self.latency_corrected
                     .add((at - start, at - e - start, at + e - start));
-                let sent = r.tx_wall_ns.or(r.sent_wall_ns).map(|t| t as i64);
-                if let Some(sent) = sent {
-                    self.network.add((at - sent, at - e - sent, at + e - sent));
+                self.worst_bound = self.worst_bound.max(c.bound_ns);
+                let read = r.wall_ns as i64 + c.theta_ns - start;
+                self.read_latency.add((read, read - e, read + e));
+                if let Some((sent, floor)) = causal_send(r, start) {
+                    let (lo, hi) = (at - e - sent, at + e - sent);
+                    if hi < floor {
+                        self.network_acausal += 1;
+                    }
+                    let (lo, hi) = (lo.max(floor), hi.max(floor));
+                    self.network.add(((at - sent).clamp(lo, hi), lo, hi));
                 }
             }
         }
@@ -263,9 +300,13 @@ impl TimingBuilder {
             latency_corrected: self.latency_corrected.finish(),
             fanout_position: self.fanout_position.finish(),
             network: self.network.finish(),
+            network_acausal: self.network_acausal,
             delivery: self.delivery.finish(),
             uncorrected_receipts: self.uncorrected,
             receipts_without_kernel_stamp: self.no_kernel,
+            worst_bound_ns: self.worst_bound,
+            read_latency_corrected: self.read_latency.finish(),
+            read_latency_raw: self.read_latency_raw.finish(),
         }
     }
 }
@@ -294,6 +335,20 @@ pub(crate) fn device_clocks(joined: &Joined) -> Vec<DeviceClock> {
         .iter()
         .map(|p| DeviceClock::build(&p.stamps, &p.samples))
         .collect()
+}
+
+/// When a receipt's copy was sent, and the least network time causality
+/// allows for it: with a kernel TX stamp or a capture of the copy on its way
+/// out (the tap), the copy was on its way before it arrived, so 0; with only
+/// the time the agent's `write` returned, the write began after the
+/// broadcast's start, so `start − sent` (a receiver can have the bytes
+/// before `write` returns).
+fn causal_send(r: &JoinedReceipt, start_wall_ns: i64) -> Option<(i64, i64)> {
+    match (r.tx_wall_ns, r.sent_wall_ns) {
+        (Some(tx), _) => Some((tx as i64, 0)),
+        (None, Some(done)) => Some((done as i64, start_wall_ns - done as i64)),
+        (None, None) => None,
+    }
 }
 
 /// The skew of one broadcast from its (corrected arrival, bound) pairs:

@@ -12,8 +12,7 @@
 use crate::Stamp;
 use crate::analysis::clock_figures::{corrected_spread, device_clocks, device_summaries};
 use crate::analysis::clock_model::DeviceClock;
-use crate::analysis::join::{BroadcastKey, Joined, JoinedBroadcast, JoinedReceipt};
-use crate::record::MessageKey;
+use crate::analysis::join::{Joined, JoinedBroadcast, JoinedReceipt};
 
 /// Most receipts the latency scatter draws (one mark each).
 pub const MAX_RECEIPT_POINTS: usize = 4_000;
@@ -38,6 +37,8 @@ pub struct BroadcastPoint {
     pub corrected_ns: Option<(i64, i64, i64)>,
     /// Connections that missed it.
     pub missing: u32,
+    /// What the probes' actions on it came to, when any acted.
+    pub actions: Option<crate::analysis::actions::BroadcastActions>,
 }
 
 /// One receipt in the latency scatter.
@@ -175,11 +176,13 @@ impl FiguresBuilder {
         let first_wall = b.receipts.iter().map(|r| r.wall_ns).min();
         let at_wall_ns = b.agent.map(|a| a.start.wall_ns).or(first_wall).unwrap_or(0);
         self.broadcasts.offer(BroadcastPoint {
-            label: describe(b.key),
+            label: b.key.describe(),
             at_wall_ns,
             skew_ns: b.skew_ns(),
             corrected_ns: corrected_spread(&corrected),
             missing: b.missing.len() as u32,
+            actions: (!b.actions.is_empty())
+                .then(|| crate::analysis::actions::broadcast_actions(joined, b, clocks)),
         });
 
         // Lateness in one timebase per broadcast: corrected when every
@@ -404,18 +407,6 @@ impl HeatmapBuilder {
             broadcasts_per_column: self.per_column,
             columns,
             connections_total: connections,
-        }
-    }
-}
-
-/// A broadcast's name, as the report's tables write it.
-pub fn describe(key: BroadcastKey) -> String {
-    match key {
-        BroadcastKey::Agent { run: 0, id } => format!("id {id}"),
-        BroadcastKey::Agent { run, id } => format!("run {} id {id}", run + 1),
-        BroadcastKey::Message(MessageKey::Seq(seq)) => format!("seq {seq}"),
-        BroadcastKey::Message(MessageKey::Hash { hash, occurrence }) => {
-            format!("hash {hash:016x} #{occurrence}")
         }
     }
 }

@@ -25,9 +25,10 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use crate::Stamp;
 use crate::analysis::clock_figures::corrected_spread;
 use crate::analysis::clock_model::DeviceClock;
+use crate::analysis::fanout::{Fanout, FanoutTracker};
 use crate::record::{AgentRecord, ClockState, MessageKey, ProbeRecord, TimeSample};
 
-use targets::{Placed, Targets};
+use targets::{Arrival, Placed, Targets};
 
 mod targets;
 
@@ -53,14 +54,25 @@ pub const RUN_FORGOTTEN_AFTER_NS: u64 = 600_000_000_000;
 /// A broadcast the agent sent, waiting to be final.
 #[derive(Debug)]
 struct Pending {
+    id: u64,
     seq: Option<u64>,
     hash: u64,
     start: Stamp,
-    /// Shards whose record of the sends has not come: until then the
-    /// targets are not all known.
-    shards_left: usize,
     /// The probes' connections it was sent to, and their receipts.
     targets: Targets,
+    /// Actions on it (`--act-at` probes): agent connection, and the action.
+    actions: Vec<(u64, Acted)>,
+    /// The (agent conn, key) of its receipts, kept in [`LiveJoin::placed`]
+    /// until it is judged (only for runs that act).
+    placed_keys: Vec<(u64, MessageKey)>,
+}
+
+/// One action, as the live join keeps it.
+#[derive(Clone, Copy, Debug)]
+struct Acted {
+    run: u128,
+    done: Stamp,
+    late: bool,
 }
 
 /// A receipt waiting for its broadcast's record.
@@ -70,13 +82,6 @@ struct Early {
     hash: u64,
     agent_conn: Option<u64>,
     arrival: Arrival,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Arrival {
-    run: u128,
-    at: Stamp,
-    kernel_delay_ns: u64,
 }
 
 /// An agent connection that named its probe.
@@ -112,6 +117,9 @@ struct Run {
     clock: Option<DeviceClock>,
     /// Set when a new sample arrives: the model is refitted when needed.
     clock_stale: bool,
+    /// It acts on broadcasts (its `ActPlan` came): a receipt is complete
+    /// only with its action.
+    acts: bool,
 }
 
 impl Run {
@@ -143,6 +151,13 @@ pub struct Judged {
     pub missing: u32,
     /// Target connections of runs that had not uploaded past it.
     pub unjudged: u32,
+    /// Actions on it (`--act-at` probes).
+    pub actions: u32,
+    /// Of those, late (the message came after its time to act).
+    pub late: u32,
+    /// Upper bound of its action skew in the agent's timebase; `None`
+    /// unless two actions came and every one's clock was bounded.
+    pub action_skew_upper_ns: Option<u64>,
 }
 
 /// One probe run's clock, as monitoring shows it.
@@ -167,6 +182,9 @@ pub struct LiveCounts {
     pub judged_early: u64,
     /// Probe runs not followed (more than [`MAX_RUNS`]).
     pub runs_refused: u64,
+    /// Actions whose broadcast was judged already (their lead outlasted
+    /// [`FINAL_MARGIN_NS`]), or that matched none.
+    pub unmatched_actions: u64,
 }
 
 /// The live join.
@@ -193,16 +211,20 @@ pub struct LiveJoin {
     early_tried_at: u64,
     /// The highest connection id the agent has opened (ids only grow).
     highest_conn: u64,
+    /// (agent conn, message key) → the pending broadcast its receipt was
+    /// placed in: where the action on it goes.
+    placed: HashMap<(u64, MessageKey), u64>,
     counts: LiveCounts,
     agent_started_wall_ns: u64,
-    /// Fan-out shards: each writes one record of a broadcast's sends.
-    shards: usize,
+    /// Each broadcast's fan-out until settled: until its shards have all
+    /// reported, its targets are not all known.
+    fanouts: FanoutTracker,
 }
 
 impl LiveJoin {
     /// An empty join.
     pub fn new() -> LiveJoin {
-        LiveJoin::default()
+        LiveJoin::since(0, 1)
     }
 
     /// An empty join for an agent run of `shards` shards that started at
@@ -210,28 +232,32 @@ impl LiveJoin {
     pub fn since(wall_ns: u64, shards: usize) -> LiveJoin {
         LiveJoin {
             agent_started_wall_ns: wall_ns,
-            shards,
+            fanouts: FanoutTracker::new(shards, MAX_PENDING),
             ..LiveJoin::default()
         }
     }
 
-    /// Takes in one of the agent's own records.
-    pub fn agent(&mut self, record: &AgentRecord) {
+    /// Takes in one of the agent's own records; returns the broadcasts
+    /// whose fan-out it settled (for `/metrics`' span, as the report
+    /// counts it).
+    pub fn agent(&mut self, record: &AgentRecord) -> Vec<(u64, Fanout)> {
+        let settled = self.fanouts.observe(record);
         match record {
             AgentRecord::Started(s) => {
                 self.agent_started_wall_ns = s.at.wall_ns;
-                self.shards = usize::from(s.shards);
             }
             AgentRecord::Broadcast(b) => {
                 self.agent_progress += 1;
                 self.pending.insert(
                     b.id,
                     Pending {
+                        id: b.id,
                         seq: b.seq,
                         hash: b.hash,
                         start: b.at,
-                        shards_left: self.shards.max(1),
                         targets: Targets::default(),
+                        actions: Vec::new(),
+                        placed_keys: Vec::new(),
                     },
                 );
                 if let Some(seq) = b.seq {
@@ -242,7 +268,6 @@ impl LiveJoin {
             AgentRecord::ShardSends(s) => {
                 self.agent_progress += 1;
                 if let Some(p) = self.pending.get_mut(&s.broadcast) {
-                    p.shards_left = p.shards_left.saturating_sub(1);
                     // Only probes' connections: memory follows the probes,
                     // not the audience.
                     let labelled = &self.labelled;
@@ -274,6 +299,7 @@ impl LiveJoin {
             }
             _ => {}
         }
+        settled
     }
 
     /// Takes in one record uploaded by probe run `run_id`, at agent wall
@@ -325,6 +351,30 @@ impl LiveJoin {
                 run.clock_stale = true;
             }
             ProbeRecord::ClockState(c) => run.claim = Some((**c).clone()),
+            ProbeRecord::ActPlan(_) => run.acts = true,
+            ProbeRecord::Action(a) => {
+                let Some(agent_conn) = run.conns.get(&a.conn).copied() else {
+                    return;
+                };
+                match self
+                    .placed
+                    .get(&(agent_conn, a.key))
+                    .and_then(|id| self.pending.get_mut(id))
+                {
+                    Some(p) if !p.actions.iter().any(|(c, _)| *c == agent_conn) => {
+                        p.actions.push((
+                            agent_conn,
+                            Acted {
+                                run: run_id,
+                                done: a.done,
+                                late: a.late_ns > 0,
+                            },
+                        ));
+                    }
+                    // Its broadcast was judged, or a second action: counted.
+                    _ => self.counts.unmatched_actions += 1,
+                }
+            }
             ProbeRecord::Stopped(_) | ProbeRecord::LogFull(_) => run.stopped = true,
             ProbeRecord::Receipt(r) => {
                 // A previous agent run's traffic (a probe uploading an old log).
@@ -382,7 +432,16 @@ impl LiveJoin {
                 p.targets.place(conn, e.arrival)
             });
         match placed {
-            Placed::Taken => true,
+            Placed::Taken => {
+                let acts = self.runs.get(&e.arrival.run).is_some_and(|r| r.acts);
+                if let (Some(conn), true) = (e.agent_conn, acts) {
+                    self.placed.insert((conn, e.key), id);
+                    if let Some(p) = self.pending.get_mut(&id) {
+                        p.placed_keys.push((conn, e.key));
+                    }
+                }
+                true
+            }
             Placed::Duplicate => {
                 self.counts.unmatched += 1;
                 true
@@ -468,6 +527,9 @@ impl LiveJoin {
             }
             self.last_match
                 .retain(|&(_, hash), &mut (_, last)| hash != p.hash || last != id);
+            for key in &p.placed_keys {
+                self.placed.remove(key);
+            }
         }
         self.forget(now_wall_ns);
         judged
@@ -480,10 +542,15 @@ impl LiveJoin {
         if now_wall_ns >= p.start.wall_ns.saturating_add(FINAL_TIMEOUT_NS) {
             return true;
         }
-        p.shards_left == 0
+        self.fanouts.get(p.id).is_none_or(Fanout::shards_reported)
             && p.targets.iter().all(|(conn, arrival)| {
-                arrival.is_some()
-                    || match self.holder.get(&conn) {
+                arrival.is_some_and(|a| {
+                    // A probe that acts: its action comes after the receipt.
+                    !self.runs.get(&a.run).is_some_and(|r| r.acts)
+                        || p.actions.iter().any(|(c, _)| *c == conn)
+                        || self.run_done(a.run, p)
+                }) || arrival.is_none()
+                    && match self.holder.get(&conn) {
                         Some(h) => h.closed_wall_ns.is_some() || self.run_done(h.run, p),
                         // A probe's connection whose open has not been uploaded
                         // (its probe may upload late, even after it closed):
@@ -537,6 +604,19 @@ impl LiveJoin {
             .then(|| corrected_spread(&corrected))
             .flatten()
             .map(|(_, _, hi)| hi.max(0) as u64);
+        // Actions, in the agent's timebase as receipts are.
+        let mut acted = Vec::with_capacity(p.actions.len());
+        let mut all_acted_corrected = true;
+        for (_, a) in &p.actions {
+            match self.runs.get_mut(&a.run).and_then(|r| r.clock().at(a.done)) {
+                Some(c) => acted.push((a.done.wall_ns as i64 + c.theta_ns, c.bound_ns as i64)),
+                None => all_acted_corrected = false,
+            }
+        }
+        let action_skew_upper_ns = all_acted_corrected
+            .then(|| corrected_spread(&acted))
+            .flatten()
+            .map(|(_, _, hi)| hi.max(0) as u64);
         Judged {
             id,
             skew_ns,
@@ -544,6 +624,9 @@ impl LiveJoin {
             receipts: raw.len() as u32,
             missing,
             unjudged,
+            actions: p.actions.len() as u32,
+            late: p.actions.iter().filter(|(_, a)| a.late).count() as u32,
+            action_skew_upper_ns,
         }
     }
 
@@ -602,6 +685,12 @@ impl LiveJoin {
     /// What could not be joined, so far.
     pub fn counts(&self) -> LiveCounts {
         self.counts
+    }
+
+    /// Probe runs followed now (a silent one is forgotten after
+    /// [`RUN_FORGOTTEN_AFTER_NS`], at a judgement).
+    pub fn followed_runs(&self) -> usize {
+        self.runs.len()
     }
 
     /// Broadcasts waiting to be final.

@@ -1,7 +1,8 @@
 //! From records to a report, without I/O. The steps, in the order a report
 //! runs them:
 //!
-//! - [`join`]: which receipt belongs to which broadcast and which send;
+//! - [`join`]: which receipt belongs to which broadcast and which send, each
+//!   broadcast's [`fanout`] (span, queued, dropped) defined once;
 //! - [`clock_model`]: each device's offset to the agent's clock, its error
 //!   bound, and its clock steps, from the time-exchange samples;
 //! - [`clock_figures`]: skew and latency moved into the agent's timebase with
@@ -12,10 +13,16 @@
 //! - [`figures`]: the series the HTML report plots;
 //! - [`live`]: the join as records arrive, for the agent's `/metrics`;
 //! - [`report`]: the whole report, as rendered and as JSON;
+//! - [`actions`]: what the probes' actions came to, and the lead to give;
+//! - [`diagnosis`]: why: how much of the skew the fan-out order and the
+//!   network explain, what delivery adds, who is late every time;
 //! - [`verdict`]: the report held against an audit's thresholds.
 
+pub mod actions;
 pub mod clock_figures;
 pub mod clock_model;
+pub mod diagnosis;
+pub mod fanout;
 pub mod figures;
 pub mod join;
 pub mod live;

@@ -3,9 +3,11 @@
 
 use serde::Serialize;
 
+use crate::analysis::actions::{ActionFigures, ActionsBuilder, LeadAdvice};
 use crate::analysis::clock_figures::{
     BoundedSummary, DeviceClockSummary, StepSummary, TimingBuilder,
 };
+use crate::analysis::diagnosis::{Diagnosis, DiagnosisBuilder, SkewSplit};
 use crate::analysis::join::{BroadcastKey, ClockIdentity, Joined, JoinedBroadcast};
 use crate::analysis::stats::{Summary, SummaryBuilder};
 use crate::record::{ClockState, SendOrder, TimeServiceCounters};
@@ -23,6 +25,52 @@ pub struct InputSummary {
     pub skipped_bytes: u64,
     /// The file ends mid-record (its writer was killed mid-write).
     pub torn_tail: bool,
+}
+
+/// Where a report's broadcasts come from, and whose clock is the reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReferenceKind {
+    /// The agent's hub sent the broadcasts: its log has each one's start
+    /// and per-client sends, and its clock is the reference.
+    Hub,
+    /// The agent tapped the server the probes listened to: broadcasts and
+    /// their sends are the tap's, the agent's clock the reference.
+    Tap,
+    /// The probes listened to a server the agent neither ran nor tapped:
+    /// broadcasts are what the probes received, the agent's log is the
+    /// clock reference only (no latency split).
+    Clock,
+    /// No agent log: broadcasts are what the probes received, on each
+    /// device's clock as it is.
+    None,
+}
+
+/// Which reference a report used, and why: a report that guessed wrong
+/// would show zero receipts and everything unmatched without a word.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct Reference {
+    /// The reference.
+    pub kind: ReferenceKind,
+    /// Why, for people: what in the logs decided it.
+    pub why: String,
+    /// Probe runs left out, and why (they listened to another server than
+    /// the reference's); empty when none.
+    pub left_out: Option<String>,
+}
+
+/// What a report's `--match` kept and left out, for the report.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct MatchCounts {
+    /// The expression, as given.
+    pub expression: String,
+    /// Broadcasts judged: their payload matched.
+    pub matched: u64,
+    /// Left out: their payload did not match.
+    pub left_out: u64,
+    /// Left out: no probe recorded their payload, or it was cut before it
+    /// could be told (JSON over 4 KiB).
+    pub unknown: u64,
 }
 
 /// Which clocks the cross-connection figures were measured with.
@@ -126,6 +174,9 @@ pub struct BroadcastSummary {
     pub skew_ns: Option<u64>,
     /// Start to last completed write, when the agent recorded it.
     pub fanout_ns: Option<u64>,
+    /// Its skew split into fan-out and network (and what delivery adds),
+    /// when it could be ([`crate::analysis::diagnosis`]).
+    pub split: Option<SkewSplit>,
 }
 
 /// Everything `skewscope report` prints, in the shape of its JSON output.
@@ -135,6 +186,11 @@ pub struct Report {
     pub inputs: Vec<InputSummary>,
     /// The agent run, when an agent log was given.
     pub agent: Option<AgentSummary>,
+    /// Where the broadcasts come from and whose clock is the reference,
+    /// and why (set by whoever read the logs; `None` when not said).
+    pub reference: Option<Reference>,
+    /// What `--match` judged and left out; `None` without it.
+    pub matched: Option<MatchCounts>,
     /// Which clocks the skew was measured with.
     pub clock_basis: ClockBasis,
     /// How clocks were told apart.
@@ -180,6 +236,11 @@ pub struct Report {
     /// Latency split: agent write (kernel TX stamp when recorded) to the device
     /// kernel's receive stamp, across clocks, with intervals.
     pub network_ns: Option<BoundedSummary>,
+    /// Receipts whose network interval lay wholly below what causality
+    /// allows (the copy arriving before it was sent): the device's offset
+    /// bound did not hold there. Their interval is raised to the causal
+    /// floor; a count above 0 says to distrust that device's bounds.
+    pub network_acausal: u64,
     /// Latency split: device kernel receive to the probe's userspace stamp.
     pub delivery_ns: Option<Summary>,
     /// Receipts left out of corrected figures: no offset estimate for them.
@@ -192,9 +253,53 @@ pub struct Report {
     pub worst_broadcasts: Vec<BroadcastSummary>,
     /// What the agent's tap of the server saw, when it tapped one.
     pub tap: Option<crate::analysis::tapped::TapSummary>,
+    /// What the probes' actions came to (`--act-at`), when any probe acts.
+    pub actions: Option<ActionFigures>,
+    /// Why: the skew split into the fan-out order and the network, what
+    /// delivery adds, and the connections late every time.
+    pub why: Option<Diagnosis>,
+    /// The lead to give broadcasts' time to act, from the latencies
+    /// measured (from the start, else from the triggers).
+    pub lead: Option<LeadAdvice>,
+    /// The largest clock bound of any receipt measured from the start.
+    #[serde(skip)]
+    pub worst_bound_ns: u64,
+    /// Latency to the probes' reads, in the agent's timebase (what the
+    /// lead advice is drawn from).
+    #[serde(skip)]
+    pub read_latency_corrected: Option<BoundedSummary>,
+    /// The same on one clock.
+    #[serde(skip)]
+    pub read_latency_raw: Option<Summary>,
 }
 
 impl Report {
+    /// Sets the latency from trigger times (`--triggers`), and the lead
+    /// advice with it when no latency from the start was measured.
+    pub fn set_trigger_latency(
+        &mut self,
+        latency: Option<crate::analysis::triggers::TriggerLatency>,
+    ) {
+        self.latency_from_trigger = latency;
+        self.lead = self.advise_lead();
+    }
+
+    /// The lead advice from the best latency the report has: from the
+    /// start in the agent's timebase, else on one clock, else from triggers.
+    fn advise_lead(&self) -> Option<LeadAdvice> {
+        // To the probes' reads: an app cannot act before it has the message.
+        if self.clock_basis != ClockBasis::SingleHost
+            && let Some(l) = &self.read_latency_corrected
+        {
+            return Some(LeadAdvice::from_corrected(l, self.worst_bound_ns, "start"));
+        }
+        if let Some(l) = &self.read_latency_raw {
+            return Some(LeadAdvice::from_raw(l, "start"));
+        }
+        let from_trigger = self.latency_from_trigger.as_ref()?.latency_ns.as_ref()?;
+        Some(LeadAdvice::from_raw(from_trigger, "trigger"))
+    }
+
     /// Computes the report of a joined run.
     pub fn build(joined: &Joined, inputs: Vec<InputSummary>) -> Report {
         let mut builder = ReportBuilder::new(joined);
@@ -216,6 +321,8 @@ type WorstKey = (std::cmp::Reverse<Option<u64>>, u64, BroadcastKey);
 /// and counts, so its memory does not grow with the receipts.
 pub struct ReportBuilder {
     timing: TimingBuilder,
+    actions: ActionsBuilder,
+    diagnosis: DiagnosisBuilder,
     skews: SummaryBuilder,
     userspace_skews: SummaryBuilder,
     latencies: SummaryBuilder,
@@ -240,6 +347,8 @@ impl ReportBuilder {
     pub fn new(joined: &Joined) -> ReportBuilder {
         ReportBuilder {
             timing: TimingBuilder::new(joined),
+            actions: ActionsBuilder::new(),
+            diagnosis: DiagnosisBuilder::new(joined),
             skews: SummaryBuilder::new(),
             userspace_skews: SummaryBuilder::new(),
             latencies: SummaryBuilder::new(),
@@ -262,6 +371,8 @@ impl ReportBuilder {
     /// Adds one broadcast of `joined`.
     pub fn add(&mut self, joined: &Joined, b: &JoinedBroadcast) {
         self.timing.add(joined, b);
+        self.actions.add(joined, b, self.timing.clocks());
+        let split = self.diagnosis.add(joined, b, self.timing.clocks());
         let skew = b.skew_ns();
         if let Some(s) = skew {
             self.skews.add(s as i64);
@@ -302,11 +413,12 @@ impl ReportBuilder {
                 (
                     key,
                     BroadcastSummary {
-                        broadcast: crate::analysis::figures::describe(b.key),
+                        broadcast: b.key.describe(),
                         receipts: b.receipts.len() as u64,
                         missing: b.missing.len() as u64,
                         skew_ns: skew,
                         fanout_ns: b.agent.and_then(|a| a.fanout_span_ns),
+                        split,
                     },
                 ),
             );
@@ -315,7 +427,7 @@ impl ReportBuilder {
     }
 
     /// The report, with `joined`'s final counts (duplicates, unmatched).
-    pub fn finish(&self, joined: &Joined, inputs: Vec<InputSummary>) -> Report {
+    pub fn finish(&mut self, joined: &Joined, inputs: Vec<InputSummary>) -> Report {
         let timing = self.timing.finish(joined);
         let mut probes: Vec<ProbeSummary> = joined
             .probes
@@ -379,9 +491,11 @@ impl ReportBuilder {
             ClockNaming::HostName
         };
 
-        Report {
+        let mut report = Report {
             inputs,
             agent,
+            reference: None,
+            matched: None,
             clock_basis,
             clocks_named_by,
             broadcasts: self.broadcasts,
@@ -401,13 +515,22 @@ impl ReportBuilder {
             fanout_ns: self.fanouts.finish(),
             fanout_position_ns: timing.fanout_position,
             network_ns: timing.network,
+            network_acausal: timing.network_acausal,
             delivery_ns: timing.delivery,
             uncorrected_receipts: timing.uncorrected_receipts,
             receipts_without_kernel_stamp: timing.receipts_without_kernel_stamp,
             probes,
             worst_broadcasts: self.worst.iter().map(|w| w.1.clone()).collect(),
             tap: joined.tap.clone(),
-        }
+            actions: self.actions.finish(joined),
+            why: self.diagnosis.finish(joined),
+            lead: None,
+            worst_bound_ns: timing.worst_bound_ns,
+            read_latency_corrected: timing.read_latency_corrected,
+            read_latency_raw: timing.read_latency_raw,
+        };
+        report.lead = report.advise_lead();
+        report
     }
 }
 

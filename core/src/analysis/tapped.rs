@@ -5,50 +5,123 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
-
 use crate::Stamp;
 use crate::analysis::join::{
-    AgentSide, BroadcastKey, BroadcastSink, Joined, JoinedBroadcast, JoinedReceipt,
+    AgentSide, AgentSource, BroadcastKey, BroadcastSink, Joined, JoinedAction, JoinedBroadcast,
+    JoinedReceipt, ProbeSource, join_sources,
 };
-use crate::record::{AgentRecord, MessageKey, TapBroadcast, TapCountersRecord};
+use crate::record::{AgentRecord, MessageKey, ProbeRecord, TapBroadcast, TapCountersRecord};
 
-/// What the tap saw, for the report.
-#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
-pub struct TapSummary {
-    /// The server's tapped port.
-    pub port: u16,
-    /// Broadcasts the tap recorded.
-    pub broadcasts: u64,
-    /// Distinct clients it saw copies go to.
-    pub clients: u64,
-    /// Its last counters (connections skipped, resends, ring drops).
-    pub counters: Option<TapCountersRecord>,
-    /// Every client the server sent a copy to, sent to latest on average
-    /// first: where the server put each device, for every real client, not
-    /// only the probes.
-    pub per_client: Vec<TappedClient>,
+pub use crate::analysis::join::{TapSummary, TappedClient};
+
+/// Joins probe logs of a server that is not the agent, with an agent run as
+/// the clock reference (the probes' time exchange) and collector: broadcasts
+/// are what the probes received, as without an agent; the agent's own
+/// broadcasts, if any, are left out (they went to other connections). What
+/// the agent's tap of the server recorded regroups the receipts by copy.
+pub fn join_with_reference(agent: &[AgentRecord], probes: &[&[ProbeRecord]]) -> Joined {
+    let sources: Vec<&dyn ProbeSource> = probes.iter().map(|p| p as &dyn ProbeSource).collect();
+    let mut rows: Vec<JoinedBroadcast> = Vec::new();
+    let mut joined = join_sources_with_reference(&agent, &sources, &mut rows);
+    // By start: the tap's broadcasts by their first byte, the rest by
+    // their first receipt.
+    rows.sort_by_cached_key(|b| {
+        let first = b.receipts.iter().map(|r| r.wall_ns).min();
+        let start = b.agent.map(|a| a.start.wall_ns).or(first).unwrap_or(0);
+        (start, b.agent.is_some(), first, b.key)
+    });
+    joined.broadcasts = rows;
+    joined
 }
 
-/// Where in the server's send order one client's copies went, and how
-/// often the server had to resend to it.
-#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
-pub struct TappedClient {
-    /// The client's `ADDR:PORT`.
-    pub client: String,
-    /// Broadcasts it got a copy of.
-    pub copies: u64,
-    /// Its mean position over broadcasts of two copies or more, 0 (always
-    /// first) to 1 (always last); `None` when it never shared one.
-    pub mean_position: Option<f64>,
-    /// Broadcasts of two copies or more where it was sent to last.
-    pub last: u64,
-    /// Segments the server sent it, once its connection ended or the tap
-    /// stopped (0 before).
-    pub segments: u64,
-    /// Of those, resends: a client whose copies keep being resent has a
-    /// lossy link.
-    pub resent: u64,
+/// [`join_with_reference`] over any sources, handing each broadcast to
+/// `sink` once final: a tapped broadcast once every probe broadcast holding
+/// one of its copies is.
+pub fn join_sources_with_reference(
+    agent: &dyn AgentSource,
+    probes: &[&dyn ProbeSource],
+    sink: &mut dyn BroadcastSink,
+) -> Joined {
+    let mut tapping = Tapping {
+        agent,
+        tap: None,
+        clock: Vec::new(),
+        inner: sink,
+    };
+    let mut joined = join_sources(None, probes, &mut tapping);
+    if let Some(Some(tap)) = &tapping.tap {
+        // At most both at once.
+        joined.most_receipts_held += tap.most_receipts_held();
+    }
+    let (tap, clock) = tapping.finish(&joined);
+    joined.tap = tap;
+    joined.agent = join_sources(Some(&clock), &[], &mut Vec::new()).agent;
+    joined.agent_runs = 1;
+    joined
+}
+
+/// Whether the clock reference needs `r`: all of an agent's records but its
+/// broadcasts and what the tap saw of them.
+fn clock_record(r: &AgentRecord) -> bool {
+    !matches!(
+        r,
+        AgentRecord::Broadcast(_)
+            | AgentRecord::ShardSends(_)
+            | AgentRecord::SendCompleted(_)
+            | AgentRecord::TxStamp(_)
+            | AgentRecord::TapBroadcast(_)
+    )
+}
+
+/// Passes the probes' broadcasts through what the agent's tap saw (if it
+/// tapped the server), read when the first one comes.
+struct Tapping<'a> {
+    agent: &'a dyn AgentSource,
+    /// `None` until the agent's log is read; then `Some(None)` if it tapped
+    /// no server.
+    tap: Option<Option<TapJoin>>,
+    /// The agent's records the clock reference needs, kept as that one read
+    /// goes by (the log is not read again for them).
+    clock: Vec<AgentRecord>,
+    inner: &'a mut dyn BroadcastSink,
+}
+
+/// The tap's join of `agent`'s log, read into `tap` the first time it is
+/// wanted; the records the clock reference needs go to `clock` meanwhile.
+fn read_tap<'t>(
+    tap: &'t mut Option<Option<TapJoin>>,
+    clock: &mut Vec<AgentRecord>,
+    agent: &dyn AgentSource,
+    run: &Joined,
+) -> Option<&'t mut TapJoin> {
+    tap.get_or_insert_with(|| {
+        let records = agent.records().inspect(|r| {
+            if clock_record(r) {
+                clock.push(r.clone());
+            }
+        });
+        TapJoin::new(run, records)
+    })
+    .as_mut()
+}
+
+impl BroadcastSink for Tapping<'_> {
+    fn broadcast(&mut self, run: &Joined, broadcast: JoinedBroadcast) {
+        match read_tap(&mut self.tap, &mut self.clock, self.agent, run) {
+            Some(tap) => tap.broadcast(run, broadcast, &mut *self.inner),
+            None => self.inner.broadcast(run, broadcast),
+        }
+    }
+}
+
+impl Tapping<'_> {
+    /// The tapped broadcasts still held, handed over; the tap's summary, and
+    /// the agent's records for its clock reference.
+    fn finish(mut self, run: &Joined) -> (Option<TapSummary>, Vec<AgentRecord>) {
+        read_tap(&mut self.tap, &mut self.clock, self.agent, run);
+        let summary = self.tap.flatten().map(|t| t.finish(run, self.inner));
+        (summary, self.clock)
+    }
 }
 
 /// What the tap recorded, made ready to regroup a streamed join's
@@ -79,12 +152,16 @@ pub struct TapJoin {
 /// One tapped broadcast on its way to being a row.
 struct TapRow {
     key: MessageKey,
+    /// The payload hash the tap saw.
+    hash: u64,
     agent: Option<AgentSide>,
     /// Its copies to probe connections: (client, last byte's wall time).
     copies: Vec<(String, u64)>,
     /// Probe broadcasts with one of its copies, not yet final.
     waiting_for: usize,
     receipts: Vec<JoinedReceipt>,
+    /// The actions on those copies.
+    actions: Vec<JoinedAction>,
     /// Handed over.
     done: bool,
 }
@@ -145,10 +222,12 @@ impl TapJoin {
                     }
                     rows.push(TapRow {
                         key: row_key(t, &b),
+                        hash: b.hash,
                         agent: agent_side(&b),
                         copies,
                         waiting_for: 0,
                         receipts: Vec::new(),
+                        actions: Vec::new(),
                         done: false,
                     });
                 }
@@ -190,13 +269,22 @@ impl TapJoin {
             out.broadcast(run, b);
             return;
         };
-        let mut left = Vec::new();
-        for mut r in std::mem::take(&mut b.receipts) {
-            let found = run.connections[r.connection]
+        let copy_of = |connection: usize| {
+            run.connections[connection]
                 .addresses
                 .as_ref()
-                .and_then(|(local, _)| self.keys.get(local.as_str())?.get(&key).copied());
-            let Some((t, c)) = found else {
+                .and_then(|(local, _)| self.keys.get(local.as_str())?.get(&key).copied())
+        };
+        let mut left_actions = Vec::new();
+        for a in std::mem::take(&mut b.actions) {
+            match copy_of(a.connection) {
+                Some((t, _)) => self.rows[t].actions.push(a),
+                None => left_actions.push(a),
+            }
+        }
+        let mut left = Vec::new();
+        for mut r in std::mem::take(&mut b.receipts) {
+            let Some((t, c)) = copy_of(r.connection) else {
                 left.push(r);
                 continue;
             };
@@ -207,8 +295,9 @@ impl TapJoin {
             self.held.0 += 1;
             self.held.1 = self.held.1.max(self.held.0);
         }
-        if !left.is_empty() {
+        if !left.is_empty() || !left_actions.is_empty() {
             b.receipts = left;
+            b.actions = left_actions;
             out.broadcast(run, b);
         }
         for t in self.waiting.remove(&key).unwrap_or_default() {
@@ -238,8 +327,10 @@ impl TapJoin {
         }
         row.done = true;
         let mut receipts = std::mem::take(&mut row.receipts);
+        let mut actions = std::mem::take(&mut row.actions);
         self.held.0 -= receipts.len() as u64;
         receipts.sort_by_key(|r| r.connection);
+        actions.sort_by_key(|a| a.connection);
         let start = row.agent.map_or(0, |a| a.start.wall_ns);
         let mut missing = Vec::new();
         for (client, _) in std::mem::take(&mut row.copies) {
@@ -255,9 +346,11 @@ impl TapJoin {
             run,
             JoinedBroadcast {
                 key: BroadcastKey::Message(row.key),
+                hash: Some(row.hash),
                 agent: row.agent,
                 receipts,
                 missing,
+                actions,
             },
         );
     }
@@ -385,7 +478,6 @@ impl ClientPlaces {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::join::join_with_reference;
     use crate::record::{TapConnectionTotals, TapCopy, TapStarted};
 
     fn copy(client: &str, first: u64, last: u64) -> TapCopy {
@@ -450,7 +542,7 @@ mod tests {
     }
     #[test]
     fn tapped_broadcasts_are_handed_over_as_their_probe_copies_arrive() {
-        use crate::analysis::join::{ProbeSource, join_sources_with_reference};
+        use crate::analysis::join::ProbeSource;
         use crate::record::{
             ConnectionAddresses, ProbeConnectionOpened, ProbeRecord, ProbeStarted, Receipt,
         };

@@ -4,12 +4,16 @@
 //! times stand in for the start: each broadcast is paired with the latest
 //! trigger at or before its first arrival.
 //!
-//! Trigger times are wall-clock nanoseconds on the triggering host, compared
-//! with each device's raw wall clock: exact when both are one host, otherwise
-//! carrying the clocks' offsets (which the report shows elsewhere).
+//! Trigger times are wall-clock nanoseconds on the triggering host. When the
+//! devices' clocks are bounded against the agent's (an audit reads the
+//! agent's clock for each trigger), arrivals are moved into the agent's
+//! timebase first; otherwise they are compared with each device's raw wall
+//! clock: exact when both are one host, else carrying the clocks' offsets
+//! (which the report shows elsewhere).
 
 use serde::Serialize;
 
+use crate::analysis::clock_model::DeviceClock;
 use crate::analysis::join::{Joined, JoinedBroadcast, JoinedReceipt};
 use crate::analysis::stats::{Summary, SummaryBuilder};
 
@@ -94,9 +98,41 @@ impl<'t> TriggerLatencyBuilder<'t> {
         }
     }
 
-    /// Adds one broadcast.
+    /// Adds one broadcast, its arrivals on the devices' clocks as they are.
     pub fn add(&mut self, b: &JoinedBroadcast) {
-        let Some(first) = b.receipts.iter().map(JoinedReceipt::arrival_wall_ns).min() else {
+        let arrivals: Vec<u64> = b
+            .receipts
+            .iter()
+            .map(JoinedReceipt::arrival_wall_ns)
+            .collect();
+        self.add_arrivals(&arrivals);
+    }
+
+    /// Adds one broadcast with its arrivals moved into the agent's
+    /// timebase, the triggers' clock, when every receipt's device clock is
+    /// bounded (else as they are). A device clock a few ms off would
+    /// otherwise pair a broadcast with the trigger before its own.
+    pub fn add_corrected(&mut self, joined: &Joined, b: &JoinedBroadcast, clocks: &[DeviceClock]) {
+        let corrected: Option<Vec<u64>> = b
+            .receipts
+            .iter()
+            .map(|r| {
+                let stamp = crate::Stamp {
+                    wall_ns: r.wall_ns,
+                    mono_ns: r.mono_ns,
+                };
+                let c = clocks[joined.connections[r.connection].probe].at(stamp)?;
+                Some((r.arrival_wall_ns() as i64 + c.theta_ns) as u64)
+            })
+            .collect();
+        match corrected {
+            Some(arrivals) => self.add_arrivals(&arrivals),
+            None => self.add(b),
+        }
+    }
+
+    fn add_arrivals(&mut self, arrivals: &[u64]) {
+        let Some(&first) = arrivals.iter().min() else {
             return;
         };
         // Index of the last trigger <= first.
@@ -107,9 +143,8 @@ impl<'t> TriggerLatencyBuilder<'t> {
         };
         self.used[i] = true;
         self.paired += 1;
-        for r in &b.receipts {
-            self.latencies
-                .add((r.arrival_wall_ns() - self.triggers[i]) as i64);
+        for &a in arrivals {
+            self.latencies.add(a as i64 - self.triggers[i] as i64);
         }
     }
 

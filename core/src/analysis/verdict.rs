@@ -25,6 +25,10 @@ pub struct Thresholds {
     pub max_offset_bound_ns: Option<u64>,
     /// Every clock (each probe's and the server's) claims to be synchronised.
     pub require_synced_clocks: bool,
+    /// 99th-percentile action skew per broadcast (`--act-at` probes).
+    pub max_action_skew_p99_ns: Option<u64>,
+    /// Late actions (the message came after its time to act).
+    pub max_late: Option<u64>,
 }
 
 /// What a check's figures count.
@@ -41,7 +45,7 @@ pub enum Unit {
 #[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Check {
     /// Which threshold: `skew-p50`, `skew-p99`, `skew-max`, `missing`,
-    /// `offset-bound`, `synced-clocks`.
+    /// `offset-bound`, `synced-clocks`, `action-skew-p99`, `late`.
     pub check: &'static str,
     /// The unit of `limit` and `measured`.
     pub unit: Unit,
@@ -96,6 +100,12 @@ pub fn judge(report: &Report, thresholds: &Thresholds) -> Verdict {
     if thresholds.require_synced_clocks {
         checks.push(synced_clocks_check(report));
     }
+    if let Some(limit) = thresholds.max_action_skew_p99_ns {
+        checks.push(action_skew_check(report, limit));
+    }
+    if let Some(limit) = thresholds.max_late {
+        checks.push(late_check(report, limit));
+    }
     let pass = checks.iter().all(|c| c.pass);
     Verdict { checks, pass }
 }
@@ -145,6 +155,73 @@ fn skew_check(report: &Report, check: &'static str, limit: u64, at: Percentile) 
     Check {
         check,
         unit: Unit::Ns,
+        limit: limit as i64,
+        measured,
+        pass: measured.is_some_and(|m| m <= limit as i64),
+        basis,
+    }
+}
+
+/// The action skew's p99, on its upper bound across clocks, as the receive
+/// skew is judged.
+fn action_skew_check(report: &Report, limit: u64) -> Check {
+    let (measured, basis) = match &report.actions {
+        None => (
+            None,
+            "no action was measured: run the probes with --act-at (and broadcasts with a time to act)"
+                .to_owned(),
+        ),
+        Some(a) if a.action_skew_ns.is_none() => (
+            None,
+            "cannot be measured: no broadcast was acted on by two connections".to_owned(),
+        ),
+        Some(a) => match report.clock_basis {
+            ClockBasis::SingleHost => (
+                a.action_skew_ns.as_ref().map(|s| s.p99),
+                "one clock: the action skew as measured, with no clock error".to_owned(),
+            ),
+            _ if a.uncorrected_actions > 0 => (
+                None,
+                format!(
+                    "cannot be shown: {} actions came from clocks with no time exchange",
+                    a.uncorrected_actions
+                ),
+            ),
+            _ => (
+                a.action_skew_corrected_ns.as_ref().map(|s| s.hi.p99),
+                "upper bound of the action skew in the agent's clock (a pass holds for the truth)"
+                    .to_owned(),
+            ),
+        },
+    };
+    Check {
+        check: "action-skew-p99",
+        unit: Unit::Ns,
+        limit: limit as i64,
+        measured,
+        pass: measured.is_some_and(|m| m <= limit as i64),
+        basis,
+    }
+}
+
+/// Actions that came after their time to act.
+fn late_check(report: &Report, limit: u64) -> Check {
+    let (measured, basis) = match &report.actions {
+        None => (
+            None,
+            "no action was measured: run the probes with --act-at".to_owned(),
+        ),
+        Some(a) => (
+            Some(a.late as i64),
+            format!(
+                "actions whose message came after its time to act, of {}",
+                a.actions
+            ),
+        ),
+    };
+    Check {
+        check: "late",
+        unit: Unit::Count,
         limit: limit as i64,
         measured,
         pass: measured.is_some_and(|m| m <= limit as i64),

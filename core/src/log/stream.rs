@@ -9,7 +9,7 @@
 //! as [`super::decode_records`] always did: a torn tail is flagged, a
 //! corrupt stretch skipped and counted, resynchronising in linear time.
 
-use super::{FRAME_HEADER_LEN, FrameAt, MAX_RECORD_LEN, RESYNC_MAX_LEN, frame_at};
+use super::frame::{FRAME_HEADER_LEN, FrameAt, Scan, frame_at, scan_for_frame};
 
 /// What the decoder has for its caller.
 #[derive(Debug, PartialEq, Eq)]
@@ -133,60 +133,10 @@ impl BodyDecoder {
     }
 }
 
-/// Looks for the next offset at or after `from` of `body` where an intact
-/// frame starts; `ended` says no bytes follow `body`. Linear in the bytes
-/// scanned: a candidate's CRC is computed only if its length is at most
-/// [`RESYNC_MAX_LEN`] and what follows it could be a frame too (the end, or a
-/// header with a possible length), which random bytes pass about once in
-/// 260,000 offsets.
-pub(super) fn scan_for_frame(body: &[u8], from: usize, ended: bool) -> Scan {
-    let length_at = |b: &[u8]| u32::from_le_bytes(b[..4].try_into().unwrap()) as usize;
-    for at in from..body.len() {
-        let rest = &body[at..];
-        if rest.len() < FRAME_HEADER_LEN {
-            if ended {
-                continue;
-            }
-            return Scan::NeedMore(at);
-        }
-        let len = length_at(rest);
-        if len == 0 || len > RESYNC_MAX_LEN {
-            continue;
-        }
-        // The candidate and the length after it must both be here.
-        if rest.len() < FRAME_HEADER_LEN + len + 4 && !ended {
-            return Scan::NeedMore(at);
-        }
-        if rest.len() < FRAME_HEADER_LEN + len {
-            continue;
-        }
-        let after = &rest[FRAME_HEADER_LEN + len..];
-        let plausible = after.len() < 4 || length_at(after) <= MAX_RECORD_LEN;
-        if plausible && matches!(frame_at(body, at), FrameAt::Intact(p) if !p.is_empty()) {
-            return Scan::Found(at);
-        }
-    }
-    if ended {
-        Scan::Nothing
-    } else {
-        Scan::NeedMore(body.len())
-    }
-}
-
-/// What a scan for the next intact frame found.
-pub(super) enum Scan {
-    /// One starts here.
-    Found(usize),
-    /// The bytes up to here hold none; more are needed to go on.
-    NeedMore(usize),
-    /// None, and the body has ended.
-    Nothing,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::{Decoded, HEADER_LEN, LogKind, LogWriter, decode_records};
+    use crate::log::{Decoded, HEADER_LEN, LogKind, LogWriter, RESYNC_MAX_LEN, decode_records};
     use crate::record::{MessageKey, ProbeRecord, Receipt};
 
     fn log_body(n: u64) -> Vec<u8> {

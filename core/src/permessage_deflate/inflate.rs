@@ -95,7 +95,7 @@ fn inflate_message(
     // Room for typical ratios at once; grown as needed, bounded by `max`.
     let mut out = vec![0u8; (compressed.len() * 4 + 64).min(max + 1)];
     let mut written = 0;
-    for input in [compressed, &TAIL[..]] {
+    for (pass, input) in [compressed, &TAIL[..]].into_iter().enumerate() {
         let mut input = input;
         loop {
             if written == out.len() {
@@ -111,16 +111,22 @@ fn inflate_message(
                 return Err(InflateError::TooLarge(max));
             }
             input = &input[r.bytes_consumed..];
+            let room = written < out.len();
+            let stalled = r.bytes_consumed == 0 && r.bytes_written == 0;
             match r.status {
-                Ok(MZStatus::Ok | MZStatus::StreamEnd)
-                    if input.is_empty() && written < out.len() =>
-                {
-                    break;
-                }
-                Ok(_) => {}
+                // A final block (BFINAL) ended the stream: what may follow
+                // is the tail put back, nothing else. Bytes after it would
+                // never be consumed (a fuzzed message spun here forever).
+                Ok(MZStatus::StreamEnd) if input.is_empty() || pass == 1 => break,
+                Ok(MZStatus::StreamEnd) => return Err(InflateError::Corrupt),
+                Ok(MZStatus::Ok) if input.is_empty() && room => break,
                 // Nothing left to do with what was given.
-                Err(MZError::Buf) if input.is_empty() && written < out.len() => break,
-                Err(MZError::Buf) => {}
+                Err(MZError::Buf) if input.is_empty() && room => break,
+                // Room to write, input left, and no progress: it never will.
+                Ok(_) | Err(MZError::Buf) if stalled && room => {
+                    return Err(InflateError::Corrupt);
+                }
+                Ok(_) | Err(MZError::Buf) => {}
                 Err(_) => return Err(InflateError::Corrupt),
             }
         }
@@ -236,5 +242,34 @@ mod tests {
         let zeros = Deflater::new().message(&vec![0u8; 1 << 20]);
         let mut tap = Inflater::new(false);
         assert_eq!(tap.message(&zeros, 1000), Err(InflateError::TooLarge(1000)));
+    }
+
+    /// A stored final block: `01`, its length and the length's complement
+    /// (little endian), then the bytes.
+    const FINAL_HI: [u8; 7] = [0x01, 0x02, 0x00, 0xfd, 0xff, b'h', b'i'];
+
+    #[test]
+    fn a_message_ending_its_stream_with_a_final_block_inflates() {
+        for takeover in [false, true] {
+            let mut inflater = Inflater::new(!takeover);
+            assert_eq!(inflater.message(&FINAL_HI, 100).unwrap(), b"hi");
+        }
+    }
+
+    #[test]
+    fn bytes_after_a_final_block_are_refused_not_spun_on() {
+        // Found by the fuzz target client_frames: this spun forever.
+        let message = [&FINAL_HI[..], b"zz"].concat();
+        for takeover in [false, true] {
+            let mut inflater = Inflater::new(!takeover);
+            assert_eq!(inflater.message(&message, 100), Err(InflateError::Corrupt));
+        }
+        // And a connection whose stream has ended refuses what comes next.
+        let mut inflater = Inflater::new(false);
+        inflater.message(&FINAL_HI, 100).unwrap();
+        assert_eq!(
+            inflater.message(b"\x4a\x04\x00", 100),
+            Err(InflateError::Corrupt)
+        );
     }
 }

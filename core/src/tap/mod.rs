@@ -23,7 +23,7 @@ use std::net::SocketAddr;
 
 use crate::identity::Identifier;
 use crate::permessage_deflate::inflate::{self, Inflater};
-use crate::record::MessageKey;
+use crate::record::{MessageKey, TapCounters};
 use crate::server_frames::{ServerEvent, ServerFrames};
 use reassembly::Reassembler;
 use segment::TcpSegment;
@@ -90,48 +90,6 @@ pub enum TapEvent {
     },
 }
 
-/// What the tap counted, for its records and for people.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    serde::Serialize,
-    serde::Deserialize,
-    schemars::JsonSchema,
-)]
-pub struct TapCounters {
-    /// Segments read.
-    pub segments: u64,
-    /// Packets that were not TCP segments of the tapped port.
-    pub ignored_packets: u64,
-    /// Connections followed from their SYN-ACK.
-    pub followed: u64,
-    /// Connections already open when the tap started: skipped.
-    pub open_before_tap: u64,
-    /// Connections whose response was not `101` (plain HTTP on the port).
-    pub not_websocket: u64,
-    /// Connections that spoke TLS: cannot be decoded.
-    pub tls: u64,
-    /// Connections whose stream broke the WebSocket protocol or a bound.
-    pub broken: u64,
-    /// Connections given up because the capture missed a segment.
-    pub lost: u64,
-    /// Segments that were resends of bytes already seen.
-    pub retransmitted: u64,
-    /// Segments captured ahead of a gap.
-    pub reordered: u64,
-    /// Data messages decoded.
-    pub messages: u64,
-    /// Of those, compressed ones that could not be inflated (no inflater:
-    /// over the memory bound), so not identified.
-    pub compressed: u64,
-    /// Compressed messages inflated (permessage-deflate) and identified.
-    pub inflated: u64,
-}
-
 enum Phase {
     Handshake {
         head: Vec<u8>,
@@ -148,7 +106,9 @@ enum Phase {
 /// new permessage-deflate connection's messages are counted, not inflated.
 pub const MAX_INFLATER_BYTES: usize = 256 * 1024 * 1024;
 
-struct Connection {
+/// One server connection the tap follows: its bytes put back in order, and
+/// what they are so far (the handshake, WebSocket frames, or ignored).
+struct FollowedConnection {
     bytes: Reassembler,
     phase: Phase,
     /// Segments read from it.
@@ -157,9 +117,9 @@ struct Connection {
     upgraded: bool,
 }
 
-impl Connection {
-    fn new(bytes: Reassembler, phase: Phase) -> Connection {
-        Connection {
+impl FollowedConnection {
+    fn new(bytes: Reassembler, phase: Phase) -> FollowedConnection {
+        FollowedConnection {
             bytes,
             phase,
             segments: 0,
@@ -183,7 +143,7 @@ impl Connection {
 pub struct Tap {
     port: u16,
     max_message: usize,
-    connections: HashMap<(SocketAddr, SocketAddr), Connection>,
+    connections: HashMap<(SocketAddr, SocketAddr), FollowedConnection>,
     counters: TapCounters,
     /// Connections in the WebSocket phase now.
     websockets: usize,
@@ -247,7 +207,7 @@ impl Tap {
         let client = s.dst;
         if s.flags.syn {
             self.counters.followed += 1;
-            let fresh = Connection::new(
+            let fresh = FollowedConnection::new(
                 Reassembler::after_syn(s.seq),
                 Phase::Handshake { head: Vec::new() },
             );
@@ -265,7 +225,7 @@ impl Tap {
                 self.counters.open_before_tap += 1;
                 self.connections.insert(
                     key,
-                    Connection::new(
+                    FollowedConnection::new(
                         Reassembler::after_syn(s.seq.wrapping_sub(1)),
                         Phase::Ignored,
                     ),
@@ -289,7 +249,7 @@ impl Tap {
         };
         let counters = &mut self.counters;
         let max_message = self.max_message;
-        let Connection { bytes, phase, .. } = c;
+        let FollowedConnection { bytes, phase, .. } = c;
         let pushed = bytes.push(s.seq, s.payload, at_ns, &mut |b, t| {
             take(phase, b, t, client, max_message, counters, &mut gauges, out)
         });

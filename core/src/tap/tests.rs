@@ -87,6 +87,7 @@ fn test_message(seq: u64) -> Vec<u8> {
         encode_test_message(TestMessage {
             seq,
             sent_wall_ns: 1,
+            at_wall_ns: None,
         })
         .as_bytes(),
     )

@@ -5,7 +5,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::{ClockIdentity, Connection, Probe, ProbeSource, RunEnd};
+use super::model::{ClockIdentity, Probe, ProbeConnection, RunEnd};
+use super::source::ProbeSource;
 use crate::Stamp;
 use crate::analysis::clock_model::{STEP_CONFIRMATIONS, STEP_THRESHOLD_NS};
 use crate::record::{LogFull, MessageKey, ProbeRecord};
@@ -98,6 +99,8 @@ impl Episodes {
                 None
             }
             ProbeRecord::Receipt(r) => Some(self.receipt(r.conn, &mut none)),
+            // An action fires after its receipt, on the connection it came on.
+            ProbeRecord::Action(a) => Some(self.receipt(a.conn, &mut none)),
             _ => None,
         }
     }
@@ -156,7 +159,7 @@ impl StampThinner {
 /// What the first pass over the probe logs found.
 pub(super) struct ProbeSide {
     /// Every connection, over all probes.
-    pub connections: Vec<Connection>,
+    pub connections: Vec<ProbeConnection>,
     /// Each probe's identity and clock records.
     pub probes: Vec<Probe>,
     /// Per probe, the connections its records made, in order (for replays).
@@ -171,7 +174,7 @@ pub(super) struct ProbeSide {
 
 /// Reads each probe log once for everything but matching its receipts.
 pub(super) fn collect_probes(probes: &[&dyn ProbeSource]) -> ProbeSide {
-    let mut connections: Vec<Connection> = Vec::new();
+    let mut connections: Vec<ProbeConnection> = Vec::new();
     let mut infos = Vec::new();
     let mut made = Vec::new();
     let mut broadcasts_estimate = 0usize;
@@ -184,8 +187,8 @@ pub(super) fn collect_probes(probes: &[&dyn ProbeSource]) -> ProbeSide {
         let mut last_wall = 0u64;
         let mut closed: HashMap<usize, u64> = HashMap::new();
         let first_connection = connections.len();
-        let new_episode = |conn: u32, connections: &mut Vec<Connection>| -> usize {
-            connections.push(Connection {
+        let new_episode = |conn: u32, connections: &mut Vec<ProbeConnection>| -> usize {
+            connections.push(ProbeConnection {
                 probe: p,
                 conn,
                 agent_conn: None,
@@ -245,6 +248,11 @@ pub(super) fn collect_probes(probes: &[&dyn ProbeSource]) -> ProbeSide {
                         connections[i].addresses = Some((a.local, a.remote));
                     }
                 }
+                ProbeRecord::ActPlan(plan) => info.act_plan = Some(plan),
+                ProbeRecord::Action(a) => {
+                    episodes.receipt(a.conn, &mut || new_episode(a.conn, &mut connections));
+                }
+                ProbeRecord::Payload(_) => {}
             }
         }
         info.clock = ClockIdentity::of(&info.host, info.identity.as_ref());
@@ -276,7 +284,9 @@ pub(super) fn connection_time(record: &ProbeRecord) -> Option<u64> {
         ProbeRecord::ConnectionFailed(f) => Some(f.at.wall_ns),
         ProbeRecord::ConnectionClosed(c) => Some(c.at.wall_ns),
         ProbeRecord::Receipt(r) => Some(r.at.wall_ns),
+        ProbeRecord::Action(a) => Some(a.done.wall_ns),
         ProbeRecord::Started(_)
+        | ProbeRecord::ActPlan(_)
         | ProbeRecord::Stopped(_)
         | ProbeRecord::ClockState(_)
         | ProbeRecord::TimeSample(_)
@@ -284,6 +294,7 @@ pub(super) fn connection_time(record: &ProbeRecord) -> Option<u64> {
         | ProbeRecord::ConnectionAddresses(_)
         | ProbeRecord::ConnectionTls(_)
         | ProbeRecord::ConnectionDeflate(_)
+        | ProbeRecord::Payload(_)
         | ProbeRecord::LogFull(_) => None,
     }
 }

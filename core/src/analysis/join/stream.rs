@@ -11,11 +11,13 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
-use super::probes::{Episodes, StampThinner, collect_probes};
-use super::{
-    Agent, AgentBroadcast, AgentSide, AgentSource, BroadcastKey, ClockIdentity, Joined,
-    JoinedBroadcast, JoinedReceipt, ProbeSource, RunEnd, Slot, listening,
+use super::model::{
+    Agent, AgentBroadcast, AgentSide, BroadcastKey, ClockIdentity, Joined, JoinedAction,
+    JoinedBroadcast, JoinedReceipt, RunEnd, Slot, listening,
 };
+use super::probes::{Episodes, StampThinner, collect_probes};
+use super::source::{AgentSource, ProbeSource};
+use crate::analysis::fanout::{Fanout, FanoutTracker};
 use crate::record::{AgentRecord, MessageKey, ProbeRecord, Receipt, SendOutcome, TxKind};
 
 /// The agent run's broadcasts, and the indices receipts are matched by.
@@ -76,11 +78,14 @@ impl std::hash::Hasher for Spread {
     }
 }
 
-/// A broadcast whose receipts are still arriving.
+/// A broadcast whose receipts (and actions) are still arriving.
 #[derive(Default)]
 struct Pending {
     receipts: BTreeMap<usize, JoinedReceipt>,
+    actions: BTreeMap<usize, JoinedAction>,
     seen: u32,
+    /// The payload hash its receipts carried.
+    hash: Option<u64>,
 }
 
 /// One join of at most one agent run with probe logs, after the first pass.
@@ -108,6 +113,7 @@ pub(super) fn plan(agent: Option<&dyn AgentSource>, probes: &[&dyn ProbeSource])
         broadcasts: Vec::new(),
         duplicates: 0,
         unmatched: 0,
+        unmatched_actions: 0,
         agent_runs: u32::from(agent.is_some()),
         tap: None,
         most_receipts_held: 0,
@@ -119,16 +125,15 @@ pub(super) fn plan(agent: Option<&dyn AgentSource>, probes: &[&dyn ProbeSource])
     for (p, source) in probes.iter().enumerate() {
         let mut episodes = Episodes::replay(side.made[p].clone());
         for record in source.records() {
-            let (Some(connection), ProbeRecord::Receipt(r)) = (episodes.follow(&record), &record)
-            else {
+            let Some((connection, key, hash, is_receipt)) = observed(&mut episodes, &record) else {
                 continue;
             };
             if connection >= joined.connections.len() {
                 continue;
             }
-            if let Some(t) = target(&joined, index.as_ref(), connection, r) {
+            if let Some(t) = target(&joined, index.as_ref(), connection, key, hash) {
                 *expected.entry(fingerprint(&t)).or_insert(0) += 1;
-                if index.is_some() {
+                if index.is_some() && is_receipt {
                     matched_episodes.insert(connection);
                 }
             }
@@ -143,23 +148,39 @@ pub(super) fn plan(agent: Option<&dyn AgentSource>, probes: &[&dyn ProbeSource])
     }
 }
 
-/// The broadcast `r` (on `connection`) belongs to, if any.
+/// A receipt's or an action's connection and message: (connection, key,
+/// hash, whether it is a receipt); `None` for any other record.
+fn observed(
+    episodes: &mut Episodes,
+    record: &ProbeRecord,
+) -> Option<(usize, MessageKey, u64, bool)> {
+    let connection = episodes.follow(record)?;
+    match record {
+        ProbeRecord::Receipt(r) => Some((connection, r.key, r.hash, true)),
+        ProbeRecord::Action(a) => Some((connection, a.key, a.hash, false)),
+        _ => None,
+    }
+}
+
+/// The broadcast a receipt or an action on `connection` of the message
+/// `key` (payload `hash`) belongs to, if any.
 fn target(
     joined: &Joined,
     index: Option<&AgentIndex>,
     connection: usize,
-    r: &Receipt,
+    key: MessageKey,
+    hash: u64,
 ) -> Option<Target> {
     let Some(ix) = index else {
-        return Some(Target::Message(r.key));
+        return Some(Target::Message(key));
     };
     let agent_conn = joined.connections.get(connection)?.agent_conn;
-    let id = match r.key {
+    let id = match key {
         MessageKey::Seq(seq) => ix
             .by_seq
             .get(&seq)
             .copied()
-            .filter(|id| ix.broadcasts.get(id).is_some_and(|b| b.hash == r.hash)),
+            .filter(|id| ix.broadcasts.get(id).is_some_and(|b| b.hash == hash)),
         MessageKey::Hash { hash, occurrence } => agent_conn.and_then(|a| {
             ix.by_conn_hash
                 .get(&(a, hash))
@@ -235,7 +256,7 @@ impl Plan {
             .unwrap_or_default();
         unreceived.sort_unstable_by(|a, b| b.cmp(a));
         let mut pending: HashMap<Target, Pending> = HashMap::new();
-        let (mut duplicates, mut unmatched) = (0u64, 0u64);
+        let (mut duplicates, mut unmatched, mut unmatched_actions) = (0u64, 0u64, 0u64);
         let (mut held, mut most_held) = (0u64, 0u64);
 
         while let Some(Reverse((_, i))) = heap.pop() {
@@ -243,38 +264,65 @@ impl Plan {
             let Some(record) = stream.next.take() else {
                 continue;
             };
-            let connection = stream.episodes.follow(&record);
+            let seen = observed(&mut stream.episodes, &record);
             stream.advance();
             if stream.next.is_some() {
                 heap.push(Reverse((stream.at, i)));
             }
-            let (Some(connection), ProbeRecord::Receipt(r)) = (connection, record) else {
+            let Some((connection, key, hash, is_receipt)) = seen else {
                 continue;
             };
             // A connection the first pass never saw: the log changed
             // between the passes (the collector checks for that too).
             if connection >= self.joined.connections.len() {
-                unmatched += 1;
+                if is_receipt {
+                    unmatched += 1;
+                } else {
+                    unmatched_actions += 1;
+                }
                 continue;
             }
+            let at_wall_ns = record.stamp().map_or(0, |s| s.wall_ns);
             while unreceived
                 .last()
-                .is_some_and(|&(start, _)| start <= r.at.wall_ns)
+                .is_some_and(|&(start, _)| start <= at_wall_ns)
             {
                 let (_, id) = unreceived.pop().expect("just looked");
-                self.finish(Target::Agent(id), BTreeMap::new(), sink);
+                self.finish(Target::Agent(id), Pending::default(), sink);
             }
-            let Some(t) = target(&self.joined, self.agent.as_ref(), connection, &r) else {
-                unmatched += 1;
+            let Some(t) = target(&self.joined, self.agent.as_ref(), connection, key, hash) else {
+                if is_receipt {
+                    unmatched += 1;
+                } else {
+                    unmatched_actions += 1;
+                }
                 continue;
             };
-            let receipt = self.receipt(t, connection, &r);
             let entry = pending.entry(t).or_default();
-            match entry.receipts.entry(connection) {
-                std::collections::btree_map::Entry::Occupied(_) => duplicates += 1,
-                std::collections::btree_map::Entry::Vacant(v) => {
-                    v.insert(receipt);
+            entry.hash.get_or_insert(hash);
+            match record {
+                ProbeRecord::Receipt(r) => {
+                    let receipt = self.receipt(t, connection, &r);
+                    match entry.receipts.entry(connection) {
+                        std::collections::btree_map::Entry::Occupied(_) => duplicates += 1,
+                        std::collections::btree_map::Entry::Vacant(v) => {
+                            v.insert(receipt);
+                        }
+                    }
                 }
+                ProbeRecord::Action(a) => match entry.actions.entry(connection) {
+                    std::collections::btree_map::Entry::Occupied(_) => unmatched_actions += 1,
+                    std::collections::btree_map::Entry::Vacant(v) => {
+                        v.insert(JoinedAction {
+                            connection,
+                            act_at_ns: a.act_at_ns,
+                            target: a.target,
+                            done: a.done,
+                            late_ns: a.late_ns,
+                        });
+                    }
+                },
+                _ => unreachable!("observed() takes receipts and actions only"),
             }
             entry.seen += 1;
             held += 1;
@@ -284,11 +332,11 @@ impl Plan {
                 let done = pending.remove(&t).expect("just updated");
                 held -= u64::from(done.seen);
                 self.expected.remove(&fp);
-                self.finish(t, done.receipts, sink);
+                self.finish(t, done, sink);
             }
         }
         while let Some((_, id)) = unreceived.pop() {
-            self.finish(Target::Agent(id), BTreeMap::new(), sink);
+            self.finish(Target::Agent(id), Pending::default(), sink);
         }
         // Broadcasts whose fingerprints collided (their counts were summed),
         // or, if a log changed between the passes, ones still short of their
@@ -296,7 +344,7 @@ impl Plan {
         let mut left: Vec<(Target, Pending)> = pending.into_iter().collect();
         left.sort_unstable_by_key(|(t, _)| *t);
         for (t, p) in left {
-            self.finish(t, p.receipts, sink);
+            self.finish(t, p, sink);
         }
         // The agent's broadcasts no receipt came for, that collided with one
         // a receipt came for.
@@ -306,10 +354,11 @@ impl Plan {
             .map(|ix| ix.broadcasts.keys().copied().collect())
             .unwrap_or_default();
         for id in unfinished {
-            self.finish(Target::Agent(id), BTreeMap::new(), sink);
+            self.finish(Target::Agent(id), Pending::default(), sink);
         }
         self.joined.duplicates = duplicates;
         self.joined.unmatched = unmatched;
+        self.joined.unmatched_actions = unmatched_actions;
         self.joined.most_receipts_held = most_held;
         self.joined
     }
@@ -336,22 +385,23 @@ impl Plan {
         receipt
     }
 
-    /// Makes a final broadcast of `t` with its receipts and hands it on.
-    fn finish(
-        &mut self,
-        t: Target,
-        receipts_of: BTreeMap<usize, JoinedReceipt>,
-        sink: &mut dyn FnMut(&Joined, JoinedBroadcast),
-    ) {
-        let row = match t {
-            Target::Message(key) => self.message_row(key, receipts_of),
+    /// Makes a final broadcast of `t` with its receipts and actions and
+    /// hands it on.
+    fn finish(&mut self, t: Target, got: Pending, sink: &mut dyn FnMut(&Joined, JoinedBroadcast)) {
+        let mut row = match t {
+            Target::Message(key) => {
+                let mut row = self.message_row(key, got.receipts);
+                row.hash = got.hash;
+                row
+            }
             // Handed over once: removed from the index as it goes.
             Target::Agent(id) => match self.agent.as_mut().and_then(|ix| ix.broadcasts.remove(&id))
             {
-                Some(b) => self.agent_row(id, &b, receipts_of),
+                Some(b) => self.agent_row(id, &b, got.receipts),
                 None => return,
             },
         };
+        row.actions = got.actions.into_values().collect();
         sink(&self.joined, row);
     }
 
@@ -373,9 +423,11 @@ impl Plan {
             .collect();
         JoinedBroadcast {
             key: BroadcastKey::Message(key),
+            hash: None,
             agent: None,
             receipts: receipts_of.into_values().collect(),
             missing,
+            actions: Vec::new(),
         }
     }
 
@@ -431,15 +483,17 @@ impl Plan {
         missing.sort_unstable();
         JoinedBroadcast {
             key: BroadcastKey::Agent { run: 0, id },
+            hash: Some(b.hash),
             agent: Some(AgentSide {
                 start: b.start,
-                targets: b.targets,
-                queued: b.queued,
-                dropped: b.dropped,
-                fanout_span_ns: b.last_done_mono.map(|t| t.saturating_sub(b.start.mono_ns)),
+                targets: b.fanout.as_ref().map_or(0, |f| f.targets),
+                queued: b.fanout.as_ref().map_or(0, |f| f.queued),
+                dropped: b.fanout.as_ref().map_or(0, |f| f.dropped),
+                fanout_span_ns: b.fanout.as_ref().and_then(Fanout::span_ns),
             }),
             receipts: receipts_of.into_values().collect(),
             missing,
+            actions: Vec::new(),
         }
     }
 }
@@ -462,7 +516,13 @@ fn index_agent(
     }
     let mut broadcasts: BTreeMap<u64, AgentBroadcast> = BTreeMap::new();
     let mut thinner = StampThinner::default();
+    let mut fanouts = FanoutTracker::default();
     for record in records {
+        for (id, fanout) in fanouts.observe(&record) {
+            if let Some(b) = broadcasts.get_mut(&id) {
+                b.fanout = Some(fanout);
+            }
+        }
         match record {
             // Every segment of a run repeats it: keep what earlier ones built.
             AgentRecord::Started(s) if joined.agent.is_none() => {
@@ -496,10 +556,7 @@ fn index_agent(
                         hash: b.hash,
                         start: b.at,
                         slots: HashMap::new(),
-                        targets: 0,
-                        queued: 0,
-                        dropped: 0,
-                        last_done_mono: None,
+                        fanout: None,
                     },
                 );
             }
@@ -508,13 +565,6 @@ fn index_agent(
                     for slot in &s.slots {
                         let done_mono = (slot.outcome == SendOutcome::Written && slot.mono_ns != 0)
                             .then_some(slot.mono_ns);
-                        b.targets += 1;
-                        match slot.outcome {
-                            SendOutcome::Queued => b.queued += 1,
-                            SendOutcome::Dropped | SendOutcome::Failed => b.dropped += 1,
-                            SendOutcome::Written => {}
-                        }
-                        b.last_done_mono = b.last_done_mono.max(done_mono);
                         if by_agent_conn.contains_key(&slot.conn) {
                             b.slots.insert(
                                 slot.conn,
@@ -528,11 +578,11 @@ fn index_agent(
                 }
             }
             AgentRecord::SendCompleted(c) => {
-                if let Some(b) = broadcasts.get_mut(&c.broadcast) {
-                    b.last_done_mono = b.last_done_mono.max(Some(c.mono_ns));
-                    if let Some(slot) = b.slots.get_mut(&c.conn) {
-                        slot.done_mono = Some(c.mono_ns);
-                    }
+                if let Some(slot) = broadcasts
+                    .get_mut(&c.broadcast)
+                    .and_then(|b| b.slots.get_mut(&c.conn))
+                {
+                    slot.done_mono = Some(c.mono_ns);
                 }
             }
             AgentRecord::TxStamp(t) if t.kind == TxKind::Software => {
@@ -578,6 +628,11 @@ fn index_agent(
                     a.records_lost += l.count;
                 }
             }
+        }
+    }
+    for (id, fanout) in fanouts.finish() {
+        if let Some(b) = broadcasts.get_mut(&id) {
+            b.fanout = Some(fanout);
         }
     }
     let by_seq: HashMap<u64, u64> = broadcasts

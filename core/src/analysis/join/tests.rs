@@ -1,6 +1,7 @@
 //! Joining and skew math on hand-built records.
 
 use super::*;
+use crate::Stamp;
 use crate::analysis::report::{ClockBasis, ClockNaming, Report};
 use crate::record::*;
 
@@ -547,8 +548,12 @@ fn a_hubs_other_clients_count_in_its_figures_though_their_copies_are_not_kept() 
     let mut agent = vec![agent_started("srv")];
     for id in 0..3u64 {
         let start = 1_000 + id * 100_000;
-        agent.extend(broadcast(id, Some(id), id, start, &[1, 2, 3, 4, 5]));
-        // Client 5's copy queued, written 50 µs later.
+        let mut records = broadcast(id, Some(id), id, start, &[1, 2, 3, 4, 5]);
+        // Client 5's copy queued behind a full send buffer, written 50 µs later.
+        if let AgentRecord::ShardSends(s) = &mut records[1] {
+            s.slots[4].outcome = SendOutcome::Queued;
+        }
+        agent.extend(records);
         agent.push(AgentRecord::SendCompleted(SendCompleted {
             broadcast: id,
             conn: 5,
@@ -580,4 +585,53 @@ fn a_hubs_other_clients_count_in_its_figures_though_their_copies_are_not_kept() 
         // Only a probe's connection can be missing.
         assert_eq!(b.missing, if id == 1 { vec![1] } else { vec![] });
     }
+}
+
+#[test]
+fn the_why_splits_each_skew_into_the_order_sent_and_the_network() {
+    // Copies written 100, 200 and 300 ns after each start; the network takes
+    // 1,000 ns to connections 0 and 1, and 1,500 ns to connection 2.
+    let mut agent = vec![agent_started("srv")];
+    agent.extend(broadcast(1, Some(10), 9, 1_000, &[100, 101, 102]));
+    agent.extend(broadcast(2, Some(11), 9, 5_000, &[100, 101, 102]));
+    let mut p = ProbeLog::new("srv", &[(0, Some(100)), (1, Some(101)), (2, Some(102))]);
+    for (seq, start) in [(10, 1_000), (11, 5_000)] {
+        p.receive(0, MessageKey::Seq(seq), 9, start + 100 + 1_000)
+            .receive(1, MessageKey::Seq(seq), 9, start + 200 + 1_000)
+            .receive(2, MessageKey::Seq(seq), 9, start + 300 + 1_500);
+    }
+    p.stop(10_000);
+    let j = join(Some(&agent), &[&p.0]);
+    let r = Report::build(&j, vec![]);
+    let why = r.why.expect("a diagnosis");
+    assert_eq!((why.split_broadcasts, why.unsplit_broadcasts), (2, 0));
+    // Skew 700 ns = 200 ns sent later + 500 ns more network.
+    assert_eq!(why.skew_ns.unwrap().max, 700);
+    assert_eq!(why.fanout_ns.unwrap().max, 200);
+    assert_eq!(why.network_ns.unwrap().max, 500);
+    assert_eq!(why.delivery_ns, None, "no kernel stamps");
+    let share = why.fanout_share.unwrap();
+    assert!((share - 200.0 / 700.0).abs() < 1e-9, "{share}");
+    assert_eq!(
+        r.worst_broadcasts[0].split,
+        Some(crate::analysis::diagnosis::SkewSplit {
+            skew_ns: 700,
+            fanout_ns: 200,
+            network_ns: 500,
+            delivery_ns: None,
+        })
+    );
+    // Connection 2 is last every time; the others are not listed.
+    assert_eq!(why.connections_ranked, 3);
+    assert_eq!(why.late_every_time.len(), 1);
+    let late = &why.late_every_time[0];
+    assert_eq!(
+        (
+            late.connection.as_str(),
+            late.mean_place,
+            late.last,
+            late.of
+        ),
+        ("srv #2", 1.0, 2, 2)
+    );
 }

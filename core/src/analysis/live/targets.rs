@@ -9,7 +9,16 @@
 //! a target, about 160 KB a broadcast at 1,000 probe connections, and the
 //! recorder thread faulted those pages in on every broadcast.)
 
-use super::Arrival;
+use crate::Stamp;
+
+/// A receipt of a target: which probe run uploaded it, when it came (the
+/// device's clock), and how long the kernel held it before the probe read it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Arrival {
+    pub(super) run: u128,
+    pub(super) at: Stamp,
+    pub(super) kernel_delay_ns: u64,
+}
 
 /// One broadcast's targets (agent connection ids) and their receipts.
 #[derive(Debug, Default)]

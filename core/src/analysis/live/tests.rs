@@ -421,3 +421,93 @@ fn receipts_that_can_never_match_are_counted_at_once_not_held() {
     assert_eq!(live.counts().unmatched, 6);
     assert!(live.early.is_empty());
 }
+
+/// The shifted run's probes acting: an `ActPlan`, and after each receipt
+/// its action, `lead_ns` later on the device's clocks (in time).
+fn acting(records: &[ProbeRecord], lead_ns: u64) -> Vec<ProbeRecord> {
+    let mut out = Vec::new();
+    for r in records {
+        out.push(r.clone());
+        match r {
+            ProbeRecord::Started(_) => out.push(ProbeRecord::ActPlan(ActPlan {
+                pointer: "/at_ns".into(),
+                unit: "auto".into(),
+                at: Stamp {
+                    wall_ns: T0,
+                    mono_ns: 0,
+                },
+            })),
+            ProbeRecord::Receipt(rc) => {
+                let at = |s: Stamp| Stamp {
+                    wall_ns: s.wall_ns + lead_ns,
+                    mono_ns: s.mono_ns + lead_ns,
+                };
+                out.push(ProbeRecord::Action(Action {
+                    conn: rc.conn,
+                    key: rc.key,
+                    hash: rc.hash,
+                    act_at_ns: rc.at.wall_ns + lead_ns,
+                    offset_ns: None,
+                    offset_bound_ns: None,
+                    target: at(rc.at),
+                    done: at(rc.at),
+                    late_ns: 0,
+                }));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn live_action_skews_equal_the_reports_and_a_receipt_waits_for_its_action() {
+    let (agent, a, b, _) = shifted_run();
+    let (a, b) = (
+        acting(&a.records, 30_000_000),
+        acting(&b.records, 30_000_000),
+    );
+    // Receipts alone: a probe that acts is not done with a broadcast until
+    // its action is in (or it has uploaded past it).
+    let receipts_only: Vec<ProbeRecord> = a
+        .iter()
+        .filter(|r| !matches!(r, ProbeRecord::Action(_)))
+        .cloned()
+        .collect();
+    let mut live = LiveJoin::new();
+    announce(&mut live, &[10, 11, 20, 21]);
+    for r in &agent {
+        live.agent(r);
+    }
+    let through = receipts_only
+        .iter()
+        .rposition(|r| matches!(r, ProbeRecord::Receipt(rc) if rc.key == MessageKey::Seq(1)))
+        .unwrap();
+    for r in &receipts_only[..=through] {
+        live.probe(1, r, T0);
+    }
+    for r in &b {
+        live.probe(2, r, T0);
+    }
+    let early = live.judge(T0);
+    assert!(early.is_empty(), "waits for dev-a's actions: {early:?}");
+
+    let mut live = LiveJoin::new();
+    feed(&mut live, &agent, &[&a, &b], T0 + 2_000_000_000);
+    let judged = live.judge(T0 + 2_000_000_000);
+    let joined = join(Some(&agent), &[&a, &b]);
+    let clocks = crate::analysis::clock_figures::device_clocks(&joined);
+    assert_eq!(judged.len(), joined.broadcasts.len());
+    for (j, b) in judged.iter().zip(&joined.broadcasts) {
+        let report = crate::analysis::actions::broadcast_actions(&joined, b, &clocks);
+        assert_eq!(j.actions, report.actions, "{j:?}");
+        assert_eq!(j.actions, 4);
+        assert_eq!(j.late, 0);
+        assert_eq!(
+            j.action_skew_upper_ns,
+            report.corrected_ns.map(|c| c.2 as u64),
+            "{j:?} {report:?}"
+        );
+    }
+    assert_eq!(live.counts().unmatched_actions, 0);
+}

@@ -1,0 +1,137 @@
+//! `GET /clock`: the time exchange over WebSocket, so a browser or any app
+//! can learn its offset to this host's wall clock, the clock a FastAPI or
+//! Go server on the same box reads when it computes a time to act.
+//!
+//! Text frames in JSON ([`skewscope_core::time_exchange::json`]). `t2` is
+//! the kernel's receive stamp of the request's last segment, moved to the
+//! wall clock (`SO_TIMESTAMPING`; the moment the frame was read where the
+//! kernel gives none), and `t3` is read just before the reply is written:
+//! the time the request waits for this task counts in neither, so it adds
+//! nothing to the client's round trip the offset is bounded by.
+//!
+//! Each connection may ask [`CLOCK_BURST`] at once and
+//! [`CLOCK_PER_SECOND`] after; past that it is closed with 1008. A frame
+//! over 1 KiB is closed with 1009, a binary one with 1003, and a request
+//! that is not one gets an `{"error": …}` reply (and counts toward the rate).
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use skewscope_core::control_rate::ControlRate;
+use skewscope_core::time_exchange::json::{encode_error, encode_reply, parse_request};
+use skewscope_os::rx_stamp::{LastRx, RxStamped};
+use tokio::net::TcpStream;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+
+use crate::counters::ClockServiceCounters;
+
+/// Requests a connection may send at once: a client syncs with a burst of
+/// exchanges and keeps the least delayed.
+pub const CLOCK_BURST: u32 = 32;
+/// Requests per second a connection may keep sending.
+pub const CLOCK_PER_SECOND: u32 = 10;
+/// Largest frame or message accepted.
+const MAX_FRAME: usize = 1024;
+/// A connection that sends nothing this long is closed.
+const IDLE: Duration = Duration::from_secs(600);
+
+/// Serves one upgraded `/clock` connection until it closes or misbehaves.
+/// `leftover` is what followed the request head.
+pub async fn serve(stream: TcpStream, leftover: Vec<u8>, counters: ClockServiceCounters) {
+    let (stream, last_rx) = RxStamped::new(stream);
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_FRAME))
+        .max_frame_size(Some(MAX_FRAME));
+    let mut ws =
+        WebSocketStream::from_partially_read(stream, leftover, Role::Server, Some(config)).await;
+    counters.sessions.inc();
+    let closed = session(&mut ws, &last_rx, &counters).await;
+    counters.sessions.dec();
+    if let Some((code, reason)) = closed {
+        let _ = ws
+            .close(Some(CloseFrame {
+                code,
+                reason: reason.into(),
+            }))
+            .await;
+        // Read on (discarding) until the client answers the close or a
+        // moment has passed: closing a socket with unread bytes (a flood's
+        // rest) sends a reset, which can reach the client before it reads
+        // our close frame, so it would never learn why (seen in CI).
+        let _ = tokio::time::timeout(LINGER, async { while let Some(Ok(_)) = ws.next().await {} })
+            .await;
+    }
+}
+
+/// How long a closed session is read on for the client's answer.
+const LINGER: Duration = Duration::from_secs(2);
+
+/// Answers requests; returns the close to send, if the agent ends it.
+async fn session(
+    ws: &mut WebSocketStream<RxStamped>,
+    last_rx: &LastRx,
+    counters: &ClockServiceCounters,
+) -> Option<(CloseCode, &'static str)> {
+    let mut rate = ControlRate::with(
+        skewscope_os::clock::mono_ns(),
+        CLOCK_BURST,
+        CLOCK_PER_SECOND,
+    );
+    loop {
+        let message = match tokio::time::timeout(IDLE, ws.next()).await {
+            Ok(Some(message)) => message,
+            Ok(None) => return None,
+            Err(_) => return Some((CloseCode::Away, "idle")),
+        };
+        let t2_wall_ns = received_wall_ns(last_rx);
+        let text = match message {
+            Ok(Message::Text(text)) => text,
+            Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => continue,
+            Ok(Message::Close(_)) => return None,
+            Ok(Message::Binary(_)) => {
+                counters.refused_binary.inc();
+                return Some((CloseCode::Unsupported, "clock requests are JSON text"));
+            }
+            Err(tokio_tungstenite::tungstenite::Error::Capacity(_)) => {
+                counters.refused_too_big.inc();
+                return Some((CloseCode::Size, "a clock request is under 1 KiB"));
+            }
+            Err(_) => return None,
+        };
+        if !rate.allow(skewscope_os::clock::mono_ns()) {
+            counters.refused_rate.inc();
+            return Some((CloseCode::Policy, "too many clock requests"));
+        }
+        let reply = match parse_request(&text) {
+            Ok(request) => {
+                counters.answered.inc();
+                let t3_wall_ns = skewscope_os::clock::now().wall_ns;
+                encode_reply(&request, t2_wall_ns, t3_wall_ns)
+            }
+            Err(why) => {
+                counters.malformed.inc();
+                encode_error(why)
+            }
+        };
+        if ws.send(Message::Text(reply.into())).await.is_err() {
+            return None;
+        }
+    }
+}
+
+/// The wall time the request's last segment arrived: the kernel's stamp of
+/// it, moved to this process's wall clock; now, where the kernel gave none.
+fn received_wall_ns(last_rx: &LastRx) -> u64 {
+    let now = skewscope_os::clock::now();
+    let kernel_now = if skewscope_os::clock::libc_realtime_is_kernels() {
+        now.wall_ns
+    } else {
+        skewscope_os::clock::kernel_realtime_ns()
+    };
+    let delay = last_rx.delay_ns(kernel_now).unwrap_or(0);
+    now.wall_ns.saturating_sub(delay)
+}

@@ -1,0 +1,122 @@
+//! `POST /publish`: any payload, broadcast to every client.
+//!
+//! A body is read only once its announced length fits `--max-publish` and
+//! the bytes all requests in flight may hold together
+//! (`--max-publish-in-flight`), so announcing large bodies cannot exhaust
+//! memory; what is held shows in `/healthz` and `/metrics`.
+
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::engine::hub::Broadcasted;
+use crate::server::context::Context;
+use crate::server::http::{Request, respond};
+
+/// A body's share of the in-flight budget, counted while held.
+struct Held {
+    _permit: OwnedSemaphorePermit,
+    bytes: i64,
+    gauge: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl Held {
+    /// Takes `len` bytes of the budget, if they are free.
+    fn take(context: &Context, len: usize) -> Option<Held> {
+        let permit = context
+            .publish_budget
+            .clone()
+            .try_acquire_many_owned(u32::try_from(len).unwrap_or(u32::MAX))
+            .ok()?;
+        let gauge = context.counters.publish_bytes_in_flight.clone();
+        let bytes = len as i64;
+        gauge.inc_by(bytes);
+        Some(Held {
+            _permit: permit,
+            bytes,
+            gauge,
+        })
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.gauge.dec_by(self.bytes);
+    }
+}
+
+/// `POST /publish`: reads a body of exactly `Content-Length` bytes (within
+/// `--max-publish` and the in-flight budget) and broadcasts it.
+pub async fn publish(mut stream: TcpStream, request: Request, context: &Context) {
+    if request.header("transfer-encoding").is_some() {
+        return respond(&mut stream, 411, "", "send the body with Content-Length\n").await;
+    }
+    let lengths: Vec<&str> = request
+        .headers
+        .iter()
+        .filter(|(n, _)| n == "content-length")
+        .map(|(_, v)| v.trim())
+        .collect();
+    let len = match lengths.as_slice() {
+        [] => return respond(&mut stream, 411, "", "Content-Length required\n").await,
+        // Digits only: "+5", "-1" and "0x10" are what request smuggling uses.
+        [one] if !one.is_empty() && one.bytes().all(|b| b.is_ascii_digit()) => {
+            match one.parse::<usize>() {
+                Ok(len) => len,
+                Err(_) => return respond(&mut stream, 413, "", "Content-Length too large\n").await,
+            }
+        }
+        [_] => {
+            return respond(&mut stream, 400, "", "Content-Length must be digits only\n").await;
+        }
+        _ => return respond(&mut stream, 400, "", "more than one Content-Length\n").await,
+    };
+    if len > context.max_publish {
+        let msg = format!(
+            "body of {len} bytes exceeds --max-publish {}\n",
+            context.max_publish
+        );
+        return respond(&mut stream, 413, "", &msg).await;
+    }
+    // Held for the body's whole life: what requests in flight announced
+    // never adds up past the budget, whatever they announce.
+    let Some(_held) = Held::take(context, len) else {
+        return respond(
+            &mut stream,
+            503,
+            "Retry-After: 1\r\n",
+            "too many /publish bodies in flight; try again\n",
+        )
+        .await;
+    };
+    let mut body = request.rest;
+    body.truncate(len);
+    if body.len() < len {
+        // Grows with what arrives: nothing is reserved for bytes not sent.
+        let missing = (len - body.len()) as u64;
+        let read = tokio::time::timeout(
+            context.request_timeout,
+            (&mut stream).take(missing).read_to_end(&mut body),
+        )
+        .await;
+        match read {
+            Ok(Ok(_)) if body.len() == len => {}
+            Ok(_) => return, // vanished mid-body: nothing is broadcast
+            Err(_) => return respond(&mut stream, 408, "", "request body timed out\n").await,
+        }
+    }
+    let sent = context.hub.publish(&body).await;
+    respond(&mut stream, 200, "", &outcome_json(sent)).await
+}
+
+/// What a broadcast reached, as `/publish` and `/start_test` answer it.
+pub fn outcome_json(sent: Broadcasted) -> String {
+    let mut out = serde_json::json!({ "broadcast": sent.id, "clients": sent.clients });
+    if let Some(seq) = sent.seq {
+        out["seq"] = seq.into();
+    }
+    if let Some(at) = sent.at_wall_ns {
+        out["at_ns"] = at.into();
+    }
+    out.to_string() + "\n"
+}

@@ -1,0 +1,278 @@
+//! Acting together: what the probes' actions (`--act-at`) came to, and the
+//! lead a server should give its broadcasts.
+//!
+//! A broadcast that carries a time to act in the server's clock spreads its
+//! clients' *actions* only by their clock error and timer precision,
+//! whatever its fan-out. Per broadcast:
+//! - **action skew** = last − first action, on the devices' clocks as they
+//!   are (raw) and in the agent's timebase with the interval that contains
+//!   the truth (each action's clock bound, as for receive skew); an action's
+//!   moment is read right after its timer fired, so the timer's own error is
+//!   in it;
+//! - **late**: the message came after its time, so the action happened at
+//!   once on receipt; counted and listed, never hidden in the skew;
+//! - the **receive skew** of the same broadcast beside it, so a report shows
+//!   what scheduling bought;
+//! - the **timer error** (actual − target, on the device's monotonic clock)
+//!   of every action in time.
+//!
+//! The **lead** is how long after its start a broadcast's time to act should
+//! be: [`LeadAdvice`] from the latencies a report measured.
+
+use serde::Serialize;
+
+use crate::analysis::clock_figures::{BoundedSummary, BoundedSummaryBuilder, corrected_spread};
+use crate::analysis::clock_model::DeviceClock;
+use crate::analysis::join::{Joined, JoinedBroadcast};
+use crate::analysis::stats::{Summary, SummaryBuilder};
+
+/// Late actions listed at most (the worst).
+pub const LATE_LISTED: usize = 20;
+
+/// One late action, as listed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct LateAction {
+    /// The broadcast, as the report names it.
+    pub broadcast: String,
+    /// The probe's `--name` and the connection's index.
+    pub connection: String,
+    /// How long after its target the message came.
+    pub late_ns: u64,
+}
+
+/// What the probes' actions came to.
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct ActionFigures {
+    /// Actions joined to a broadcast.
+    pub actions: u64,
+    /// Of those, late: the message came after its time to act.
+    pub late: u64,
+    /// The latest of them, worst first (at most 20).
+    pub late_listed: Vec<LateAction>,
+    /// Per broadcast acted on by two connections or more: last − first
+    /// action, each device's clock as it is.
+    pub action_skew_ns: Option<Summary>,
+    /// The same in the agent's timebase, with intervals that contain the
+    /// truth (broadcasts where every action's clock is bounded).
+    pub action_skew_corrected_ns: Option<BoundedSummary>,
+    /// The receive skew (kernel stamps, raw) of the same broadcasts.
+    pub receive_skew_ns: Option<Summary>,
+    /// Per action in time: actual − target on the device's monotonic clock.
+    pub timer_error_ns: Option<Summary>,
+    /// Per action: its time to act minus the broadcast's start (the lead it
+    /// was given), when the agent recorded the start.
+    pub lead_given_ns: Option<Summary>,
+    /// Per action: its target minus its message's read, both on the
+    /// device's monotonic clock: the time it had to spare (negative: late
+    /// by that much). Its minimum is how much shorter the lead could have
+    /// been, whatever the server and however its broadcasts were
+    /// triggered; the lead's start does not enter it.
+    pub spare_ns: Option<Summary>,
+    /// Actions left out of corrected figures (their clock was not bounded).
+    pub uncorrected_actions: u64,
+    /// Receipts, on connections of probes that act, with no action (the
+    /// message carried no time to act where the probe looked).
+    pub receipts_without_action: u64,
+    /// Actions that matched no broadcast.
+    pub unmatched_actions: u64,
+}
+
+/// [`ActionFigures`] built one broadcast at a time.
+#[derive(Default)]
+pub struct ActionsBuilder {
+    actions: u64,
+    late: u64,
+    late_listed: Vec<LateAction>,
+    skew: SummaryBuilder,
+    skew_corrected: BoundedSummaryBuilder,
+    receive_skew: SummaryBuilder,
+    timer_error: SummaryBuilder,
+    lead_given: SummaryBuilder,
+    spare: SummaryBuilder,
+    uncorrected: u64,
+    receipts_without_action: u64,
+}
+
+/// One broadcast's action skew: raw, and corrected with its interval when
+/// every action's clock is bounded.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BroadcastActions {
+    /// Actions on it.
+    pub actions: u32,
+    /// Of those, late.
+    pub late: u32,
+    /// Last − first action, devices' clocks as they are.
+    pub skew_ns: Option<u64>,
+    /// In the agent's timebase: (estimate, lower, upper bound).
+    pub corrected_ns: Option<(i64, i64, i64)>,
+}
+
+/// One broadcast's actions, in the agent's timebase where the clocks say.
+pub fn broadcast_actions(
+    joined: &Joined,
+    b: &JoinedBroadcast,
+    clocks: &[DeviceClock],
+) -> BroadcastActions {
+    let mut corrected = Vec::with_capacity(b.actions.len());
+    let mut all = true;
+    for a in &b.actions {
+        match clocks[joined.connections[a.connection].probe].at(a.done) {
+            Some(c) => corrected.push((a.done.wall_ns as i64 + c.theta_ns, c.bound_ns as i64)),
+            None => all = false,
+        }
+    }
+    let walls = b.actions.iter().map(|a| a.done.wall_ns);
+    let skew_ns =
+        (b.actions.len() >= 2).then(|| walls.clone().max().unwrap_or(0) - walls.min().unwrap_or(0));
+    BroadcastActions {
+        actions: b.actions.len() as u32,
+        late: b.actions.iter().filter(|a| a.late_ns > 0).count() as u32,
+        skew_ns,
+        corrected_ns: all.then(|| corrected_spread(&corrected)).flatten(),
+    }
+}
+
+impl ActionsBuilder {
+    /// Nothing yet.
+    pub fn new() -> ActionsBuilder {
+        ActionsBuilder::default()
+    }
+
+    /// Adds one broadcast of `joined`, with the probes' clock models.
+    pub fn add(&mut self, joined: &Joined, b: &JoinedBroadcast, clocks: &[DeviceClock]) {
+        let acting = |connection: usize| {
+            joined.probes[joined.connections[connection].probe]
+                .act_plan
+                .is_some()
+        };
+        self.receipts_without_action += b
+            .receipts
+            .iter()
+            .filter(|r| {
+                acting(r.connection) && !b.actions.iter().any(|a| a.connection == r.connection)
+            })
+            .count() as u64;
+        if b.actions.is_empty() {
+            return;
+        }
+        let here = broadcast_actions(joined, b, clocks);
+        self.actions += u64::from(here.actions);
+        self.late += u64::from(here.late);
+        if let Some(s) = here.skew_ns {
+            self.skew.add(s as i64);
+            if let Some(r) = b.skew_ns() {
+                self.receive_skew.add(r as i64);
+            }
+        }
+        match here.corrected_ns {
+            Some(c) => self.skew_corrected.add(c),
+            None if here.actions >= 2 => self.uncorrected += u64::from(here.actions),
+            None => {}
+        }
+        for a in &b.actions {
+            if a.late_ns == 0 {
+                self.timer_error.add(a.timer_error_ns());
+            } else {
+                let c = &joined.connections[a.connection];
+                self.late_listed.push(LateAction {
+                    broadcast: b.key.describe(),
+                    connection: format!("{} #{}", joined.probes[c.probe].name, c.conn),
+                    late_ns: a.late_ns,
+                });
+            }
+            if let Some(read) = b.receipts.iter().find(|r| r.connection == a.connection) {
+                self.spare
+                    .add(a.target.mono_ns as i64 - read.mono_ns as i64);
+            }
+            if let Some(agent) = b.agent {
+                self.lead_given
+                    .add(a.act_at_ns as i64 - agent.start.wall_ns as i64);
+            }
+        }
+        if self.late_listed.len() > 4 * LATE_LISTED {
+            self.trim_late();
+        }
+    }
+
+    fn trim_late(&mut self) {
+        self.late_listed.sort_by(|a, b| {
+            b.late_ns
+                .cmp(&a.late_ns)
+                .then(a.broadcast.cmp(&b.broadcast))
+        });
+        self.late_listed.truncate(LATE_LISTED);
+    }
+
+    /// The figures; `None` when no probe acted.
+    pub fn finish(&mut self, joined: &Joined) -> Option<ActionFigures> {
+        if self.actions == 0 && !joined.probes.iter().any(|p| p.act_plan.is_some()) {
+            return None;
+        }
+        self.trim_late();
+        Some(ActionFigures {
+            actions: self.actions,
+            late: self.late,
+            late_listed: self.late_listed.clone(),
+            action_skew_ns: self.skew.finish(),
+            action_skew_corrected_ns: self.skew_corrected.finish(),
+            receive_skew_ns: self.receive_skew.finish(),
+            timer_error_ns: self.timer_error.finish(),
+            lead_given_ns: self.lead_given.finish(),
+            spare_ns: self.spare.finish(),
+            uncorrected_actions: self.uncorrected,
+            receipts_without_action: self.receipts_without_action,
+            unmatched_actions: joined.unmatched_actions,
+        })
+    }
+}
+
+/// How long after a broadcast's start its time to act should be, from the
+/// latencies measured to each copy's read by its client (its userspace
+/// stamp: an app cannot act before it has the message): a copy read after
+/// its time makes its client act late.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct LeadAdvice {
+    /// What the latencies are measured from: `"start"` (the agent's
+    /// broadcast start, or the tap's first byte) or `"trigger"` (the times
+    /// the broadcasts were asked for, `--triggers`).
+    pub from: &'static str,
+    /// Copies measured.
+    pub copies: u64,
+    /// The smallest lead that would have put every copy in time: the
+    /// largest latency's upper bound (each clock's bound added).
+    pub every_copy_ns: i64,
+    /// The lead to use: the 99.9th percentile of latency plus the worst
+    /// clock bound of any device (which each device's timing can be off by).
+    pub p999_ns: i64,
+    /// That worst clock bound.
+    pub worst_bound_ns: u64,
+}
+
+impl LeadAdvice {
+    /// From the latency in the agent's timebase (estimates and bounds) and
+    /// the worst clock bound seen.
+    pub fn from_corrected(
+        latency: &BoundedSummary,
+        worst_bound_ns: u64,
+        from: &'static str,
+    ) -> LeadAdvice {
+        LeadAdvice {
+            from,
+            copies: latency.estimate.count,
+            every_copy_ns: latency.hi.max,
+            p999_ns: latency.estimate.p999 + worst_bound_ns as i64,
+            worst_bound_ns,
+        }
+    }
+
+    /// From latencies on one clock (no clock error to add).
+    pub fn from_raw(latency: &Summary, from: &'static str) -> LeadAdvice {
+        LeadAdvice {
+            from,
+            copies: latency.count,
+            every_copy_ns: latency.max,
+            p999_ns: latency.p999,
+            worst_bound_ns: 0,
+        }
+    }
+}

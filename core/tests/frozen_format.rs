@@ -1,0 +1,425 @@
+//! The on-disk format, frozen: logs written once, committed, and decoded
+//! by every later build to exactly the records they were written from.
+//!
+//! Audits are kept for years; a reordered field, a changed type or a
+//! variant inserted in the middle of an enum would make old logs read as
+//! garbage (postcard is not self-describing). Two kinds of committed logs:
+//! - `data/records-2026-12-02.{agent,probe}.sklog`: every record variant
+//!   this format has, with fixed values ([`every_agent_record`],
+//!   [`every_probe_record`]). A variant appended later leaves them valid:
+//!   add it with a new pair of files, never by rewriting these.
+//!   `records-2026-12-02b.probe.sklog` holds the variants appended since
+//!   (`MessagePayload`), written by `write_the_frozen_logs_of_2026_12_02b`.
+//! - `data/c41f7be/`: logs written by the previous release's binaries (the
+//!   agent and a probe, three test broadcasts), read and joined here.
+//!
+//! `cargo test -p skewscope-core --test frozen_format -- --ignored
+//! write_the_frozen_logs` wrote the first kind; it is not run otherwise.
+
+use std::path::{Path, PathBuf};
+
+use skewscope_core::Stamp;
+use skewscope_core::log::{AnyLog, LogKind, LogWriter, read_file};
+use skewscope_core::record::*;
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+fn at(n: u64) -> Stamp {
+    Stamp {
+        wall_ns: 1_764_633_600_000_000_000 + n,
+        mono_ns: 1_000_000_000 + n,
+    }
+}
+
+fn claim() -> ClockState {
+    ClockState {
+        at: at(7),
+        kernel: Some(KernelClock {
+            synchronized: true,
+            status: 0x2001,
+            max_error_ns: 1_500_000,
+            est_error_ns: 20_000,
+            offset_ns: -1_234,
+            freq_ppb: 5_678,
+        }),
+        chrony: Some(ChronyTracking {
+            reference: "ntp.lan".into(),
+            stratum: 3,
+            system_offset_ns: -12,
+            last_offset_ns: 34,
+            rms_offset_ns: 56,
+            root_delay_ns: 78_000,
+            root_dispersion_ns: 9_000,
+            leap: "Normal".into(),
+        }),
+    }
+}
+
+/// One of every agent record, in declaration order.
+fn every_agent_record() -> Vec<AgentRecord> {
+    vec![
+        AgentRecord::Started(AgentStarted {
+            host: "srv".into(),
+            version: "0.1.0".into(),
+            at: at(1),
+            shards: 2,
+            order: SendOrder::Rotate,
+            per_client_times: true,
+        }),
+        AgentRecord::ConnectionOpened(AgentConnectionOpened {
+            conn: 3,
+            label: Some("lobby".into()),
+            peer: "192.0.2.9:40000".into(),
+            shard: 1,
+            at: at(2),
+        }),
+        AgentRecord::ConnectionClosed(AgentConnectionClosed {
+            conn: 3,
+            at: at(3),
+            reason: CloseReason::ProtocolError("unmasked frame".into()),
+        }),
+        AgentRecord::Broadcast(BroadcastStarted {
+            id: 4,
+            seq: Some(5),
+            hash: 0x0123_4567_89ab_cdef,
+            len: 450,
+            text: true,
+            at: at(4),
+        }),
+        AgentRecord::ShardSends(ShardSends {
+            broadcast: 4,
+            shard: 0,
+            loop_start_mono_ns: 1_000_000_005,
+            slots: vec![
+                SendSlot {
+                    conn: 3,
+                    position: 0,
+                    outcome: SendOutcome::Written,
+                    mono_ns: 1_000_000_006,
+                },
+                SendSlot {
+                    conn: 8,
+                    position: 1,
+                    outcome: SendOutcome::Queued,
+                    mono_ns: 1_000_000_007,
+                },
+            ],
+        }),
+        AgentRecord::SendCompleted(SendCompleted {
+            broadcast: 4,
+            conn: 8,
+            mono_ns: 1_000_000_009,
+        }),
+        AgentRecord::Stopped(at(99)),
+        AgentRecord::ClockState(claim()),
+        AgentRecord::TimeService(TimeServiceCounters {
+            answered: 10,
+            malformed: 1,
+            oversized: 2,
+            replayed: 3,
+        }),
+        AgentRecord::TxStamp(TxStamp {
+            broadcast: 4,
+            conn: 3,
+            kind: TxKind::Software,
+            mono_ns: 1_000_000_008,
+        }),
+        AgentRecord::Identity(RunIdentity {
+            run_id: 0x00ff_00ff_00ff_00ff_00ff_00ff_00ff_00ff,
+            boot_id: Some("6f1c0a3e-0000-4000-8000-000000000001".into()),
+        }),
+        AgentRecord::TapStarted(TapStarted {
+            port: 8000,
+            interface: Some("eth0".into()),
+            at: at(10),
+        }),
+        AgentRecord::TapConnectionOpened(TapConnectionEvent {
+            client: "192.0.2.9:40001".into(),
+            at_wall_ns: 1_764_633_600_000_000_011,
+            detail: "permessage-deflate".into(),
+        }),
+        AgentRecord::TapConnectionClosed(TapConnectionEvent {
+            client: "192.0.2.9:40001".into(),
+            at_wall_ns: 1_764_633_600_000_000_012,
+            detail: "FIN".into(),
+        }),
+        AgentRecord::TapBroadcast(TapBroadcast {
+            id: 1,
+            seq: None,
+            hash: 42,
+            len: 3_400,
+            copies: vec![TapCopy {
+                client: "192.0.2.9:40001".into(),
+                first_byte_wall_ns: 1_764_633_600_000_000_013,
+                last_byte_wall_ns: 1_764_633_600_000_000_014,
+            }],
+        }),
+        AgentRecord::TapCounters(TapCountersRecord {
+            at: at(15),
+            tap: TapCounters {
+                segments: 1,
+                ignored_packets: 2,
+                followed: 3,
+                open_before_tap: 4,
+                not_websocket: 5,
+                tls: 6,
+                broken: 7,
+                lost: 8,
+                retransmitted: 9,
+                reordered: 10,
+                messages: 11,
+                compressed: 12,
+                inflated: 13,
+            },
+            inflater_bytes: 44_032,
+            ring_packets: 100,
+            ring_drops: 1,
+        }),
+        AgentRecord::TapConnectionTotals(TapConnectionTotals {
+            client: "192.0.2.9:40001".into(),
+            at_wall_ns: 1_764_633_600_000_000_016,
+            segments: 20,
+            resent: 1,
+            reordered: 2,
+        }),
+        AgentRecord::ConnectionSubprotocol(ConnectionSubprotocol {
+            conn: 3,
+            subprotocol: "chat.v2".into(),
+        }),
+        AgentRecord::RecordsLost(RecordsLost {
+            count: 17,
+            since: at(17),
+            at: at(18),
+        }),
+    ]
+}
+
+/// One of every probe record, in declaration order.
+fn every_probe_record() -> Vec<ProbeRecord> {
+    vec![
+        ProbeRecord::Started(Box::new(ProbeStarted {
+            name: "lobby".into(),
+            host: "kiosk-3".into(),
+            url: "ws://srv:8080/ws?probe=lobby".into(),
+            connections: 2,
+            version: "0.1.0".into(),
+            at: at(1),
+        })),
+        ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
+            conn: 0,
+            agent_conn: Some(3),
+            at: at(2),
+        }),
+        ProbeRecord::ConnectionFailed(ProbeConnectionFailed {
+            conn: 1,
+            at: at(3),
+            error: "connection refused".into(),
+        }),
+        ProbeRecord::ConnectionClosed(ProbeConnectionClosed {
+            conn: 0,
+            at: at(4),
+            reason: "count reached".into(),
+        }),
+        ProbeRecord::Receipt(Receipt {
+            conn: 0,
+            key: MessageKey::Hash {
+                hash: 42,
+                occurrence: 1,
+            },
+            hash: 42,
+            len: 450,
+            at: at(5),
+            kernel_delay_ns: Some(12_345),
+        }),
+        ProbeRecord::Stopped(at(99)),
+        ProbeRecord::ClockState(Box::new(claim())),
+        ProbeRecord::TimeSample(TimeSample {
+            t1: at(6),
+            t2_wall_ns: 1_764_633_600_000_000_106,
+            t3_wall_ns: 1_764_633_600_000_000_107,
+            t4: at(8),
+        }),
+        ProbeRecord::Identity(RunIdentity {
+            run_id: 7,
+            boot_id: None,
+        }),
+        ProbeRecord::ConnectionAddresses(ConnectionAddresses {
+            conn: 0,
+            local: "192.0.2.9:40000".into(),
+            remote: "192.0.2.1:8080".into(),
+        }),
+        ProbeRecord::LogFull(LogFull {
+            at: at(9),
+            max_bytes: 1 << 20,
+        }),
+        ProbeRecord::ConnectionTls(ConnectionTls {
+            conn: 0,
+            version: "TLSv1_3".into(),
+            cipher: "TLS13_AES_128_GCM_SHA256".into(),
+            verified: true,
+        }),
+        ProbeRecord::ConnectionDeflate(ConnectionDeflate {
+            conn: 0,
+            server_no_context_takeover: true,
+            server_max_window_bits: Some(15),
+        }),
+        ProbeRecord::ActPlan(ActPlan {
+            pointer: "/at".into(),
+            unit: "auto".into(),
+            at: at(10),
+        }),
+        ProbeRecord::Action(Action {
+            conn: 0,
+            key: MessageKey::Seq(5),
+            hash: 42,
+            act_at_ns: 1_764_633_600_030_000_000,
+            offset_ns: Some(-2_000_000),
+            offset_bound_ns: Some(40_000),
+            target: at(11),
+            done: at(12),
+            late_ns: 0,
+        }),
+    ]
+}
+
+/// A compile-time check that the lists above hold every variant: a new
+/// variant fails this match until it is given a frozen file of its own.
+#[allow(dead_code)]
+fn every_variant_is_frozen(a: &AgentRecord, p: &ProbeRecord) {
+    match a {
+        AgentRecord::Started(_)
+        | AgentRecord::ConnectionOpened(_)
+        | AgentRecord::ConnectionClosed(_)
+        | AgentRecord::Broadcast(_)
+        | AgentRecord::ShardSends(_)
+        | AgentRecord::SendCompleted(_)
+        | AgentRecord::Stopped(_)
+        | AgentRecord::ClockState(_)
+        | AgentRecord::TimeService(_)
+        | AgentRecord::TxStamp(_)
+        | AgentRecord::Identity(_)
+        | AgentRecord::TapStarted(_)
+        | AgentRecord::TapConnectionOpened(_)
+        | AgentRecord::TapConnectionClosed(_)
+        | AgentRecord::TapBroadcast(_)
+        | AgentRecord::TapCounters(_)
+        | AgentRecord::TapConnectionTotals(_)
+        | AgentRecord::ConnectionSubprotocol(_)
+        | AgentRecord::RecordsLost(_) => {}
+    }
+    match p {
+        ProbeRecord::Started(_)
+        | ProbeRecord::ConnectionOpened(_)
+        | ProbeRecord::ConnectionFailed(_)
+        | ProbeRecord::ConnectionClosed(_)
+        | ProbeRecord::Receipt(_)
+        | ProbeRecord::Stopped(_)
+        | ProbeRecord::ClockState(_)
+        | ProbeRecord::TimeSample(_)
+        | ProbeRecord::Identity(_)
+        | ProbeRecord::ConnectionAddresses(_)
+        | ProbeRecord::LogFull(_)
+        | ProbeRecord::ConnectionTls(_)
+        | ProbeRecord::ConnectionDeflate(_)
+        | ProbeRecord::ActPlan(_)
+        | ProbeRecord::Action(_) => {}
+        // Appended after the first frozen files: in their own.
+        ProbeRecord::Payload(_) => {}
+    }
+}
+
+/// Probe records appended after `records-2026-12-02`, frozen in
+/// `records-2026-12-02b.probe.sklog`.
+fn probe_records_added_2026_12_02b() -> Vec<ProbeRecord> {
+    vec![
+        ProbeRecord::Payload(MessagePayload {
+            hash: 42,
+            len: 14,
+            excerpt: br#"{"type":"go"}"#.to_vec(),
+        }),
+        ProbeRecord::Payload(MessagePayload {
+            hash: 43,
+            len: 100_000,
+            excerpt: vec![b'x'; PAYLOAD_EXCERPT_BYTES],
+        }),
+    ]
+}
+
+#[test]
+fn every_record_variant_reads_as_it_was_written() {
+    match read_file(&data("records-2026-12-02.agent.sklog")).unwrap() {
+        AnyLog::Agent(d) => {
+            assert_eq!(d.skipped_bytes, 0);
+            assert!(!d.torn_tail);
+            assert_eq!(d.records, every_agent_record());
+        }
+        AnyLog::Probe(_) => panic!("an agent log"),
+    }
+    match read_file(&data("records-2026-12-02.probe.sklog")).unwrap() {
+        AnyLog::Probe(d) => {
+            assert_eq!(d.skipped_bytes, 0);
+            assert!(!d.torn_tail);
+            assert_eq!(d.records, every_probe_record());
+        }
+        AnyLog::Agent(_) => panic!("a probe log"),
+    }
+    match read_file(&data("records-2026-12-02b.probe.sklog")).unwrap() {
+        AnyLog::Probe(d) => {
+            assert_eq!((d.skipped_bytes, d.torn_tail), (0, false));
+            assert_eq!(d.records, probe_records_added_2026_12_02b());
+        }
+        AnyLog::Agent(_) => panic!("a probe log"),
+    }
+}
+
+#[test]
+fn logs_of_the_previous_release_read_and_join_in_this_one() {
+    let AnyLog::Agent(agent) = read_file(&data("c41f7be/agent.sklog")).unwrap() else {
+        panic!("an agent log");
+    };
+    let AnyLog::Probe(probe) = read_file(&data("c41f7be/probe.sklog")).unwrap() else {
+        panic!("a probe log");
+    };
+    assert_eq!((agent.skipped_bytes, probe.skipped_bytes), (0, 0));
+    let joined = skewscope_core::analysis::join::join(Some(&agent.records), &[&probe.records]);
+    let report = skewscope_core::analysis::report::Report::build(&joined, vec![]);
+    // Three test broadcasts to the probe's two connections, none missing.
+    assert_eq!(report.broadcasts, 3);
+    assert_eq!(report.receipts, 6);
+    assert_eq!(report.missing, 0);
+    assert!(report.fanout_ns.is_some());
+    // Written before actions existed: none, and none looked for.
+    assert!(report.actions.is_none());
+}
+
+#[test]
+#[ignore = "writes a frozen file; run once, by hand, when variants are appended"]
+fn write_the_frozen_logs_of_2026_12_02b() {
+    let mut probe =
+        LogWriter::create(&data("records-2026-12-02b.probe.sklog"), LogKind::Probe).unwrap();
+    for r in probe_records_added_2026_12_02b() {
+        probe.append(&r).unwrap();
+    }
+    probe.sync().unwrap();
+}
+
+#[test]
+#[ignore = "writes the frozen files; run once, by hand, for a new format"]
+fn write_the_frozen_logs() {
+    let mut agent =
+        LogWriter::create(&data("records-2026-12-02.agent.sklog"), LogKind::Agent).unwrap();
+    for r in every_agent_record() {
+        agent.append(&r).unwrap();
+    }
+    agent.sync().unwrap();
+    let mut probe =
+        LogWriter::create(&data("records-2026-12-02.probe.sklog"), LogKind::Probe).unwrap();
+    for r in every_probe_record() {
+        probe.append(&r).unwrap();
+    }
+    probe.sync().unwrap();
+}

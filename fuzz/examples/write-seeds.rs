@@ -1,0 +1,219 @@
+//! Writes the hand-made seeds of every fuzz target into `fuzz/corpus/`:
+//! well-formed inputs built with skewscope's own encoders (and the frozen
+//! logs), from which the fuzzer mutates. Deterministic, so rerunning it
+//! changes nothing: `cargo run -p skewscope-fuzz --example write-seeds`.
+
+use std::path::Path;
+
+use skewscope_core::ingest::{ToAgent, encode};
+use skewscope_core::permessage_deflate::deflate::MessageDeflater;
+use skewscope_core::time_exchange::{Reply, Request};
+use skewscope_fuzz::{TARGETS, capture};
+
+fn main() -> std::io::Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
+    let logs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/tests/data");
+    let mut seeds: Vec<(&str, String, Vec<u8>)> = Vec::new();
+
+    // The record log: the frozen logs (every record variant), one cut short,
+    // one with a flipped byte in its middle.
+    for name in [
+        "records-2026-12-02.agent.sklog",
+        "records-2026-12-02b.probe.sklog",
+        "c41f7be/probe.sklog",
+    ] {
+        let bytes = std::fs::read(logs.join(name))?;
+        let stem = name.replace('/', "-");
+        let mut torn = bytes.clone();
+        torn.truncate(bytes.len() - 5);
+        let mut flipped = bytes.clone();
+        flipped[bytes.len() / 2] ^= 0x40;
+        seeds.push(("log_body", stem.clone(), bytes.clone()));
+        seeds.push(("log_body", format!("{stem}-torn"), torn));
+        seeds.push(("log_body", format!("{stem}-flipped"), flipped));
+        if name.contains("probe") {
+            // A batch as a probe uploads it: the body's frames.
+            let frames = bytes[skewscope_core::log::HEADER_LEN..].to_vec();
+            let records = ToAgent::Records {
+                first_seq: 0,
+                frames: frames.clone(),
+            };
+            seeds.push(("ingest", format!("{stem}-records"), encode(&records)));
+            seeds.push(("ingest", format!("{stem}-frames"), frames));
+        }
+    }
+    let hello = ToAgent::Hello {
+        version: skewscope_core::ingest::INGEST_VERSION,
+        run_id: 0x5eed,
+    };
+    seeds.push(("ingest", "hello".into(), encode(&hello)));
+
+    // Client frames (masked) and server frames (not).
+    let mut deflater = MessageDeflater::default();
+    let text = br#"{"type":"start","at":1764000000123456789,"n":1}"#;
+    let compressed = deflater.compress(&text.repeat(4)).expect("compresses");
+    let mut client = Vec::new();
+    client.extend(frame(0x81, text, true));
+    client.extend(frame(0x89, b"ping", true));
+    client.extend(frame(0x8a, b"", true));
+    client.extend(frame(0x01, b"frag", true));
+    client.extend(frame(0x80, b"ment", true));
+    client.extend(frame(0x88, &[0x03, 0xe8], true));
+    seeds.push(("client_frames", "session".into(), client));
+    seeds.push((
+        "client_frames",
+        "compressed".into(),
+        frame(0xc1, &compressed, true),
+    ));
+    let mut server = Vec::new();
+    server.extend(frame(0x81, text, false));
+    server.extend(frame(0x82, &[0u8; 300], false));
+    server.extend(frame(0x89, b"hi", false));
+    server.extend(frame(0x01, b"frag", false));
+    server.extend(frame(0x80, b"ment", false));
+    server.extend(frame(0x88, &[0x03, 0xe8], false));
+    seeds.push(("server_frames", "session".into(), server.clone()));
+    seeds.push((
+        "server_frames",
+        "compressed".into(),
+        frame(0xc1, &compressed, false),
+    ));
+    seeds.push((
+        "inflate",
+        "no-takeover".into(),
+        [&[1u8][..], &compressed].concat(),
+    ));
+    seeds.push((
+        "inflate",
+        "takeover".into(),
+        [&[0u8][..], &compressed].concat(),
+    ));
+
+    // A capture of a tapped connection: handshake, upgrade, frames, close.
+    let upgrade = b"GET /ws HTTP/1.1\r\nHost: s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n";
+    let switching = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\nSec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover\r\n\r\n";
+    let (c, s) = (
+        ([10, 0, 0, 2], 40000),
+        ([10, 0, 0, 1], skewscope_fuzz::TAP_PORT),
+    );
+    let mut capture_packets = vec![
+        tcp(c, s, 100, SYN, b""),
+        tcp(s, c, 500, SYN, b""),
+        tcp(c, s, 101, 0, upgrade),
+    ];
+    let mut seq = 501;
+    for payload in [&switching[..], &server, &frame(0xc1, &compressed, false)] {
+        capture_packets.push(tcp(s, c, seq, 0, payload));
+        seq += payload.len() as u32;
+    }
+    capture_packets.push(tcp(s, c, seq, FIN, b""));
+    seeds.push((
+        "tap",
+        "upgrade-frames-fin".into(),
+        capture(&capture_packets),
+    ));
+
+    // The time exchange, both ways and as JSON.
+    let request = Request {
+        id: 7,
+        t1_wall_ns: 1_764_000_000_000_000_000,
+    };
+    let reply = Reply {
+        id: 7,
+        t1_wall_ns: 1_764_000_000_000_000_000,
+        t2_wall_ns: 1_764_000_000_000_100_000,
+        t3_wall_ns: 1_764_000_000_000_120_000,
+    };
+    seeds.push(("time_exchange", "request".into(), request.encode().to_vec()));
+    seeds.push(("time_exchange", "reply".into(), reply.encode().to_vec()));
+    for (name, text) in [
+        ("numeric-id", r#"{"id":1,"t1":1764000000123.25}"#),
+        ("string-id", r#"{"id":"a-7","t1":17640000001}"#),
+        ("no-t1", r#"{"id":2}"#),
+    ] {
+        seeds.push(("clock_json", name.into(), text.into()));
+    }
+
+    // Request heads the agent reads.
+    for (name, text) in [
+        ("upgrade", &upgrade[..]),
+        ("publish", b"POST /publish HTTP/1.1\r\nHost: s\r\nAuthorization: Bearer t0k\r\nContent-Length: 5\r\n\r\nhello"),
+        ("start-test", b"GET /start_test?lead=30ms&size=64 HTTP/1.1\r\nHost: s\r\n\r\n"),
+        ("metrics", b"GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text\r\n\r\n"),
+    ] {
+        seeds.push(("http_head", name.into(), text.to_vec()));
+    }
+
+    // chronyc -c tracking, as chronyd 4 prints it.
+    let tracking = "C0A80101,192.168.1.1,3,1764000000.123456789,0.000012345,-0.000003210,0.000021000,-12.345,0.001,0.010,0.000512000,0.000250000,64.2,Normal\n";
+    seeds.push(("chrony", "tracking".into(), tracking.into()));
+
+    // Payloads with a time to act.
+    for (name, text) in [
+        ("ns", r#"{"type":"go","at":1764000000123456789}"#),
+        ("seconds-float", r#"{"at":1764000000.123}"#),
+        ("string", r#"{"data":{"at":"1764000000123"}}"#),
+        ("array", r#"[1764000000123,{"at":1}]"#),
+    ] {
+        seeds.push(("act_at", name.into(), text.into()));
+    }
+
+    for (target, name, bytes) in seeds {
+        assert!(
+            TARGETS.iter().any(|(t, _)| *t == target),
+            "no target {target}"
+        );
+        let dir = root.join(target);
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join(format!("seed-{name}")), bytes)?;
+    }
+    Ok(())
+}
+
+/// One WebSocket frame: `first` is FIN/RSV/opcode; masked as a client's.
+fn frame(first: u8, payload: &[u8], masked: bool) -> Vec<u8> {
+    let mut out = vec![first];
+    let mask_bit = if masked { 0x80 } else { 0 };
+    match payload.len() {
+        n @ 0..=125 => out.push(mask_bit | n as u8),
+        n @ 126..=65535 => {
+            out.push(mask_bit | 126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(mask_bit | 127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    if masked {
+        let key = [0x37, 0xfa, 0x21, 0x3d];
+        out.extend_from_slice(&key);
+        out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    } else {
+        out.extend_from_slice(payload);
+    }
+    out
+}
+
+const SYN: u8 = 0x02;
+const FIN: u8 = 0x01;
+
+/// An IPv4 TCP packet (no options; checksums zero, which the tap does not
+/// check: the kernel already has).
+fn tcp(src: ([u8; 4], u16), dst: ([u8; 4], u16), seq: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
+    let total = (40 + payload.len()) as u16;
+    let mut p = vec![0u8; 40];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&total.to_be_bytes());
+    p[8] = 64;
+    p[9] = 6;
+    p[12..16].copy_from_slice(&src.0);
+    p[16..20].copy_from_slice(&dst.0);
+    p[20..22].copy_from_slice(&src.1.to_be_bytes());
+    p[22..24].copy_from_slice(&dst.1.to_be_bytes());
+    p[24..28].copy_from_slice(&seq.to_be_bytes());
+    p[32] = 5 << 4;
+    p[33] = flags | 0x10;
+    p.extend_from_slice(payload);
+    p
+}

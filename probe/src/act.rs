@@ -1,0 +1,253 @@
+//! Acting at a broadcast's time to act (`--act-at`).
+//!
+//! A message that names a time in the server's wall clock is mapped into
+//! this device's clocks with the probe's clock estimate, and handed to one
+//! timer thread, the **actor**. The actor sleeps until just before the
+//! earliest target (a coarse sleep on the monotonic clock, with the
+//! thread's timer slack at 1 ns), then reads the clock in a loop until the
+//! target has come, and records the action: the moment read right after
+//! the loop, on both clocks. A message whose time has already passed when
+//! it arrives is acted on at once and recorded late, by how much.
+//!
+//! The actor is its own thread, so its wait never holds up the connections'
+//! reads and receipt stamps; its last [`SPIN`] before a target reads the
+//! clock in a loop that yields the core to anything else runnable.
+//!
+//! Connections of one probe that act on one message share the device's
+//! timer: everything due when it fires is recorded at that one moment (a
+//! device acts when its timer fires; the per-connection work after it is
+//! the app's, not the clock's).
+
+use std::collections::BinaryHeap;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use skewscope_core::Stamp;
+use skewscope_core::act_at::ActAt;
+use skewscope_core::record::{Action, MessageKey, ProbeRecord};
+
+use crate::clock_estimate::ClockEstimate;
+use crate::recorder::Recorder;
+
+/// How long before a target the actor stops sleeping and starts reading
+/// the clock: more than the sleep overruns on a loaded device, little
+/// enough to cost one core that long per target.
+pub const SPIN: Duration = Duration::from_micros(300);
+
+/// Once the run ends, how far ahead an action is still waited for: one
+/// further off (a server that named a time hours away) is not done, and
+/// the log line says how many.
+pub const FINISH_WAIT: Duration = Duration::from_secs(10);
+
+/// What a connection hands the actor: a message to act on.
+#[derive(Clone, Copy, Debug)]
+struct Planned {
+    conn: u32,
+    key: MessageKey,
+    hash: u64,
+    act_at_ns: u64,
+    offset_ns: Option<i64>,
+    offset_bound_ns: Option<u64>,
+    target: Stamp,
+    /// When the message reached the probe (its read), on the monotonic clock.
+    arrived_mono_ns: u64,
+}
+
+impl PartialEq for Planned {
+    fn eq(&self, other: &Self) -> bool {
+        self.target.mono_ns == other.target.mono_ns
+    }
+}
+impl Eq for Planned {}
+impl PartialOrd for Planned {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Planned {
+    /// Earliest target first (a max-heap of reversed order).
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.target.mono_ns.cmp(&self.target.mono_ns)
+    }
+}
+
+/// Where connections find a message's time to act and hand it over.
+#[derive(Clone, Debug)]
+pub struct Acting {
+    act_at: ActAt,
+    clock: ClockEstimate,
+    actor: Sender<Planned>,
+}
+
+/// Why a message was not acted on (counted by the probe).
+pub use skewscope_core::act_at::NoTimeToAct;
+
+impl Acting {
+    /// Plans the action on a message the probe read on connection `conn`
+    /// at `arrived`: its time to act, mapped into this device's clocks.
+    pub fn plan(
+        &self,
+        conn: u32,
+        key: MessageKey,
+        hash: u64,
+        payload: &[u8],
+        arrived: Stamp,
+    ) -> Result<(), NoTimeToAct> {
+        let act_at_ns = self.act_at.find(payload)?;
+        let now = skewscope_os::clock::now();
+        let correction = self.clock.at(now);
+        // The agent's clock is this one's plus theta: its time `at` is
+        // `at - theta` here. Without an exchange, this clock is taken for
+        // the server's.
+        let theta = correction.map_or(0, |c| c.theta_ns);
+        let target_wall = (act_at_ns as i128 - i128::from(theta)).max(0) as u64;
+        let ahead = target_wall as i128 - now.wall_ns as i128;
+        let target = Stamp {
+            wall_ns: target_wall,
+            mono_ns: (now.mono_ns as i128 + ahead).max(0) as u64,
+        };
+        let _ = self.actor.send(Planned {
+            conn,
+            key,
+            hash,
+            act_at_ns,
+            offset_ns: correction.map(|c| c.theta_ns),
+            offset_bound_ns: correction.map(|c| c.bound_ns),
+            target,
+            arrived_mono_ns: arrived.mono_ns,
+        });
+        Ok(())
+    }
+}
+
+/// The running actor; it ends when every [`Acting`] is gone and what was
+/// planned has been done.
+pub struct Actor {
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Actor {
+    /// Starts the actor thread, recording into `recorder`; a real-time
+    /// thread when `realtime` and allowed.
+    pub fn start(
+        act_at: ActAt,
+        clock: ClockEstimate,
+        recorder: Recorder,
+        realtime: bool,
+    ) -> std::io::Result<(Actor, Acting)> {
+        let (actor, planned) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("actor".into())
+            .spawn(move || {
+                if let Err(e) = skewscope_os::priority::precise_timers_this_thread() {
+                    tracing::warn!(target: "probe::act", "timer slack left as it is: {e}");
+                }
+                if realtime {
+                    match skewscope_os::priority::realtime_this_thread(1) {
+                        Ok(()) => tracing::info!(target: "probe::act", "the actor runs real-time (SCHED_FIFO 1)"),
+                        Err(e) => tracing::warn!(
+                            target: "probe::act",
+                            "--act-realtime: the actor runs at normal priority: {e} (it needs CAP_SYS_NICE or LimitRTPRIO=1, and no RestrictRealtime=yes)"
+                        ),
+                    }
+                }
+                run(&planned, &recorder);
+            })?;
+        Ok((
+            Actor {
+                thread: Some(thread),
+            },
+            Acting {
+                act_at,
+                clock,
+                actor,
+            },
+        ))
+    }
+
+    /// Waits for the actions still planned (the [`Acting`] handles must be
+    /// gone, or this waits for them).
+    pub fn finish(mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(planned: &Receiver<Planned>, recorder: &Recorder) {
+    let mut due: BinaryHeap<Planned> = BinaryHeap::new();
+    let mut fired: Vec<Planned> = Vec::new();
+    let mut senders_gone = false;
+    loop {
+        let Some(next) = due.peek().map(|p| p.target.mono_ns) else {
+            if senders_gone {
+                return;
+            }
+            match planned.recv() {
+                Ok(p) => due.push(p),
+                Err(_) => return,
+            }
+            continue;
+        };
+        let now = skewscope_os::clock::mono_ns();
+        let spin = SPIN.as_nanos() as u64;
+        if senders_gone && next > now + FINISH_WAIT.as_nanos() as u64 {
+            tracing::warn!(
+                target: "probe::act",
+                "the run ended with {} action(s) planned more than {FINISH_WAIT:?} ahead: not done",
+                due.len()
+            );
+            return;
+        }
+        if next > now + spin && !senders_gone {
+            // Sleep, but wake for a message planned sooner.
+            match planned.recv_timeout(Duration::from_nanos(next - now - spin)) {
+                Ok(p) => {
+                    due.push(p);
+                    continue;
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => senders_gone = true,
+            }
+            continue;
+        }
+        if next > now + spin {
+            std::thread::sleep(Duration::from_nanos(next - now - spin));
+            continue;
+        }
+        // The last stretch: read the clock until the target has come,
+        // yielding the core to anything else runnable on it (on a device
+        // with one core, the connections that are still reading).
+        while skewscope_os::clock::mono_ns() < next {
+            std::thread::yield_now();
+        }
+        // One moment for everything due: connections that act on one
+        // message share this device's timer, and act when it fires.
+        let done = skewscope_os::clock::now();
+        fired.clear();
+        while due.peek().is_some_and(|p| p.target.mono_ns <= done.mono_ns) {
+            fired.push(due.pop().expect("just looked"));
+        }
+        // Writing the records down can wait for anything else due this
+        // moment (on one core, another probe's timer) to fire first.
+        std::thread::yield_now();
+        for p in fired.drain(..) {
+            recorder.record(ProbeRecord::Action(Action {
+                conn: p.conn,
+                key: p.key,
+                hash: p.hash,
+                act_at_ns: p.act_at_ns,
+                offset_ns: p.offset_ns,
+                offset_bound_ns: p.offset_bound_ns,
+                target: p.target,
+                done,
+                late_ns: p.arrived_mono_ns.saturating_sub(p.target.mono_ns),
+            }));
+        }
+        // Messages planned meanwhile.
+        while let Ok(p) = planned.try_recv() {
+            due.push(p);
+        }
+    }
+}
