@@ -285,3 +285,116 @@ async fn a_full_data_budget_stops_acks_until_space_returns() {
     agent.shutdown().await.unwrap();
     assert_eq!(stored(&data, 2).len(), 2);
 }
+
+/// Sends a page's JSON message and returns the agent's JSON answer, or the
+/// close reason.
+async fn ask_text(ws: &mut Ws, message: &str) -> Result<serde_json::Value, String> {
+    ws.send(Message::Text(message.to_owned().into()))
+        .await
+        .map_err(|e| e.to_string())?;
+    loop {
+        match tokio::time::timeout(WAIT, ws.next())
+            .await
+            .expect("an answer")
+        {
+            Some(Ok(Message::Text(t))) => return Ok(serde_json::from_str(&t).unwrap()),
+            Some(Ok(Message::Close(frame))) => {
+                return Err(frame.map(|f| f.reason.to_string()).unwrap_or_default());
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(e.to_string()),
+            None => return Err("closed".into()),
+        }
+    }
+}
+
+/// A page's upload: its token as a subprotocol (a browser cannot set
+/// `Authorization` on a WebSocket), the subprotocol it offered answered.
+async fn open_as_page(agent: &RunningAgent, token: &str) -> Result<Ws, WsError> {
+    let mut request = format!("ws://{}/ingest", agent.addr)
+        .into_client_request()
+        .unwrap();
+    request.headers_mut().insert(
+        "sec-websocket-protocol",
+        format!("skewscope-ingest, skewscope-bearer.{token}")
+            .parse()
+            .unwrap(),
+    );
+    let (ws, response) = connect_async(request).await?;
+    assert_eq!(
+        response.headers()["sec-websocket-protocol"],
+        "skewscope-ingest",
+        "a browser fails a handshake whose offered protocols get no answer"
+    );
+    Ok(ws)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_uploads_json_events_exactly_once_with_its_token_as_a_subprotocol() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t0k").unwrap();
+    let mut config = AgentConfig::local(dir.path().join("agent"));
+    config.token_file = Some(token);
+    let agent = RunningAgent::start(config).await.unwrap();
+
+    // A wrong token is refused before the upgrade, as a header's is.
+    assert!(open_as_page(&agent, "nope").await.is_err());
+
+    let run = "0000000000000000000000000000beef";
+    let page_hello = format!(r#"{{"hello": {{"version": {INGEST_VERSION}, "run_id": "{run}"}}}}"#);
+    let head = format!(
+        r#"{{"kind": "started", "name": "lobby-tv", "url": "ws://h:1/ws", "connections": 1, "version": "page 1", "at_ms": 1764000000000.0}},
+           {{"kind": "identity", "run_id": "{run}", "clock_id": "page-1"}},
+           {{"kind": "page", "user_agent": "test", "clock_step_ms": 0.005, "isolated": true}}"#
+    );
+    let receipt =
+        r#"{"kind": "receipt", "conn": 0, "message": {"text": "go"}, "at_ms": 1764000000001.5}"#;
+    let batch = |first: u64, events: &str| {
+        format!(r#"{{"events": {{"first_seq": {first}, "events": [{events}]}}}}"#)
+    };
+
+    let mut ws = open_as_page(&agent, "t0k").await.unwrap();
+    assert_eq!(
+        ask_text(&mut ws, &page_hello).await.unwrap()["ack"]["next_seq"],
+        0
+    );
+    let first = batch(0, &format!("{head}, {receipt}"));
+    assert_eq!(
+        ask_text(&mut ws, &first).await.unwrap()["ack"]["next_seq"],
+        4
+    );
+    // The ack was lost, the page reloaded: the resend is trimmed.
+    drop(ws);
+    let mut ws = open_as_page(&agent, "t0k").await.unwrap();
+    assert_eq!(
+        ask_text(&mut ws, &page_hello).await.unwrap()["ack"]["next_seq"],
+        4
+    );
+    let again = batch(3, &format!("{receipt}, {receipt}"));
+    assert_eq!(
+        ask_text(&mut ws, &again).await.unwrap()["ack"]["next_seq"],
+        5
+    );
+    // A binary message in a page's session ends only that session.
+    ws.send(Message::Binary(encode(&hello(0xbeef)).into()))
+        .await
+        .unwrap();
+    let closed = next_answer(&mut ws).await.unwrap_err();
+    assert!(closed.contains("all binary, or all text"), "{closed}");
+
+    let records = stored(&dir.path().join("agent"), 0xbeef);
+    assert_eq!(records.len(), 5);
+    assert!(matches!(&records[2], ProbeRecord::Page(p) if p.isolated));
+    let receipts = records
+        .iter()
+        .filter(
+            |r| matches!(r, ProbeRecord::Receipt(r) if r.at.wall_ns == 1_764_000_000_001_500_000),
+        )
+        .count();
+    assert_eq!(receipts, 2, "one per event sent, the resent one once");
+    let h = health(&agent).await;
+    assert_eq!(h["ingest"]["duplicates"], 1, "{h}");
+    assert_eq!(h["ingest"]["rejected"]["malformed"], 1, "{h}");
+    assert_eq!(h["ingest"]["rejected"]["token"], 1, "{h}");
+}

@@ -56,7 +56,7 @@ export function scheduleAt(
   options?: { spinMs?: number; env?: object },
 ): () => void;
 
-/** The server's clock over the agent's /clock. Events: "bound" (event.bound), "jump", "close". */
+/** The server's clock over the agent's /clock. Events: "exchange" (event.exchange), "bound" (event.bound), "jump", "close". */
 export class Clock extends EventTarget implements TimeSource {
   constructor(url: string, options?: { burst?: number; every?: number; WebSocketImpl?: typeof WebSocket; env?: object });
   /** The server's wall time now, ms since the epoch. */

@@ -159,7 +159,11 @@ export function scheduleAt(clock, at, fn, { spinMs = 4, env = globalThis } = {})
 
 /**
  * The server's clock over a WebSocket to the agent's /clock. Use
- * connectClock() to get one that has synced.
+ * connectClock() to get one that has synced. Events: "exchange" (each
+ * exchange kept, as event.exchange {t1, t2, t3, t4}: what a page that
+ * records its sync, as the skewscope browser probe does, writes down),
+ * "bound" (event.bound, when it moved by more than 0.05 ms), "jump" (the
+ * page's clock jumped: what was learned is dropped), "close".
  */
 export class Clock extends EventTarget {
   constructor(url, { burst = 8, every = 5000, WebSocketImpl = globalThis.WebSocket, env = globalThis } = {}) {
@@ -273,7 +277,10 @@ export class Clock extends EventTarget {
     }
     if (!this.pending.has(reply.id)) return;
     this.pending.delete(reply.id);
-    this.filter.add({ t1: reply.t1, t2: reply.t2, t3: reply.t3, t4 });
+    const exchange = { t1: reply.t1, t2: reply.t2, t3: reply.t3, t4 };
+    if (this.filter.add(exchange)) {
+      this.dispatchEvent(Object.assign(new Event("exchange"), { exchange }));
+    }
     const bound = this.bound();
     if (this.lastBound === null || Math.abs(bound - this.lastBound) > 0.05) {
       this.lastBound = bound;

@@ -11,6 +11,7 @@ use skewscope_core::analysis::report::{InputSummary, Report, ReportBuilder};
 use skewscope_core::analysis::tapped;
 use skewscope_core::analysis::triggers::TriggerLatencyBuilder;
 use skewscope_core::log::{LogFileReader, LogKind};
+use skewscope_core::page_ingest::parse_page_label;
 use skewscope_core::record::{AgentRecord, ProbeRecord};
 
 use crate::log_files::{AgentFiles, LogFiles, ProbeFiles};
@@ -116,6 +117,7 @@ pub fn read_inputs_matching(
             LogKind::Agent => {
                 let mut run = None;
                 let mut tapped_port = None;
+                let mut page_runs = std::collections::BTreeSet::new();
                 while let Some(r) = reader.next_record::<AgentRecord>()? {
                     count += 1;
                     match r {
@@ -123,6 +125,12 @@ pub fn read_inputs_matching(
                             run = Some((s.host, s.at.wall_ns));
                         }
                         AgentRecord::TapStarted(t) => tapped_port = Some(t.port),
+                        AgentRecord::ConnectionOpened(o) => {
+                            if let Some((run_id, _)) = o.label.as_deref().and_then(parse_page_label)
+                            {
+                                page_runs.insert(run_id);
+                            }
+                        }
                         _ => {}
                     }
                 }
@@ -130,6 +138,7 @@ pub fn read_inputs_matching(
                     files: LogFiles::default(),
                     run,
                     tapped_port,
+                    page_runs,
                 };
                 log.files.push(path.clone(), reader.read_len(), count);
                 // Another segment of a run already read (rotated by size or
@@ -142,6 +151,7 @@ pub fn read_inputs_matching(
                     Some(earlier) => {
                         earlier.files.extend(log.files);
                         earlier.tapped_port = earlier.tapped_port.or(log.tapped_port);
+                        earlier.page_runs.extend(log.page_runs);
                     }
                     None => inputs.agents.push(log),
                 }
@@ -215,6 +225,15 @@ pub fn read_inputs_matching(
             skipped_bytes: reader.skipped_bytes(),
             torn_tail: reader.torn_tail(),
         });
+    }
+    // A browser probe cannot name the hub in its records; the hub named it.
+    for probe in &mut inputs.probes {
+        if let Some(run_id) = probe.run_id
+            && inputs.agents.iter().any(|a| a.page_runs.contains(&run_id))
+        {
+            probe.hub_side = true;
+            probe.foreign_side = false;
+        }
     }
     Ok(inputs)
 }

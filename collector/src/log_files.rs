@@ -107,6 +107,9 @@ pub struct AgentFiles {
     pub run: Option<(String, u64)>,
     /// The server port its tap followed (`--tap-port`), if it tapped one.
     pub tapped_port: Option<u16>,
+    /// Browser probe runs whose connections its hub served (by their
+    /// `page.RUNID.CONN` labels): their records cannot name the hub.
+    pub page_runs: std::collections::BTreeSet<u128>,
 }
 
 impl AgentSource for AgentFiles {

@@ -161,6 +161,7 @@ mod tests {
             files: LogFiles::default(),
             run: Some(("server".into(), 1)),
             tapped_port,
+            page_runs: Default::default(),
         }
     }
 

@@ -603,6 +603,9 @@ pub fn render(r: &Report) -> String {
                 p.name, p.tls_unverified, p.tls_connections
             );
         }
+        if let Some(page) = &p.page {
+            let _ = writeln!(out, "  {:<16} {}", p.name, page_text(page));
+        }
         if p.deflate_connections > 0 {
             let _ = writeln!(
                 out,
@@ -674,6 +677,20 @@ pub fn render(r: &Report) -> String {
         }
     }
     out
+}
+
+/// What a browser probe's stamps are, for people: one line.
+pub fn page_text(page: &skewscope_core::record::PageProbe) -> String {
+    let isolated = if page.isolated {
+        "cross-origin isolated"
+    } else {
+        "not cross-origin isolated"
+    };
+    format!(
+        "a page in a browser: userspace stamps of the page's clock (steps of {}, {isolated}), bound by the WebSocket time exchange; {}",
+        duration(page.clock_step_ns as i64),
+        page.user_agent.chars().take(120).collect::<String>()
+    )
 }
 
 #[cfg(test)]

@@ -13,7 +13,8 @@
 //!   [`client_frames`] (what WebSocket clients send a hub), [`server_frames`]
 //!   (what a server sends its clients), [`permessage_deflate`] (compressed
 //!   messages and the handshake that agrees on them), [`chrony`] (what
-//!   `chronyc` prints), [`ingest`] (probes uploading their records);
+//!   `chronyc` prints), [`ingest`] (probes uploading their records) and
+//!   [`page_ingest`] (its JSON dialect, spoken by the browser probe page);
 //! - [`tap`]: an unmodified server's outgoing TCP segments read back into
 //!   the WebSocket messages it sent each client, with capture times;
 //! - [`units`]: durations and sizes as written in flags;
@@ -30,6 +31,7 @@ pub mod control_rate;
 pub mod identity;
 pub mod ingest;
 pub mod log;
+pub mod page_ingest;
 pub mod permessage_deflate;
 pub mod record;
 pub mod server_frames;

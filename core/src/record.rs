@@ -417,6 +417,24 @@ pub enum ProbeRecord {
     /// any of its connections): what a report's `--match` judges broadcasts
     /// by, at one record per message, not per connection.
     Payload(MessagePayload),
+    /// The run is a page in a browser (the agent's `/probe`), written after
+    /// `Identity`: its stamps are the page's own clock read in userspace
+    /// (no kernel stamps), and its clock bound comes from the WebSocket
+    /// time exchange (`/clock`).
+    Page(PageProbe),
+}
+
+/// What a browser probe says about the page it runs in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PageProbe {
+    /// The browser's user agent string, for people.
+    pub user_agent: String,
+    /// The smallest step of the page's clock the page saw, in ns: browsers
+    /// coarsen `performance.now()` (Chromium: 100 µs, or 5 µs when the page
+    /// is cross-origin isolated, as `/probe` is served).
+    pub clock_step_ns: u64,
+    /// Whether the page was cross-origin isolated (`crossOriginIsolated`).
+    pub isolated: bool,
 }
 
 /// Payload bytes a probe keeps of each message: the small JSON and text
@@ -508,7 +526,8 @@ impl ProbeRecord {
             | ProbeRecord::ConnectionAddresses(_)
             | ProbeRecord::ConnectionTls(_)
             | ProbeRecord::ConnectionDeflate(_)
-            | ProbeRecord::Payload(_) => None,
+            | ProbeRecord::Payload(_)
+            | ProbeRecord::Page(_) => None,
         }
     }
 }

@@ -9,7 +9,8 @@
 //!   [`every_probe_record`]). A variant appended later leaves them valid:
 //!   add it with a new pair of files, never by rewriting these.
 //!   `records-2026-12-02b.probe.sklog` holds the variants appended since
-//!   (`MessagePayload`), written by `write_the_frozen_logs_of_2026_12_02b`.
+//!   (`MessagePayload`), written by `write_the_frozen_logs_of_2026_12_02b`;
+//!   `records-2026-12-03.probe.sklog` the browser probe's `PageProbe`.
 //! - `data/c41f7be/`: logs written by the previous release's binaries (the
 //!   agent and a probe, three test broadcasts), read and joined here.
 //!
@@ -329,7 +330,18 @@ fn every_variant_is_frozen(a: &AgentRecord, p: &ProbeRecord) {
         | ProbeRecord::Action(_) => {}
         // Appended after the first frozen files: in their own.
         ProbeRecord::Payload(_) => {}
+        ProbeRecord::Page(_) => {}
     }
+}
+
+/// Probe records appended after `records-2026-12-02b`, frozen in
+/// `records-2026-12-03.probe.sklog`.
+fn probe_records_added_2026_12_03() -> Vec<ProbeRecord> {
+    vec![ProbeRecord::Page(PageProbe {
+        user_agent: "Mozilla/5.0 (X11; Linux x86_64) Chrome/140.0.0.0".into(),
+        clock_step_ns: 5_000,
+        isolated: true,
+    })]
 }
 
 /// Probe records appended after `records-2026-12-02`, frozen in
@@ -374,6 +386,13 @@ fn every_record_variant_reads_as_it_was_written() {
         }
         AnyLog::Agent(_) => panic!("a probe log"),
     }
+    match read_file(&data("records-2026-12-03.probe.sklog")).unwrap() {
+        AnyLog::Probe(d) => {
+            assert_eq!((d.skipped_bytes, d.torn_tail), (0, false));
+            assert_eq!(d.records, probe_records_added_2026_12_03());
+        }
+        AnyLog::Agent(_) => panic!("a probe log"),
+    }
 }
 
 #[test]
@@ -402,6 +421,17 @@ fn write_the_frozen_logs_of_2026_12_02b() {
     let mut probe =
         LogWriter::create(&data("records-2026-12-02b.probe.sklog"), LogKind::Probe).unwrap();
     for r in probe_records_added_2026_12_02b() {
+        probe.append(&r).unwrap();
+    }
+    probe.sync().unwrap();
+}
+
+#[test]
+#[ignore = "writes a frozen file; run once, by hand, when variants are appended"]
+fn write_the_frozen_logs_of_2026_12_03() {
+    let mut probe =
+        LogWriter::create(&data("records-2026-12-03.probe.sklog"), LogKind::Probe).unwrap();
+    for r in probe_records_added_2026_12_03() {
         probe.append(&r).unwrap();
     }
     probe.sync().unwrap();

@@ -1,7 +1,9 @@
 //! `/ingest`: probes stream their records to the agent over a WebSocket
-//! (binary messages of [`skewscope_core::ingest`]), and the agent stores each
-//! run as a probe record log in its data directory, acknowledging what is
-//! durable. Runs on the server's tokio tasks, never on the fan-out shards.
+//! (binary messages of [`skewscope_core::ingest`], or from the browser probe
+//! page, text messages of [`skewscope_core::page_ingest`]), and the agent
+//! stores each run as a probe record log in its data directory,
+//! acknowledging what is durable. Runs on the server's tokio tasks, never on
+//! the fan-out shards.
 
 pub mod store;
 pub mod worker;
@@ -13,6 +15,7 @@ use futures_util::{SinkExt, StreamExt};
 use skewscope_core::ingest::{
     INGEST_VERSION, IngestError, MAX_BATCH_BYTES, ToAgent, ToProbe, decode_to_agent, encode,
 };
+use skewscope_core::page_ingest;
 use tokio::net::TcpStream;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -68,7 +71,7 @@ pub async fn serve(
 enum SessionError {
     Protocol(IngestError),
     InUse,
-    NotBinary,
+    MixedDialects,
 }
 
 impl SessionError {
@@ -76,7 +79,7 @@ impl SessionError {
         match self {
             SessionError::Protocol(e) => e.counter(),
             SessionError::InUse => "run_in_use",
-            SessionError::NotBinary => "malformed",
+            SessionError::MixedDialects => "malformed",
         }
     }
 }
@@ -86,7 +89,9 @@ impl std::fmt::Display for SessionError {
         match self {
             SessionError::Protocol(e) => write!(f, "{e}"),
             SessionError::InUse => f.write_str("this run is already being uploaded"),
-            SessionError::NotBinary => f.write_str("ingest messages are binary"),
+            SessionError::MixedDialects => {
+                f.write_str("ingest messages are all binary, or all text (a page's JSON)")
+            }
         }
     }
 }
@@ -100,6 +105,8 @@ async fn session(
     mut quiet: FanoutQuiet,
 ) -> Result<(), SessionError> {
     let mut open = None;
+    // Binary (the native probe) or text (the page), as its first message.
+    let mut text_dialect = None;
     loop {
         // Not even read while a broadcast is fanned out: the kernel holds
         // the bytes meanwhile. (`next` is cancel-safe: a frame read in part
@@ -113,8 +120,9 @@ async fn session(
         let Some(message) = message else {
             return Ok(());
         };
-        let bytes = match message {
-            Ok(Message::Binary(b)) => b,
+        let (decoded, text) = match message {
+            Ok(Message::Binary(b)) => (decode_to_agent(&b), false),
+            Ok(Message::Text(t)) => (page_ingest::decode(&t), true),
             Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => continue,
             // Over the message limit: refused and counted, like a batch
             // over MAX_BATCH_BYTES.
@@ -126,12 +134,11 @@ async fn session(
                 return Err(SessionError::Protocol(IngestError::Oversized(size)));
             }
             Ok(Message::Close(_)) | Err(_) => return Ok(()),
-            Ok(Message::Text(_)) => return Err(SessionError::NotBinary),
         };
-        let reply = match (
-            decode_to_agent(&bytes).map_err(SessionError::Protocol)?,
-            open.take(),
-        ) {
+        if *text_dialect.get_or_insert(text) != text {
+            return Err(SessionError::MixedDialects);
+        }
+        let reply = match (decoded.map_err(SessionError::Protocol)?, open.take()) {
             (ToAgent::Hello { version, run_id }, None) => {
                 if version != INGEST_VERSION {
                     return Err(SessionError::Protocol(IngestError::Version(version)));
@@ -163,11 +170,12 @@ async fn session(
             // Records before Hello, or a second Hello.
             _ => return Err(SessionError::Protocol(IngestError::Malformed)),
         };
-        if ws
-            .send(Message::Binary(encode(&reply).into()))
-            .await
-            .is_err()
-        {
+        let reply = if text {
+            Message::Text(page_ingest::encode_reply(&reply).into())
+        } else {
+            Message::Binary(encode(&reply).into())
+        };
+        if ws.send(reply).await.is_err() {
             return Ok(());
         }
     }

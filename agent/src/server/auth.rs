@@ -14,6 +14,7 @@ pub async fn authorized_by(stream: &mut TcpStream, request: &Request, token: Opt
     let given = request
         .header("authorization")
         .and_then(bearer_token)
+        .or_else(|| subprotocol_token(request))
         .unwrap_or("");
     if constant_time_eq(given.as_bytes(), token.as_bytes()) {
         return true;
@@ -35,6 +36,19 @@ fn bearer_token(value: &str) -> Option<&str> {
     scheme
         .eq_ignore_ascii_case("bearer")
         .then_some(token.trim())
+}
+
+/// What a page offers instead of a header it cannot set: a browser's
+/// `new WebSocket(url, protocols)` sends no `Authorization`, so the token
+/// may come as the subprotocol `skewscope-bearer.TOKEN` (the agent answers
+/// with another of the offered protocols, never this one).
+pub const BEARER_SUBPROTOCOL: &str = "skewscope-bearer.";
+
+fn subprotocol_token(request: &Request) -> Option<&str> {
+    request
+        .header("sec-websocket-protocol")?
+        .split(',')
+        .find_map(|p| p.trim().strip_prefix(BEARER_SUBPROTOCOL))
 }
 
 /// Compares `given` with `token` without an early exit, in a time that

@@ -161,12 +161,18 @@ test("replies fill the model through a WebSocket, and bound changes are told", (
   const env = { pageNow: () => page, setInterval: () => 0, clearInterval: () => {}, setTimeout, clearTimeout };
   const clock = new Clock("ws://server/clock", { WebSocketImpl: FakeSocket, env, burst: 4 });
   const bounds = [];
+  const exchanges = [];
   clock.addEventListener("bound", (e) => bounds.push(e.bound));
+  clock.addEventListener("exchange", (e) => exchanges.push(e.exchange));
   return clock.start().then(() => {
     assert.ok(bounds.length >= 1);
+    // Each exchange kept is told, with the page's t4.
+    assert.ok(exchanges.length >= 1);
+    assert.ok(exchanges.every((x) => x.t4 >= x.t1 && x.t3 >= x.t2), JSON.stringify(exchanges));
     assert.ok(Math.abs(clock.now() - (page + offset)) <= clock.bound() + 0.2, `${clock.now()} vs ${page + offset}`);
     // A reply to nothing asked is ignored.
     clock.receive(JSON.stringify({ id: 999, t1: 0, t2: 0, t3: 0 }));
     clock.receive("not json");
+    assert.equal(exchanges.length, clock.filter.size);
   });
 });

@@ -419,6 +419,11 @@ fn probes(out: &mut String, r: &Report) {
         } else {
             String::new()
         };
+        let page = p
+            .page
+            .as_ref()
+            .map(|page| format!("; {}", escape(&crate::table::page_text(page))))
+            .unwrap_or_default();
         let ended = match p.ended {
             RunEnd::Stopped => "stopped",
             RunEnd::LogFull => r#"<b class="bad">--max-log-bytes reached</b>"#,
@@ -426,7 +431,7 @@ fn probes(out: &mut String, r: &Report) {
         };
         let _ = write!(
             out,
-            r#"<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class="{}">{}</td><td>{offset}</td><td>{claim}</td><td>{check}{}</td><td>{ended}{deflate}{tls}</td></tr>"#,
+            r#"<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class="{}">{}</td><td>{offset}</td><td>{claim}</td><td>{check}{}</td><td>{ended}{deflate}{page}{tls}</td></tr>"#,
             escape(&p.name),
             escape(&p.host),
             p.connections,

@@ -159,6 +159,10 @@ pub struct ProbeSummary {
     /// Connection openings on which the server compressed what it sent
     /// (permessage-deflate, as it does for browsers).
     pub deflate_connections: u64,
+    /// When it is the browser probe (`/probe`): the page it ran in. Its
+    /// stamps are userspace readings of the page's clock, its bound the
+    /// WebSocket time exchange's.
+    pub page: Option<crate::record::PageProbe>,
 }
 
 /// One broadcast among the worst by skew.
@@ -447,6 +451,7 @@ impl ReportBuilder {
                 tls_connections: p.tls_connections,
                 tls_unverified: p.tls_unverified,
                 deflate_connections: p.deflate_connections,
+                page: p.page.clone(),
             })
             .collect();
         let mut seen = std::collections::HashSet::new();

@@ -337,6 +337,7 @@ mod tests {
             tls_connections: 0,
             tls_unverified: 0,
             deflate_connections: 0,
+            page: None,
             clock: DeviceClockSummary {
                 time_samples: 5,
                 offset_ns: bound.map(|_| 0),

@@ -101,6 +101,8 @@ pub struct Probe {
     pub deflate_connections: u64,
     /// Where it read each broadcast's time to act, when it acted (`--act-at`).
     pub act_plan: Option<crate::record::ActPlan>,
+    /// The page it ran in, when it is the browser probe (`/probe`).
+    pub page: Option<crate::record::PageProbe>,
 }
 
 /// The agent run's identity.

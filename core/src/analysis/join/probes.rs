@@ -253,6 +253,7 @@ pub(super) fn collect_probes(probes: &[&dyn ProbeSource]) -> ProbeSide {
                     episodes.receipt(a.conn, &mut || new_episode(a.conn, &mut connections));
                 }
                 ProbeRecord::Payload(_) => {}
+                ProbeRecord::Page(page) => info.page = Some(page),
             }
         }
         info.clock = ClockIdentity::of(&info.host, info.identity.as_ref());
@@ -295,6 +296,7 @@ pub(super) fn connection_time(record: &ProbeRecord) -> Option<u64> {
         | ProbeRecord::ConnectionTls(_)
         | ProbeRecord::ConnectionDeflate(_)
         | ProbeRecord::Payload(_)
+        | ProbeRecord::Page(_)
         | ProbeRecord::LogFull(_) => None,
     }
 }

@@ -9,7 +9,7 @@
 //! broadcasts still arriving, never every receipt of the run.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 
 use super::model::{
     Agent, AgentBroadcast, AgentSide, BroadcastKey, ClockIdentity, Joined, JoinedAction,
@@ -18,6 +18,7 @@ use super::model::{
 use super::probes::{Episodes, StampThinner, collect_probes};
 use super::source::{AgentSource, ProbeSource};
 use crate::analysis::fanout::{Fanout, FanoutTracker};
+use crate::page_ingest::parse_page_label;
 use crate::record::{AgentRecord, MessageKey, ProbeRecord, Receipt, SendOutcome, TxKind};
 
 /// The agent run's broadcasts, and the indices receipts are matched by.
@@ -498,6 +499,22 @@ impl Plan {
     }
 }
 
+/// The connection episodes of browser probes (whose records name no hub
+/// connection), in the order they opened, by page run and connection.
+fn page_openings(joined: &Joined) -> HashMap<(u128, u32), VecDeque<usize>> {
+    let mut openings: HashMap<(u128, u32), VecDeque<usize>> = HashMap::new();
+    for (i, c) in joined.connections.iter().enumerate() {
+        let probe = &joined.probes[c.probe];
+        if let (None, Some(_), Some(identity)) = (c.agent_conn, &probe.page, &probe.identity) {
+            openings
+                .entry((identity.run_id, c.conn))
+                .or_default()
+                .push_back(i);
+        }
+    }
+    openings
+}
+
 /// Reads one agent run's records into `joined.agent` and the broadcasts'
 /// index. Each broadcast keeps its counts over every target, but the copies
 /// themselves only of connections a probe named: a hub's other clients are
@@ -514,6 +531,7 @@ fn index_agent(
             by_agent_conn.entry(a).or_default().push(i);
         }
     }
+    let mut page_openings = page_openings(joined);
     let mut broadcasts: BTreeMap<u64, AgentBroadcast> = BTreeMap::new();
     let mut thinner = StampThinner::default();
     let mut fanouts = FanoutTracker::default();
@@ -611,9 +629,22 @@ fn index_agent(
                     a.identity = Some(i);
                 }
             }
+            // A browser probe's connection, named by its label: the
+            // episode the hub did not name in the page's records.
+            AgentRecord::ConnectionOpened(o) => {
+                let episode = o
+                    .label
+                    .as_deref()
+                    .and_then(parse_page_label)
+                    .and_then(|key| page_openings.get_mut(&key))
+                    .and_then(VecDeque::pop_front);
+                if let Some(i) = episode {
+                    joined.connections[i].agent_conn = Some(o.conn);
+                    by_agent_conn.entry(o.conn).or_default().push(i);
+                }
+            }
             // The tap's records are joined in `analysis::tapped`.
             AgentRecord::Started(_)
-            | AgentRecord::ConnectionOpened(_)
             | AgentRecord::ConnectionClosed(_)
             | AgentRecord::TxStamp(_)
             | AgentRecord::TapStarted(_)

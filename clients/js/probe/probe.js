@@ -1,0 +1,381 @@
+// The skewscope browser probe: the page the agent serves at /probe. It
+// connects to a broadcast server as the device's own pages do, stamps each
+// message's receipt (and its action, with act-at) on the page's clock,
+// syncs that clock with the agent's /clock, and uploads every event to the
+// agent's /ingest exactly once, across reloads and dropped connections.
+//
+//   /probe?url=ws://server:8000/ws&name=lobby-tv[&act-at=/at][&act-unit=s]
+//          [&connections=1][&token=T][&new-run=1]
+//
+// Exactly once: every event gets the next sequence number of the run and
+// is saved in localStorage before anything else happens to it; the agent
+// acknowledges what it stored durably, and only then is it dropped here.
+// After a reload the page resumes the same run (same name and url) and
+// sends from what the agent acknowledges.
+
+import { Clock, pageNow, scheduleAt, toEpochMs } from "/skewscope-clock.js";
+
+const INGEST_VERSION = 1;
+/** A batch's JSON is kept under this, well inside the agent's 1 MiB. */
+const MAX_BATCH_CHARS = 256 * 1024;
+const RETRY_MIN_MS = 250;
+const RETRY_MAX_MS = 10_000;
+
+const params = new URLSearchParams(location.search);
+const url = params.get("url");
+const name = params.get("name") || "browser";
+const actPointer = params.get("act-at");
+const actUnit = params.get("act-unit") || "auto";
+const connections = Math.max(1, Math.min(64, Number(params.get("connections") || 1)));
+const token = params.get("token");
+const agentWs = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}`;
+
+const $ = (id) => document.getElementById(id);
+const shown = { connected: 0, messages: 0, actions: 0, late: 0, lost: 0 };
+
+function show(id, text) {
+  $(id).textContent = text;
+}
+
+function setState(text, bad = false) {
+  const el = $("state");
+  el.textContent = text;
+  el.className = bad ? "state bad" : "state";
+}
+
+function randomHex(bytes) {
+  const a = new Uint8Array(bytes);
+  crypto.getRandomValues(a);
+  return [...a].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+// ---- the run and its outbox, kept in localStorage ----
+
+const storeKey = `skewscope-probe:${name}`;
+
+function loadRun() {
+  try {
+    const saved = JSON.parse(localStorage.getItem(storeKey) || "null");
+    // A stopped run whose events are all stored is over; one with events
+    // left resumes to upload them.
+    const over = saved?.stopped && saved.events.length === 0;
+    if (saved && saved.url === url && !over && !params.has("new-run")) return { run: saved, resumed: true };
+  } catch {
+    // A damaged entry starts a new run.
+  }
+  return {
+    run: { runId: randomHex(16), url, nextSeq: 0, acked: 0, events: [], nextConn: 0, open: [], lastMs: 0 },
+    resumed: false,
+  };
+}
+
+function clockId() {
+  // Names this browser profile's clock: pages of one profile share it.
+  let id = localStorage.getItem("skewscope-clock-id");
+  if (!id) {
+    id = `page-${randomHex(8)}`;
+    localStorage.setItem("skewscope-clock-id", id);
+  }
+  return id;
+}
+
+const { run, resumed } = loadRun();
+
+function save() {
+  try {
+    localStorage.setItem(storeKey, JSON.stringify(run));
+  } catch (e) {
+    // Storage full: the events stay in memory and upload while the page
+    // is open; a reload before then would lose them, so say so.
+    shown.lost = run.events.length;
+    setState(`cannot save the outbox (${e.name}): a reload now loses ${shown.lost} event(s)`, true);
+  }
+}
+
+/** Gives an event the run's next sequence number and keeps it until acknowledged. */
+function emit(event) {
+  run.events.push(event);
+  run.nextSeq += 1;
+  if (event.at_ms !== undefined) run.lastMs = event.at_ms;
+  save();
+  uploader.kick();
+}
+
+// ---- upload to the agent's /ingest ----
+
+const uploader = {
+  ws: null,
+  inFlight: false,
+  retryMs: RETRY_MIN_MS,
+  timer: null,
+  state: "not started",
+
+  start() {
+    const protocols = ["skewscope-ingest"];
+    if (token) protocols.push(`skewscope-bearer.${token}`);
+    const ws = new WebSocket(`${agentWs}/ingest`, protocols);
+    this.ws = ws;
+    this.inFlight = false;
+    ws.onopen = () => {
+      ws.send(JSON.stringify({ hello: { version: INGEST_VERSION, run_id: run.runId } }));
+      this.inFlight = true;
+      this.report("connected");
+    };
+    ws.onmessage = (e) => this.answer(JSON.parse(e.data));
+    ws.onclose = (e) => {
+      this.ws = null;
+      this.inFlight = false;
+      this.report(`lost (${e.code}${e.reason ? `: ${e.reason}` : ""}); retrying`);
+      this.timer = setTimeout(() => this.start(), this.retryMs);
+      this.retryMs = Math.min(RETRY_MAX_MS, this.retryMs * 2) * (0.75 + Math.random() / 2);
+    };
+  },
+
+  answer(reply) {
+    const next = reply.ack?.next_seq ?? reply.busy?.next_seq;
+    if (next === undefined) return;
+    this.retryMs = RETRY_MIN_MS;
+    if (next > run.acked) {
+      run.events.splice(0, next - run.acked);
+      run.acked = next;
+      save();
+    }
+    this.inFlight = false;
+    if (reply.busy) {
+      this.report(`agent busy (${reply.busy.reason}); waiting`);
+      setTimeout(() => this.kick(), 1000);
+      return;
+    }
+    this.kick();
+  },
+
+  kick() {
+    const ws = this.ws;
+    if (!ws || ws.readyState !== 1 || this.inFlight) {
+      this.report();
+      return;
+    }
+    if (run.events.length === 0) {
+      this.report("every event stored");
+      return;
+    }
+    const batch = [];
+    let chars = 0;
+    for (const e of run.events) {
+      const size = JSON.stringify(e).length;
+      if (batch.length > 0 && chars + size > MAX_BATCH_CHARS) break;
+      batch.push(e);
+      chars += size;
+    }
+    ws.send(JSON.stringify({ events: { first_seq: run.acked, events: batch } }));
+    this.inFlight = true;
+    this.report("sending");
+  },
+
+  report(state) {
+    if (state) this.state = state;
+    show("upload", `${run.acked} of ${run.nextSeq} events stored; ${this.state}`);
+  },
+};
+
+// ---- the broadcast connections ----
+
+/** A JSON pointer (RFC 6901) into a parsed payload. */
+function lookUp(value, pointer) {
+  if (pointer === "") return value;
+  for (const raw of pointer.slice(1).split("/")) {
+    const part = raw.replaceAll("~1", "/").replaceAll("~0", "~");
+    if (value === null || typeof value !== "object" || !(part in value)) return undefined;
+    value = value[part];
+  }
+  return value;
+}
+
+function hex(buffer) {
+  return [...new Uint8Array(buffer)].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+const payloadsSeen = new Set();
+/** The open broadcast connections, closed when the run stops. */
+const sockets = new Set();
+
+/**
+ * The URL a connection opens. On the agent's own hub (the server this page
+ * came from), a `probe` label names the connection, `page.RUNID.CONN`: a
+ * page cannot read the hub's connection id, the report finds it by this.
+ */
+function connectionUrl(conn) {
+  const target = new URL(url);
+  if (target.host === location.host && target.pathname === "/ws") {
+    target.searchParams.set("probe", `page.${run.runId}.${conn}`);
+  }
+  return target.href;
+}
+
+function connect(conn, clock) {
+  const occurrences = new Map();
+  let retryMs = RETRY_MIN_MS;
+  const open = () => {
+    let opened = false;
+    const ws = new WebSocket(connectionUrl(conn));
+    ws.binaryType = "arraybuffer";
+    sockets.add(ws);
+    ws.onopen = () => {
+      if (run.stopped) return;
+      opened = true;
+      retryMs = RETRY_MIN_MS;
+      if (!run.open.includes(conn)) run.open.push(conn);
+      emit({ kind: "opened", conn, at_ms: pageNow() });
+      shown.connected += 1;
+      show("connected", `${shown.connected} of ${connections}`);
+    };
+    ws.onmessage = (e) => {
+      const at = pageNow();
+      if (run.stopped) return;
+      const text = typeof e.data === "string";
+      const key = text ? e.data : hex(e.data);
+      const occurrence = occurrences.get(key) ?? 0;
+      occurrences.set(key, occurrence + 1);
+      const message = text ? { text: e.data, occurrence } : { hex: key, occurrence };
+      emit({ kind: "receipt", conn, message, at_ms: at });
+      if (!payloadsSeen.has(key)) {
+        payloadsSeen.add(key);
+        emit({ kind: "payload", message: text ? { text: e.data } : { hex: key } });
+      }
+      shown.messages += 1;
+      show("messages", String(shown.messages));
+      if (actPointer !== null && text) act(conn, message, at, clock);
+    };
+    ws.onclose = (e) => {
+      sockets.delete(ws);
+      if (run.stopped) return;
+      if (opened) {
+        run.open = run.open.filter((c) => c !== conn);
+        emit({ kind: "closed", conn, at_ms: pageNow(), reason: `closed (${e.code})` });
+        shown.connected -= 1;
+        show("connected", `${shown.connected} of ${connections}`);
+      } else {
+        emit({ kind: "failed", conn, at_ms: pageNow(), error: "the connection could not be opened" });
+      }
+      setTimeout(open, retryMs);
+      retryMs = Math.min(RETRY_MAX_MS, retryMs * 2);
+    };
+  };
+  open();
+}
+
+/** Acts on a message at its time to act, in the agent's clock. */
+function act(conn, message, arrived, clock) {
+  let at;
+  try {
+    const value = lookUp(JSON.parse(message.text), actPointer);
+    if (value === undefined) return;
+    at = toEpochMs(value, actUnit);
+  } catch {
+    return;
+  }
+  // Mapped once, as the native probe maps it: the page-clock moment the
+  // agent's `at` is, with the offset known when the message came.
+  const estimate = clock.filter.estimate(arrived);
+  const offset = estimate?.offset ?? 0;
+  const target = at - offset;
+  scheduleAt({ now: pageNow }, target, () => {
+    const done = pageNow();
+    if (run.stopped) return;
+    const late = Math.max(0, arrived - target);
+    const action = {
+      kind: "action",
+      conn,
+      message,
+      act_at_ms: at,
+      offset_ms: estimate ? offset : null,
+      bound_ms: estimate ? estimate.bound : null,
+      target_ms: target,
+      done_ms: done,
+      late_ms: late,
+    };
+    // Written after the moment: another connection's action due at the
+    // same time fires first (saving the outbox takes a while).
+    setTimeout(() => emit(action), 0);
+    shown.actions += 1;
+    if (late > 0) shown.late += 1;
+    show("actions", `${shown.actions} (${shown.late})`);
+  });
+}
+
+/** The smallest step of the page's clock, ms: what the browser coarsens it to. */
+function clockStep() {
+  let step = Infinity;
+  let last = performance.now();
+  for (let i = 0; i < 2000 && step > 0.001; i++) {
+    const now = performance.now();
+    if (now > last) {
+      step = Math.min(step, now - last);
+      last = now;
+    }
+  }
+  return Number.isFinite(step) ? step : 0;
+}
+
+async function main() {
+  show("name", name);
+  show("url", url ?? "(none)");
+  show("run", `${run.runId}${resumed ? " (resumed)" : ""}`);
+  if (!url) {
+    setState("give the broadcast server: /probe?url=ws://server:port/path&name=NAME", true);
+    return;
+  }
+  const at = pageNow();
+  if (!resumed) {
+    emit({ kind: "started", name, url, connections, version: "page 1", at_ms: at });
+    emit({ kind: "identity", run_id: run.runId, clock_id: clockId() });
+    emit({
+      kind: "page",
+      user_agent: navigator.userAgent,
+      clock_step_ms: clockStep(),
+      isolated: Boolean(globalThis.crossOriginIsolated),
+    });
+    if (actPointer !== null) emit({ kind: "act_plan", pointer: actPointer, unit: actUnit, at_ms: at });
+  } else {
+    // The connections of the page before the reload ended with it.
+    for (const conn of run.open) {
+      emit({ kind: "closed", conn, at_ms: Math.max(run.lastMs, 0), reason: "page reloaded" });
+    }
+    run.open = [];
+    save();
+  }
+  uploader.start();
+  if (run.stopped) {
+    setState("this run was stopped: uploading what is left");
+    return;
+  }
+  setState("syncing with the agent's clock");
+  // A burst every 2 s: a probe follows its clock closely (8 small
+  // exchanges a burst cost the agent nothing).
+  const clock = new Clock(`${agentWs}/clock`, { every: 2000 });
+  clock.addEventListener("exchange", (e) => {
+    const x = e.exchange;
+    emit({ kind: "exchange", t1_ms: x.t1, t2_ms: x.t2, t3_ms: x.t3, t4_ms: x.t4 });
+  });
+  clock.addEventListener("bound", () => {
+    const e = clock.filter.estimate(pageNow());
+    if (e) show("offset", `${e.offset.toFixed(3)} ms ± ${e.bound.toFixed(3)} ms`);
+  });
+  try {
+    await clock.start();
+  } catch (e) {
+    setState(`${e.message}; stamps are taken but not mapped to the agent's clock`, true);
+  }
+  setState("running");
+  for (let i = 0; i < connections; i++) connect(run.nextConn++, clock);
+  save();
+  $("stop").addEventListener("click", () => {
+    if (run.stopped) return;
+    run.stopped = true;
+    emit({ kind: "stopped", at_ms: pageNow() });
+    setState("stopped: the run is over once every event is stored; reload for a new run");
+    for (const ws of sockets) ws.close(1000, "run stopped");
+  });
+}
+
+main();

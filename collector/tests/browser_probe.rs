@@ -1,0 +1,516 @@
+//! The browser probe in a real browser: Debian's headless Chromium, several
+//! instances (one user-data directory each), opening the agent's `/probe`
+//! against the agent's own hub and against the FastAPI peer, uploading to
+//! `/ingest`, one of them reloaded mid-run through the DevTools protocol.
+//!
+//! Whose clock is shifted: Chromium hangs under libfaketime (even at
+//! +2 ms; measured, and libfaketime's maintainers say so of browsers), and a
+//! time namespace shifts only the monotonic clocks, never the wall clock a
+//! page's `performance.timeOrigin` comes from. So the *agent* runs under
+//! libfaketime, its wall clock 5 ms ahead, and every page must measure an
+//! offset to it within its own bound of that 5 ms.
+//!
+//! Chromium reaches loopback only: every other host name resolves to
+//! nothing (`--host-resolver-rules`), and its background services are off.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Reaped, fastapi, json_report, sibling_binary, signal};
+use futures_util::{SinkExt, StreamExt};
+use nix::sys::signal::Signal;
+use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::record::{MessageKey, ProbeRecord};
+use tokio_tungstenite::tungstenite::Message;
+
+/// The agent's wall clock ahead of the real one (and of every page's).
+const AGENT_AHEAD_NS: i64 = 5_000_000;
+
+fn chromium() -> PathBuf {
+    for candidate in ["/usr/bin/chromium", "/usr/bin/chromium-browser"] {
+        if Path::new(candidate).exists() {
+            return candidate.into();
+        }
+    }
+    panic!("Debian's chromium is not installed: ./test installs it (apt-get install chromium)");
+}
+
+/// Waits up to `secs` for `done`, polling; panics naming `what`.
+fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(secs),
+            "{what} did not happen in {secs} s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One headless Chromium showing one page; the whole process group goes
+/// when it is dropped.
+struct Browser {
+    child: Child,
+    profile: PathBuf,
+}
+
+impl Browser {
+    fn open(profile: PathBuf, page: &str) -> Browser {
+        std::fs::create_dir_all(&profile).unwrap();
+        let child = Command::new(chromium())
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-default-apps",
+                "--disable-extensions",
+                "--disable-domain-reliability",
+                "--disable-client-side-phishing-detection",
+                "--no-pings",
+                "--no-service-autorun",
+                "--disable-features=NetworkTimeServiceQuerying,OptimizationHints,MediaRouter,Translate,AutofillServerCommunication,CertificateTransparencyComponentUpdater",
+                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+                "--remote-debugging-address=127.0.0.1",
+                "--remote-debugging-port=0",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg(page)
+            .env("HOME", &profile)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("chromium runs");
+        Browser { child, profile }
+    }
+
+    /// The DevTools port Chromium chose.
+    fn devtools_port(&self) -> u16 {
+        let file = self.profile.join("DevToolsActivePort");
+        let mut port = None;
+        wait_for("chromium's DevTools port", 30, || {
+            port = std::fs::read_to_string(&file)
+                .ok()
+                .and_then(|s| s.lines().next()?.trim().parse().ok());
+            port.is_some()
+        });
+        port.unwrap()
+    }
+
+    /// Evaluates `expression` in the page; its value as JSON.
+    fn evaluate(&self, expression: &str) -> serde_json::Value {
+        let port = self.devtools_port();
+        let list = http_get(port, "/json/list");
+        let targets: serde_json::Value = serde_json::from_str(&list).unwrap();
+        let page = targets
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["type"] == "page")
+            .expect("a page target");
+        let url = page["webSocketDebuggerUrl"].as_str().unwrap().to_owned();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+            let call = serde_json::json!({
+                "id": 1,
+                "method": "Runtime.evaluate",
+                "params": {"expression": expression, "returnByValue": true},
+            });
+            ws.send(Message::Text(call.to_string().into()))
+                .await
+                .unwrap();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                let message = tokio::time::timeout_at(deadline, ws.next())
+                    .await
+                    .expect("DevTools answers")
+                    .unwrap()
+                    .unwrap();
+                let Message::Text(text) = message else {
+                    continue;
+                };
+                let reply: serde_json::Value = serde_json::from_str(&text).unwrap();
+                if reply["id"] == 1 {
+                    return reply["result"]["result"]["value"].clone();
+                }
+            }
+        })
+    }
+
+    fn text_of(&self, id: &str) -> String {
+        self.evaluate(&format!(
+            "document.getElementById('{id}')?.textContent ?? ''"
+        ))
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let group = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::killpg(group, Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain HTTP GET on loopback; the body. Read by its Content-Length:
+/// Chromium's DevTools server keeps the connection open.
+fn http_get(port: u16, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut reader = std::io::BufReader::new(s);
+    let mut length = None;
+    loop {
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut reader, &mut line).unwrap() == 0 {
+            return String::new();
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse::<usize>().ok();
+        }
+    }
+    let mut body = Vec::new();
+    match length {
+        Some(n) => {
+            body.resize(n, 0);
+            reader.read_exact(&mut body).unwrap();
+        }
+        None => {
+            reader.read_to_end(&mut body).unwrap();
+        }
+    }
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// The agent (its hub, `/clock`, `/ingest` and `/probe`) with its wall
+/// clock [`AGENT_AHEAD_NS`] ahead.
+fn shifted_agent(dir: &Path) -> (Reaped, String) {
+    let mut child = Command::new(sibling_binary("skewscope-agent"))
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.join("agent"))
+        .env("LD_PRELOAD", common::faketime_lib())
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .env("FAKETIME", format!("+{}", AGENT_AHEAD_NS as f64 / 1e9))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its two lines ("listening on", "recording to"), both read: a closed
+    // pipe before the second would end it.
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut lines = [String::new(), String::new()];
+    for line in &mut lines {
+        std::io::BufRead::read_line(&mut out, line).unwrap();
+    }
+    let addr = lines[0]
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_owned();
+    (Reaped(child), addr)
+}
+
+/// Every run the agent stores from pages, by name: its records.
+fn stored_runs(agent_dir: &Path) -> Vec<(String, Vec<ProbeRecord>)> {
+    let Ok(entries) = std::fs::read_dir(agent_dir.join("probes")) else {
+        return Vec::new();
+    };
+    let mut runs = Vec::new();
+    for entry in entries.flatten() {
+        if let Ok(AnyLog::Probe(d)) = read_file(&entry.path()) {
+            let name = d.records.iter().find_map(|r| match r {
+                ProbeRecord::Started(s) => Some(s.name.clone()),
+                _ => None,
+            });
+            runs.push((name.unwrap_or_default(), d.records));
+        }
+    }
+    runs.sort_by(|a, b| a.0.cmp(&b.0));
+    runs
+}
+
+fn count(records: &[ProbeRecord], what: fn(&ProbeRecord) -> bool) -> usize {
+    records.iter().filter(|r| what(r)).count()
+}
+
+/// No connection of a run has two receipts of one message.
+fn assert_no_duplicates(name: &str, records: &[ProbeRecord]) {
+    let mut seen = std::collections::HashSet::new();
+    for r in records {
+        if let ProbeRecord::Receipt(r) = r {
+            assert!(
+                seen.insert((r.conn, r.key)),
+                "{name}: receipt stored twice: {r:?}"
+            );
+        }
+    }
+}
+
+/// A broadcast through `path` on loopback `addr`; its answer must name `says`.
+fn trigger(addr: &str, path: &str, says: &str) {
+    let body = http_get(addr_port(addr), path);
+    assert!(body.contains(says), "{path}: {body}");
+}
+
+#[test]
+fn pages_in_chromium_receive_act_and_upload_every_receipt_once_across_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, addr) = shifted_agent(dir.path());
+    let agent_dir = dir.path().join("agent");
+    let names = ["lobby-tv", "stage-left", "stage-right"];
+    let browsers: Vec<Browser> = names
+        .iter()
+        .map(|name| {
+            let page = format!(
+                "http://{addr}/probe?url=ws://{addr}/ws&name={name}&act-at=/at_ns&connections=2"
+            );
+            Browser::open(dir.path().join(format!("profile-{name}")), &page)
+        })
+        .collect();
+    let clients = || -> u64 {
+        let health: serde_json::Value =
+            serde_json::from_str(&http_get(addr_port(&addr), "/healthz")).unwrap_or_default();
+        health["clients"].as_u64().unwrap_or(0)
+    };
+    // Every page connected and synced: three bursts of exchanges stored
+    // (the first, while three browsers start on two cores, bounds loosely).
+    wait_for("6 page connections on the hub", 60, || clients() == 6);
+    wait_for("every page synced and uploading", 60, || {
+        let runs = stored_runs(&agent_dir);
+        runs.len() == 3
+            && runs
+                .iter()
+                .all(|(_, r)| count(r, |r| matches!(r, ProbeRecord::TimeSample(_))) >= 24)
+    });
+
+    let lead = "/start_test?lead=300ms";
+    for _ in 0..5 {
+        trigger(&addr, lead, "at_ns");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let all_in = |per_run: usize| {
+        let agent_dir = agent_dir.clone();
+        move || {
+            let runs = stored_runs(&agent_dir);
+            runs.len() == 3
+                && runs.iter().all(|(_, r)| {
+                    count(r, |r| matches!(r, ProbeRecord::Receipt(_))) == per_run
+                        && count(r, |r| matches!(r, ProbeRecord::Action(_))) == per_run
+                })
+        }
+    };
+    wait_for("5 broadcasts' receipts and actions stored", 60, all_in(10));
+
+    // A reload mid-run: the page resumes its run from what the agent
+    // acknowledged, on new connections.
+    let before = browsers[1].text_of("run");
+    browsers[1].evaluate("location.reload()");
+    wait_for("the reloaded page back on the hub", 60, || {
+        browsers[1].text_of("run").contains("(resumed)") && clients() == 6
+    });
+    assert!(before.starts_with(browsers[1].text_of("run").split(' ').next().unwrap()));
+    for _ in 0..5 {
+        trigger(&addr, lead, "at_ns");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_for("10 broadcasts' receipts and actions stored", 60, all_in(20));
+    let shown_offsets: Vec<String> = browsers.iter().map(|b| b.text_of("offset")).collect();
+    // The agent lists them as uploading: what `skewscope audit
+    // --require-probes` counts.
+    let status: serde_json::Value =
+        serde_json::from_str(&http_get(addr_port(&addr), "/audit/status")).unwrap();
+    let uploading = status["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["uploading"] == true)
+        .count();
+    assert_eq!(uploading, 3, "{status}");
+    drop(browsers);
+    signal(&agent.0, Signal::SIGTERM);
+    assert!(agent.0.wait().unwrap().success());
+
+    // Exactly once: 3 runs (the reloaded page's is one run), no receipt
+    // stored twice, and the report finds none missing or unmatched.
+    let runs = stored_runs(&agent_dir);
+    assert_eq!(
+        runs.len(),
+        3,
+        "{:?}",
+        runs.iter().map(|r| &r.0).collect::<Vec<_>>()
+    );
+    for (name, records) in &runs {
+        assert_no_duplicates(name, records);
+    }
+    let (text, json) = json_report(&[&agent_dir]);
+    assert_eq!(json["reference"]["kind"], "hub", "{text}");
+    assert_eq!(json["broadcasts"], 10, "{text}");
+    assert_eq!(json["receipts"], 60, "{text}");
+    assert_eq!(json["missing"], 0, "{text}");
+    assert_eq!(json["duplicates"], 0, "{text}");
+    assert_eq!(json["unmatched"], 0, "{text}");
+    // The reloaded page's run: its first connections closed at the reload,
+    // two new ones after.
+    assert_eq!(json["connections"], 8, "{text}");
+
+    // Browser probes are said to be such, and each measured the agent's
+    // 5 ms lead within its own bound.
+    let probes = json["probes"].as_array().unwrap();
+    assert_eq!(probes.len(), 3, "{text}");
+    for p in probes {
+        assert!(
+            p["page"]["user_agent"].as_str().unwrap().contains("Chrome"),
+            "{p}"
+        );
+        // The report's offset is the device's clock minus the agent's.
+        let offset = p["offset_ns"].as_i64().unwrap();
+        let bound = p["offset_bound_ns"].as_i64().unwrap();
+        assert!(
+            (offset + AGENT_AHEAD_NS).abs() <= bound,
+            "{}: offset {offset} ns ± {bound} ns, the agent is {AGENT_AHEAD_NS} ns ahead (pages showed {shown_offsets:?}): {text}",
+            p["name"]
+        );
+    }
+    assert!(
+        text.contains("a page in a browser: userspace stamps"),
+        "{text}"
+    );
+
+    // Every action at its time to act, none late; across the three
+    // browsers, the action skew's interval is within the figure
+    // docs/browser-probe.md documents for this test (a loaded 2-core VM).
+    let actions = &json["actions"];
+    assert_eq!(actions["actions"], 60, "{text}");
+    assert_eq!(actions["late"], 0, "{text}");
+    let hi_p99 = actions["action_skew_corrected_ns"]["hi"]["p99"]
+        .as_i64()
+        .unwrap();
+    assert!(
+        hi_p99 <= 20_000_000,
+        "action skew p99 upper bound {hi_p99} ns: {text}"
+    );
+    // Each action aimed at its message's time, mapped with a bounded offset.
+    for (name, records) in &runs {
+        for r in records {
+            if let ProbeRecord::Action(a) = r {
+                assert!(matches!(a.key, MessageKey::Seq(_)), "{name}: {a:?}");
+                assert!(a.offset_bound_ns.is_some(), "{name}: {a:?}");
+            }
+        }
+    }
+}
+
+fn addr_port(addr: &str) -> u16 {
+    addr.rsplit_once(':').unwrap().1.parse().unwrap()
+}
+
+#[test]
+fn pages_beside_fastapi_act_on_the_apps_time_in_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, addr) = shifted_agent(dir.path());
+    let agent_dir = dir.path().join("agent");
+    let (_server, server) = fastapi();
+    // The app writes "at": time.time() + lead, float seconds.
+    let browsers: Vec<Browser> = ["kiosk-1", "kiosk-2"]
+        .iter()
+        .map(|name| {
+            let page = format!(
+                "http://{addr}/probe?url=ws://{server}/ws&name={name}&act-at=/at&act-unit=s"
+            );
+            Browser::open(dir.path().join(format!("profile-{name}")), &page)
+        })
+        .collect();
+    wait_for("both pages connected and synced", 60, || {
+        let runs = stored_runs(&agent_dir);
+        runs.len() == 2
+            && runs.iter().all(|(_, r)| {
+                count(r, |r| matches!(r, ProbeRecord::ConnectionOpened(_))) == 1
+                    && count(r, |r| matches!(r, ProbeRecord::TimeSample(_))) >= 8
+            })
+    });
+    for _ in 0..5 {
+        trigger(&server.to_string(), "/start_test?lead=0.3", "clients");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_for("5 receipts and actions stored per page", 60, || {
+        let runs = stored_runs(&agent_dir);
+        runs.iter().all(|(_, r)| {
+            count(r, |r| matches!(r, ProbeRecord::Receipt(_))) == 5
+                && count(r, |r| matches!(r, ProbeRecord::Action(_))) == 5
+        })
+    });
+    // The audit of the FastAPI server, triggering through it: it counts
+    // the pages among the probes it requires, and judges their actions.
+    let audit_json = dir.path().join("audit.json");
+    let audit = Command::new(common::SKEWSCOPE)
+        .args(["audit", "--agent", &format!("http://{addr}")])
+        .args(["--trigger", &format!("http://{server}/start_test?lead=0.3")])
+        .args([
+            "--broadcasts",
+            "5",
+            "--interval",
+            "100ms",
+            "--settle",
+            "30s",
+        ])
+        .args(["--require-probes", "2", "--max-skew-p99", "1s"])
+        .args(["--max-late", "0", "--max-action-skew-p99", "1s", "--json"])
+        .arg(&audit_json)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&audit.stdout).into_owned()
+        + &String::from_utf8_lossy(&audit.stderr);
+    assert_eq!(audit.status.code(), Some(0), "{said}");
+    let judged: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&audit_json).unwrap()).unwrap();
+    assert_eq!(judged["report"]["actions"]["actions"], 10, "{said}");
+    for p in judged["report"]["probes"].as_array().unwrap() {
+        assert!(!p["page"].is_null(), "{p}");
+    }
+    drop(browsers);
+    signal(&agent.0, Signal::SIGTERM);
+    assert!(agent.0.wait().unwrap().success());
+
+    for (name, records) in &stored_runs(&agent_dir) {
+        assert_no_duplicates(name, records);
+    }
+    let (text, json) = json_report(&[&agent_dir]);
+    // The agent is the clock reference only: broadcasts are what the pages
+    // received, each joined across both.
+    // (its own 5, then the audit's 5).
+    assert_eq!(json["broadcasts"], 10, "{text}");
+    assert_eq!(json["receipts"], 20, "{text}");
+    assert_eq!(json["missing"], 0, "{text}");
+    assert_eq!(json["actions"]["actions"], 20, "{text}");
+    assert_eq!(json["actions"]["late"], 0, "{text}");
+    for p in json["probes"].as_array().unwrap() {
+        let offset = p["offset_ns"].as_i64().unwrap();
+        let bound = p["offset_bound_ns"].as_i64().unwrap();
+        assert!((offset + AGENT_AHEAD_NS).abs() <= bound, "{p}: {text}");
+    }
+}
