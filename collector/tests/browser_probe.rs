@@ -486,6 +486,7 @@ fn pages_beside_fastapi_act_on_the_apps_time_in_seconds() {
     let said = String::from_utf8_lossy(&audit.stdout).into_owned()
         + &String::from_utf8_lossy(&audit.stderr);
     assert_eq!(audit.status.code(), Some(0), "{said}");
+    assert!(said.contains("kiosk-1 (browser page)"), "{said}");
     let judged: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&audit_json).unwrap()).unwrap();
     assert_eq!(judged["report"]["actions"]["actions"], 10, "{said}");

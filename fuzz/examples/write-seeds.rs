@@ -48,6 +48,52 @@ fn main() -> std::io::Result<()> {
     };
     seeds.push(("ingest", "hello".into(), encode(&hello)));
 
+    // A page's uploads (the JSON dialect): a hello, a run's first batch
+    // with every kind of event, a resend, and a hub label.
+    let run = "00000000000000000000000000005eed";
+    seeds.push((
+        "page_ingest",
+        "hello".into(),
+        format!(r#"{{"hello": {{"version": 1, "run_id": "{run}"}}}}"#).into(),
+    ));
+    let events = [
+        r#"{"kind": "started", "name": "lobby-tv", "url": "ws://h:1/ws", "connections": 1, "version": "page 1", "at_ms": 1764000000000.125}"#.to_owned(),
+        format!(r#"{{"kind": "identity", "run_id": "{run}", "clock_id": "page-1"}}"#),
+        r#"{"kind": "page", "user_agent": "Chromium", "clock_step_ms": 0.005, "isolated": true}"#.into(),
+        r#"{"kind": "act_plan", "pointer": "/at", "unit": "s", "at_ms": 1764000000000.5}"#.into(),
+        r#"{"kind": "opened", "conn": 0, "at_ms": 1764000000001}"#.into(),
+        r#"{"kind": "receipt", "conn": 0, "message": {"text": "{"at": 1764000000.1}", "occurrence": 0}, "at_ms": 1764000000002.25}"#.into(),
+        r#"{"kind": "payload", "message": {"hex": "00ff10"}}"#.into(),
+        r#"{"kind": "exchange", "t1_ms": 1764000000003, "t2_ms": 1764000000003.4, "t3_ms": 1764000000003.41, "t4_ms": 1764000000003.9}"#.into(),
+        r#"{"kind": "action", "conn": 0, "message": {"text": "{"at": 1764000000.1}"}, "act_at_ms": 1764000000100, "offset_ms": 0.25, "bound_ms": 0.4, "target_ms": 1764000000099.75, "done_ms": 1764000000099.8, "late_ms": 0}"#.into(),
+        r#"{"kind": "failed", "conn": 1, "at_ms": 1764000000004, "error": "refused"}"#.into(),
+        r#"{"kind": "closed", "conn": 0, "at_ms": 1764000000200, "reason": "closed (1000)"}"#.into(),
+        r#"{"kind": "stopped", "at_ms": 1764000000300}"#.into(),
+    ];
+    seeds.push((
+        "page_ingest",
+        "run".into(),
+        format!(
+            r#"{{"events": {{"first_seq": 0, "events": [{}]}}}}"#,
+            events.join(", ")
+        )
+        .into(),
+    ));
+    seeds.push((
+        "page_ingest",
+        "resend".into(),
+        format!(
+            r#"{{"events": {{"first_seq": 4, "events": [{}]}}}}"#,
+            events[4..6].join(", ")
+        )
+        .into(),
+    ));
+    seeds.push((
+        "page_ingest",
+        "label".into(),
+        skewscope_core::page_ingest::page_label(0x5eed, 3).into(),
+    ));
+
     // Client frames (masked) and server frames (not).
     let mut deflater = MessageDeflater::default();
     let text = br#"{"type":"start","at":1764000000123456789,"n":1}"#;

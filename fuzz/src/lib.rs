@@ -32,6 +32,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("time_exchange", time_exchange),
     ("clock_json", clock_json),
     ("ingest", ingest),
+    ("page_ingest", page_ingest),
     ("http_head", http_head),
     ("chrony", chrony),
     ("act_at", act_at),

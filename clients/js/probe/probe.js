@@ -5,7 +5,7 @@
 // agent's /ingest exactly once, across reloads and dropped connections.
 //
 //   /probe?url=ws://server:8000/ws&name=lobby-tv[&act-at=/at][&act-unit=s]
-//          [&connections=1][&token=T][&new-run=1]
+//          [&connections=1][&token=T][&new-run=1][&spin-ms=4]
 //
 // Exactly once: every event gets the next sequence number of the run and
 // is saved in localStorage before anything else happens to it; the agent
@@ -28,6 +28,8 @@ const actPointer = params.get("act-at");
 const actUnit = params.get("act-unit") || "auto";
 const connections = Math.max(1, Math.min(64, Number(params.get("connections") || 1)));
 const token = params.get("token");
+/** How long before an action the page stops waiting on a timer and reads the clock in a loop. */
+const spinMs = Math.max(0, Math.min(50, Number(params.get("spin-ms") ?? 4)));
 const agentWs = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}`;
 
 const $ = (id) => document.getElementById(id);
@@ -106,6 +108,7 @@ function emit(event) {
 const uploader = {
   ws: null,
   inFlight: false,
+  halted: false,
   retryMs: RETRY_MIN_MS,
   timer: null,
   state: "not started",
@@ -125,6 +128,7 @@ const uploader = {
     ws.onclose = (e) => {
       this.ws = null;
       this.inFlight = false;
+      if (this.halted) return;
       this.report(`lost (${e.code}${e.reason ? `: ${e.reason}` : ""}); retrying`);
       this.timer = setTimeout(() => this.start(), this.retryMs);
       this.retryMs = Math.min(RETRY_MAX_MS, this.retryMs * 2) * (0.75 + Math.random() / 2);
@@ -135,6 +139,15 @@ const uploader = {
     const next = reply.ack?.next_seq ?? reply.busy?.next_seq;
     if (next === undefined) return;
     this.retryMs = RETRY_MIN_MS;
+    if (next < run.acked) {
+      // The agent has less than it acknowledged (its data directory was
+      // replaced): what it lost is gone from here too. Said, not hidden.
+      this.report(`the agent lost events ${next} to ${run.acked - 1} it had stored; start a new run (new-run=1)`);
+      setState("the agent lost part of this run: see upload", true);
+      this.halted = true;
+      this.ws.close(1000, "run lost");
+      return;
+    }
     if (next > run.acked) {
       run.events.splice(0, next - run.acked);
       run.acked = next;
@@ -279,7 +292,7 @@ function act(conn, message, arrived, clock) {
   const estimate = clock.filter.estimate(arrived);
   const offset = estimate?.offset ?? 0;
   const target = at - offset;
-  scheduleAt({ now: pageNow }, target, () => {
+  const fire = () => {
     const done = pageNow();
     if (run.stopped) return;
     const late = Math.max(0, arrived - target);
@@ -300,7 +313,8 @@ function act(conn, message, arrived, clock) {
     shown.actions += 1;
     if (late > 0) shown.late += 1;
     show("actions", `${shown.actions} (${shown.late})`);
-  });
+  };
+  scheduleAt({ now: pageNow }, target, fire, { spinMs });
 }
 
 /** The smallest step of the page's clock, ms: what the browser coarsens it to. */

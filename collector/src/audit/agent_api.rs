@@ -59,16 +59,22 @@ pub struct ProbeRun {
     pub file: String,
     /// The probe's name.
     pub name: String,
+    /// The device's host name; a browser probe page's is
+    /// [`skewscope_core::page_ingest::PAGE_HOST`].
+    #[serde(default)]
+    pub host: String,
     /// Uploading right now.
     pub uploading: bool,
 }
 
 impl ProbeRun {
-    /// Its name, or the start of its run id while its `Started` record has
-    /// not arrived.
+    /// Its name (a browser probe page's marked so), or the start of its run
+    /// id while its `Started` record has not arrived.
     pub fn label(&self) -> String {
         if self.name.is_empty() {
             format!("run {}", &self.run[..8.min(self.run.len())])
+        } else if self.host == skewscope_core::page_ingest::PAGE_HOST {
+            format!("{} (browser page)", self.name)
         } else {
             self.name.clone()
         }

@@ -26,6 +26,7 @@ use crate::Stamp;
 use crate::analysis::clock_figures::corrected_spread;
 use crate::analysis::clock_model::DeviceClock;
 use crate::analysis::fanout::{Fanout, FanoutTracker};
+use crate::page_ingest::parse_page_label;
 use crate::record::{AgentRecord, ClockState, MessageKey, ProbeRecord, TimeSample};
 
 use targets::{Arrival, Placed, Targets};
@@ -201,6 +202,9 @@ pub struct LiveJoin {
     /// Agent connections that said they are a probe's (`?probe=NAME`): a
     /// target whose open the probe has not uploaded yet is waited for.
     labelled: HashMap<u64, Labelled>,
+    /// (page run, its connection) → the open agent connection its
+    /// `page.RUN.CONN` label names: a browser probe cannot name it itself.
+    page_conns: HashMap<(u128, u32), u64>,
     runs: HashMap<u128, Run>,
     /// Receipts uploaded before the agent's record of their broadcast
     /// reached the join (its recorder lags), retried at each judgement.
@@ -282,6 +286,9 @@ impl LiveJoin {
             AgentRecord::ConnectionOpened(o) => {
                 self.highest_conn = self.highest_conn.max(o.conn);
                 if let Some(name) = &o.label {
+                    if let Some(page) = parse_page_label(name) {
+                        self.page_conns.insert(page, o.conn);
+                    }
                     let name = name.clone();
                     self.labelled.insert(
                         o.conn,
@@ -295,6 +302,11 @@ impl LiveJoin {
             AgentRecord::ConnectionClosed(c) => {
                 if let Some(l) = self.labelled.get_mut(&c.conn) {
                     l.closed = true;
+                    if let Some(page) = parse_page_label(&l.name)
+                        && self.page_conns.get(&page) == Some(&c.conn)
+                    {
+                        self.page_conns.remove(&page);
+                    }
                 }
             }
             _ => {}
@@ -322,7 +334,8 @@ impl LiveJoin {
             ProbeRecord::Started(s) => run.name = s.name.clone(),
             // Connection ids restart with the agent: an earlier run's are not ours.
             ProbeRecord::ConnectionOpened(o) if !before_run(started, o.at.wall_ns) => {
-                if let Some(agent_conn) = o.agent_conn {
+                let by_label = self.page_conns.get(&(run_id, o.conn)).copied();
+                if let Some(agent_conn) = o.agent_conn.or(by_label) {
                     run.conns.insert(o.conn, agent_conn);
                     self.holder.insert(
                         agent_conn,

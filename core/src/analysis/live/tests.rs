@@ -511,3 +511,49 @@ fn live_action_skews_equal_the_reports_and_a_receipt_waits_for_its_action() {
     }
     assert_eq!(live.counts().unmatched_actions, 0);
 }
+
+#[test]
+fn a_pages_connection_is_found_by_its_label() {
+    // A browser probe cannot name the hub's connection: its ConnectionOpened
+    // says none, and the hub saw connection 9 labelled page.RUN.0.
+    let mut live = LiveJoin::new();
+    let now = T0 + 10_000_000_000;
+    let run = 0xfeed_u128;
+    live.agent(&AgentRecord::ConnectionOpened(AgentConnectionOpened {
+        conn: 9,
+        label: Some(crate::page_ingest::page_label(run, 0)),
+        peer: "127.0.0.1:1".into(),
+        shard: 0,
+        at: stamp(0),
+    }));
+    live.agent(&AgentRecord::Broadcast(BroadcastStarted {
+        id: 1,
+        seq: None,
+        hash: 77,
+        len: 3,
+        text: true,
+        at: stamp(1_000_000),
+    }));
+    live.agent(&crate::analysis::join::tests::shard_sends(
+        1,
+        stamp(1_000_000),
+        1_000,
+        &[9],
+    ));
+    live.probe(run, &started("lobby-tv", stamp(0)), now);
+    live.probe(
+        run,
+        &ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
+            conn: 0,
+            agent_conn: None,
+            at: stamp(0),
+        }),
+        now,
+    );
+    live.probe(run, &receipt(0, 77, 0, 1_200_000), now);
+    live.probe(run, &ProbeRecord::Stopped(stamp(5_000_000_000)), now);
+    let judged = live.judge(now);
+    assert_eq!(judged.len(), 1);
+    assert_eq!((judged[0].receipts, judged[0].missing), (1, 0));
+    assert_eq!(live.counts().unmatched, 0);
+}
