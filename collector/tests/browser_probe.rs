@@ -401,28 +401,51 @@ fn pages_in_chromium_receive_act_and_upload_every_receipt_once_across_a_reload()
         "{text}"
     );
 
-    // Every action at its time to act, none late; across the three
-    // browsers, the action skew's interval is within the figure
-    // docs/browser-probe.md documents for this test (a loaded 2-core VM).
+    // Every action at its time to act, none late.
     let actions = &json["actions"];
     assert_eq!(actions["actions"], 60, "{text}");
     assert_eq!(actions["late"], 0, "{text}");
-    let hi_p99 = actions["action_skew_corrected_ns"]["hi"]["p99"]
-        .as_i64()
-        .unwrap();
-    assert!(
-        hi_p99 <= 20_000_000,
-        "action skew p99 upper bound {hi_p99} ns: {text}"
-    );
-    // Each action aimed at its message's time, mapped with a bounded offset.
+    // The pages share this machine's clock (Chromium's, unshifted), so
+    // their stamps of one broadcast's actions show the true action skew.
+    // Each page aimed within its offset bound of the agent's time and fired
+    // within its measured timer error: no two can be further apart than
+    // both bounds and the worst timer (and a clock step each). How close
+    // that is depends on the load (docs/browser-probe.md#figures measures
+    // it); the promise does not.
+    let mut by_seq: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+    let (mut worst_bound, mut worst_timer) = (0u64, 0u64);
     for (name, records) in &runs {
         for r in records {
             if let ProbeRecord::Action(a) = r {
-                assert!(matches!(a.key, MessageKey::Seq(_)), "{name}: {a:?}");
-                assert!(a.offset_bound_ns.is_some(), "{name}: {a:?}");
+                let MessageKey::Seq(seq) = a.key else {
+                    panic!("{name}: an action on a message that is not a test message: {a:?}");
+                };
+                by_seq.entry(seq).or_default().push(a.done.wall_ns);
+                worst_bound = worst_bound.max(a.offset_bound_ns.expect("a bounded offset"));
+                worst_timer = worst_timer.max(a.done.mono_ns.saturating_sub(a.target.mono_ns));
             }
         }
     }
+    let true_skews: Vec<u64> = by_seq
+        .values()
+        .map(|d| d.iter().max().unwrap() - d.iter().min().unwrap())
+        .collect();
+    let truth_max = *true_skews.iter().max().unwrap();
+    let promise = 2 * worst_bound + worst_timer + 2 * 5_000;
+    assert!(
+        truth_max <= promise,
+        "true action skew {truth_max} ns over the pages' own bound {promise} ns: {text}"
+    );
+    // And the report's interval in the agent's clock holds it.
+    let c = &actions["action_skew_corrected_ns"];
+    let (lo, hi) = (
+        c["lo"]["max"].as_u64().unwrap(),
+        c["hi"]["max"].as_u64().unwrap(),
+    );
+    assert!(
+        lo <= truth_max && truth_max <= hi,
+        "max {truth_max} vs [{lo}, {hi}]: {text}"
+    );
 }
 
 fn addr_port(addr: &str) -> u16 {

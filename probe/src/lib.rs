@@ -283,6 +283,7 @@ impl RunningProbe {
         });
         let reopen = recorder.reopen_handle();
         let mut helpers = JoinSet::new();
+        clock_watch::record_once(&recorder).await;
         helpers.spawn(clock_watch::run(recorder.clone(), shutdown.clone()));
         if let Some(target) = time_target(&config).await? {
             helpers.spawn(time_exchange::run(
