@@ -31,15 +31,6 @@ use tokio_tungstenite::tungstenite::Message;
 /// The agent's wall clock ahead of the real one (and of every page's).
 const AGENT_AHEAD_NS: i64 = 5_000_000;
 
-fn chromium() -> PathBuf {
-    for candidate in ["/usr/bin/chromium", "/usr/bin/chromium-browser"] {
-        if Path::new(candidate).exists() {
-            return candidate.into();
-        }
-    }
-    panic!("Debian's chromium is not installed: ./test installs it (apt-get install chromium)");
-}
-
 /// Waits up to `secs` for `done`, polling; panics naming `what`.
 fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
@@ -62,22 +53,9 @@ struct Browser {
 impl Browser {
     fn open(profile: PathBuf, page: &str) -> Browser {
         std::fs::create_dir_all(&profile).unwrap();
-        let child = Command::new(chromium())
+        let child = Command::new(common::chromium())
+            .args(common::CHROMIUM_QUIET)
             .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--disable-default-apps",
-                "--disable-extensions",
-                "--disable-domain-reliability",
-                "--disable-client-side-phishing-detection",
-                "--no-pings",
-                "--no-service-autorun",
-                "--disable-features=NetworkTimeServiceQuerying,OptimizationHints,MediaRouter,Translate,AutofillServerCommunication,CertificateTransparencyComponentUpdater",
                 "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
                 "--remote-debugging-address=127.0.0.1",
                 "--remote-debugging-port=0",

@@ -15,7 +15,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -77,38 +77,13 @@ fn host_of(request_line: &str) -> String {
         .to_owned()
 }
 
-fn chromium() -> PathBuf {
-    for candidate in ["/usr/bin/chromium", "/usr/bin/chromium-browser"] {
-        if Path::new(candidate).exists() {
-            return candidate.into();
-        }
-    }
-    panic!("Debian's chromium is not installed: ./test installs it (apt-get install chromium)");
-}
-
 /// Runs headless Chromium on `page` with `mode` (`--screenshot=…` or
 /// `--dump-dom`), every fetch sent to `proxy`; returns its stdout.
 fn browse(page: &Path, mode: &str, dark: bool, proxy: &FetchCounter, profile: &Path) -> String {
-    let mut command = Command::new(chromium());
+    let mut command = Command::new(common::chromium());
     command
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-default-apps",
-            "--disable-extensions",
-            "--disable-domain-reliability",
-            "--disable-client-side-phishing-detection",
-            "--no-pings",
-            "--no-service-autorun",
-            "--disable-features=NetworkTimeServiceQuerying,OptimizationHints,MediaRouter,Translate,AutofillServerCommunication,CertificateTransparencyComponentUpdater",
-            "--hide-scrollbars",
-            "--window-size=1000,3000",
-        ])
+        .args(common::CHROMIUM_QUIET)
+        .args(["--hide-scrollbars", "--window-size=1000,3000"])
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(format!("--proxy-server=http://127.0.0.1:{}", proxy.port))
         // Loopback too goes through the proxy: nothing may bypass the count.

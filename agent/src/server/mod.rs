@@ -128,35 +128,13 @@ async fn handle(
             )
             .await
         }
-        ("GET", "/probe") => {
-            respond_bytes(
-                &mut stream,
-                200,
-                "text/html; charset=utf-8",
-                PROBE_HEADERS,
-                PROBE_PAGE.as_bytes(),
-            )
-            .await
-        }
-        ("GET", "/probe.js") => {
-            respond_bytes(
-                &mut stream,
-                200,
-                "text/javascript; charset=utf-8",
-                PROBE_HEADERS,
-                PROBE_SCRIPT.as_bytes(),
-            )
-            .await
-        }
-        ("GET", "/probe.css") => {
-            respond_bytes(
-                &mut stream,
-                200,
-                "text/css; charset=utf-8",
-                PROBE_HEADERS,
-                PROBE_STYLE.as_bytes(),
-            )
-            .await
+        ("GET", path @ ("/probe" | "/probe.js" | "/probe.css")) => {
+            let (content_type, body) = match path {
+                "/probe" => ("text/html; charset=utf-8", PROBE_PAGE),
+                "/probe.js" => ("text/javascript; charset=utf-8", PROBE_SCRIPT),
+                _ => ("text/css; charset=utf-8", PROBE_STYLE),
+            };
+            respond_bytes(&mut stream, 200, content_type, PROBE_HEADERS, body.as_bytes()).await
         }
         ("GET", "/healthz") => {
             let health = serde_json::to_string(&context.counters.snapshot())

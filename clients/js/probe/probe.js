@@ -46,9 +46,7 @@ function setState(text, bad = false) {
 }
 
 function randomHex(bytes) {
-  const a = new Uint8Array(bytes);
-  crypto.getRandomValues(a);
-  return [...a].map((b) => b.toString(16).padStart(2, "0")).join("");
+  return hex(crypto.getRandomValues(new Uint8Array(bytes)));
 }
 
 // ---- the run and its outbox, kept in localStorage ----
@@ -204,8 +202,9 @@ function lookUp(value, pointer) {
   return value;
 }
 
-function hex(buffer) {
-  return [...new Uint8Array(buffer)].map((b) => b.toString(16).padStart(2, "0")).join("");
+/** Bytes (an ArrayBuffer or a typed array) as lowercase hex. */
+function hex(bytes) {
+  return [...new Uint8Array(bytes)].map((b) => b.toString(16).padStart(2, "0")).join("");
 }
 
 const payloadsSeen = new Set();

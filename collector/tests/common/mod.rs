@@ -204,3 +204,33 @@ pub fn faketime_lib() -> PathBuf {
         .find(|p| p.exists())
         .expect("libfaketime not found: install Debian's faketime package (./test does)")
 }
+
+/// Debian's Chromium, for the tests that run a page in a real browser
+/// (`./test` installs it).
+pub fn chromium() -> PathBuf {
+    for candidate in ["/usr/bin/chromium", "/usr/bin/chromium-browser"] {
+        if Path::new(candidate).exists() {
+            return candidate.into();
+        }
+    }
+    panic!("Debian's chromium is not installed: ./test installs it (apt-get install chromium)");
+}
+
+/// Headless Chromium with its background services off: it fetches nothing
+/// the test did not ask for.
+pub const CHROMIUM_QUIET: &[&str] = &[
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--disable-domain-reliability",
+    "--disable-client-side-phishing-detection",
+    "--no-pings",
+    "--no-service-autorun",
+    "--disable-features=NetworkTimeServiceQuerying,OptimizationHints,MediaRouter,Translate,AutofillServerCommunication,CertificateTransparencyComponentUpdater",
+];
