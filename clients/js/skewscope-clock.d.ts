@@ -6,11 +6,12 @@ export function toEpochMs(value: number | string, unit?: "auto" | "s" | "ms" | "
 /** The page's clock: performance.timeOrigin + performance.now(), ms. */
 export function pageNow(): number;
 
-export const DRIFT_UNFITTED: number;
-export const DRIFT_FITTED: number;
-export const FIT_SPAN_MS: number;
+/** The clock model's constants, as in skewscope-core's clock module. */
+export const MAX_DRIFT: number;
+export const WANDER: number;
+export const HORIZON_NS: number;
 
-/** One four-timestamp exchange, ms: t1/t4 on the page, t2/t3 on the server. */
+/** One four-timestamp exchange: t1/t4 on the page's monotonic clock, t2/t3 on the server's wall clock. */
 export interface Exchange {
   t1: number;
   t2: number;
@@ -18,22 +19,48 @@ export interface Exchange {
   t4: number;
 }
 
-/** The server's clock at a page time: server = page + offset, within ±bound ms. */
+/** The region's extent at a moment, ns, relative to baseNs (the raw numbers the shared vectors hold). */
+export interface Interval {
+  baseNs: number;
+  originNs: number;
+  extent: { lo: number; hi: number; driftLo: number; driftHi: number };
+}
+
+/** The server's clock at a moment: server = page + agentMinusMonoNs, within ±boundNs. */
+export interface ModelEstimate {
+  agentMinusMonoNs: number;
+  boundNs: number;
+  driftPpb: number;
+  driftBoundPpb: number;
+}
+
+/** The clock model without I/O: a port of skewscope-core's, held to its bits by shared vectors. */
+export class ClockModel {
+  constructor(options?: { nsPerUnit?: number });
+  readonly size: number;
+  readonly breaks: number;
+  add(exchange: Exchange): boolean;
+  forgetBefore(t: number): void;
+  interval(t: number): Interval | null;
+  at(t: number): ModelEstimate | null;
+}
+
+export function estimateOf(interval: Interval): ModelEstimate;
+
+/** When to exchange: a port of skewscope-core's schedule; times in ns. */
+export class Schedule {
+  constructor(nowNs: number, intervalNs: number);
+  readonly bursting: boolean;
+  nextRequestAt(): number;
+  done(nowNs: number, estimate: { boundNs: number; driftBoundPpb: number } | null): void;
+  hurry(nowNs: number): boolean;
+}
+
+/** The server's clock at a page time, ms: server = page + offset, within ±bound. */
 export interface Estimate {
   offset: number;
   bound: number;
-  /** Fitted drift (ms per ms), or null before FIT_SPAN_MS of exchanges. */
-  drift: number | null;
-}
-
-/** The clock model without I/O. */
-export class ClockFilter {
-  constructor(options?: { window?: number });
-  add(exchange: Exchange): boolean;
-  reset(): void;
-  readonly size: number;
-  estimate(at: number): Estimate | null;
-  drift(): number | null;
+  driftPpm: number;
 }
 
 /** What an action is told when it runs. */
@@ -58,7 +85,12 @@ export function scheduleAt(
 
 /** The server's clock over the agent's /clock. Events: "exchange" (event.exchange), "bound" (event.bound), "jump", "close". */
 export class Clock extends EventTarget implements TimeSource {
-  constructor(url: string, options?: { burst?: number; every?: number; WebSocketImpl?: typeof WebSocket; env?: object });
+  constructor(url: string, options?: { every?: number; WebSocketImpl?: typeof WebSocket; env?: object });
+  readonly model: ClockModel;
+  /** The server's clock at page time `at` (ms), or null before the first exchange. */
+  estimate(at: number): Estimate | null;
+  /** Asks for a burst of exchanges now; whether one starts. */
+  hurry(): boolean;
   /** The server's wall time now, ms since the epoch. */
   now(): number;
   /** How far now() can be from the server's clock, ± ms. */
@@ -70,4 +102,4 @@ export class Clock extends EventTarget implements TimeSource {
 }
 
 /** A Clock on `url` (ws://server:port/clock), once it has synced. */
-export function connectClock(url: string, options?: { burst?: number; every?: number }): Promise<Clock>;
+export function connectClock(url: string, options?: { every?: number }): Promise<Clock>;

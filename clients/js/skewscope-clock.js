@@ -42,82 +42,430 @@ export function pageNow() {
   return performance.timeOrigin + performance.now();
 }
 
-/** Drift the bound allows for, per ms since the best exchange, before a fit. */
-export const DRIFT_UNFITTED = 100e-6;
-/** ... and once a drift fit spans FIT_SPAN_MS: what is left of a crystal's error. */
-export const DRIFT_FITTED = 20e-6;
-/** A drift fit needs exchanges this far apart. */
-export const FIT_SPAN_MS = 30_000;
+// ---------------------------------------------------------------------------
+// The clock model: a port of skewscope-core's `clock` module (model.rs,
+// region.rs, hull.rs), operation for operation, so that both give the same
+// bits for the same exchanges: clients/clock-vectors/ holds the cases both
+// replay. Read the Rust for why; this says what.
+//
+// ψ(τ) is the server's wall clock minus this page's monotonic clock at page
+// time τ. An exchange (t1, t2, t3, t4) proves ψ(t1) ≤ t2 − t1 and
+// ψ(t4) ≥ t3 − t4. Between exchanges ψ moves with a drift b, |b| ≤
+// MAX_DRIFT, give or take WANDER. The (ψ(t), b) pairs consistent with every
+// exchange of t's window form a convex polygon; its extent in ψ(t) is the
+// interval every consistent clock lies in.
+// ---------------------------------------------------------------------------
+
+/** The fastest two clocks may drift apart (100 ppm). */
+export const MAX_DRIFT = 100e-6;
+/** How far their relative frequency may wander from one drift (1 ppm). */
+export const WANDER = 1e-6;
+/** How far from a moment its exchanges count, ns (300 s). */
+export const HORIZON_NS = 300e9;
+
+function cross(o, a, b) {
+  return (a.at - o.at) * (b.value - o.value) - (a.value - o.value) * (b.at - o.at);
+}
+
+/** The lower hull of points sorted by `at`. */
+function lowerHull(points) {
+  const hull = [];
+  for (const p of points) {
+    while (hull.length >= 2 && cross(hull[hull.length - 2], hull[hull.length - 1], p) <= 0) hull.pop();
+    hull.push(p);
+  }
+  return hull;
+}
+
+/** The upper hull of points sorted by `at`. */
+function upperHull(points) {
+  const hull = [];
+  for (const p of points) {
+    while (hull.length >= 2 && cross(hull[hull.length - 2], hull[hull.length - 1], p) >= 0) hull.pop();
+    hull.push(p);
+  }
+  return hull;
+}
+
+/** The least of lines handed in with slopes not increasing. */
+function lowerEnvelope(lines) {
+  const env = [];
+  for (const line of lines) {
+    if (env.length > 0 && env[env.length - 1].slope === line.slope) {
+      if (line.intercept >= env[env.length - 1].intercept) continue;
+      env.pop();
+    }
+    while (env.length >= 2) {
+      const a = env[env.length - 2];
+      const b = env[env.length - 1];
+      if ((line.intercept - a.intercept) * (a.slope - b.slope) <= (b.intercept - a.intercept) * (a.slope - line.slope)) {
+        env.pop();
+      } else {
+        break;
+      }
+    }
+    env.push(line);
+  }
+  return env;
+}
+
+function least(env, b) {
+  let v = Infinity;
+  for (const line of env) {
+    const x = line.intercept + line.slope * b;
+    if (x < v) v = x;
+  }
+  return v;
+}
+
+/** The region's extent at t from hull points before and after it; null when empty. */
+export function solve(t, upperBefore, upperAfter, lowerBefore, lowerAfter) {
+  const upLines = [];
+  for (const p of [...upperBefore, ...upperAfter]) {
+    const since = t - p.at;
+    upLines.push({ slope: since, intercept: p.value + WANDER * Math.abs(since) });
+  }
+  const up = lowerEnvelope(upLines);
+  const lowLines = [];
+  for (const side of [lowerAfter, lowerBefore]) {
+    for (let i = side.length - 1; i >= 0; i--) {
+      const p = side[i];
+      const since = t - p.at;
+      lowLines.push({ slope: -since, intercept: -(p.value - WANDER * Math.abs(since)) });
+    }
+  }
+  const low = lowerEnvelope(lowLines);
+  if (up.length === 0 || low.length === 0) return null;
+  const hi = (b) => least(up, b);
+  const lo = (b) => -least(low, b);
+  const candidates = [-MAX_DRIFT, MAX_DRIFT];
+  for (const env of [up, low]) {
+    for (let i = 0; i + 1 < env.length; i++) {
+      const x = (env[i + 1].intercept - env[i].intercept) / (env[i].slope - env[i + 1].slope);
+      if (x > -MAX_DRIFT && x < MAX_DRIFT) candidates.push(x);
+    }
+  }
+  candidates.sort((a, b) => a - b);
+  const gaps = candidates.map((b) => hi(b) - lo(b));
+  const first = gaps.findIndex((g) => g >= 0);
+  if (first < 0) return null;
+  let last = gaps.length - 1;
+  while (gaps[last] < 0) last--;
+  let driftLo;
+  if (first === 0) {
+    driftLo = candidates[0];
+  } else {
+    const [b0, b1, g0, g1] = [candidates[first - 1], candidates[first], gaps[first - 1], gaps[first]];
+    driftLo = b0 + (b1 - b0) * (-g0 / (g1 - g0));
+  }
+  let driftHi;
+  if (last === candidates.length - 1) {
+    driftHi = candidates[last];
+  } else {
+    const [b0, b1, g0, g1] = [candidates[last], candidates[last + 1], gaps[last], gaps[last + 1]];
+    driftHi = b0 + (b1 - b0) * (g0 / (g0 - g1));
+  }
+  const extent = {
+    lo: Math.min(lo(driftLo), lo(driftHi)),
+    hi: Math.max(hi(driftLo), hi(driftHi)),
+    driftLo,
+    driftHi,
+  };
+  for (let i = first; i <= last; i++) {
+    extent.lo = Math.min(extent.lo, lo(candidates[i]));
+    extent.hi = Math.max(extent.hi, hi(candidates[i]));
+  }
+  return extent;
+}
+
+/** An interval's estimate: its middle (down) and the bound to both ends (up), ns. */
+export function estimateOf(interval) {
+  const { lo, hi, driftLo, driftHi } = interval.extent;
+  const middle = Math.floor((lo + hi) / 2);
+  const bound = Math.ceil(Math.max(hi - middle, middle - lo));
+  return {
+    agentMinusMonoNs: interval.baseNs + middle,
+    boundNs: Math.max(bound, 0),
+    driftPpb: ((driftLo + driftHi) / 2) * 1e9,
+    driftBoundPpb: ((driftHi - driftLo) / 2) * 1e9,
+  };
+}
+
+/** The first index of `list` where `pred` is false (list partitioned by it). */
+function partitionPoint(list, pred) {
+  let lo = 0;
+  let hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (pred(list[mid])) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+function union(a, b) {
+  const ends = (i) => {
+    const e = estimateOf(i);
+    return [e.agentMinusMonoNs - e.boundNs, e.agentMinusMonoNs + e.boundNs];
+  };
+  const [aLo, aHi] = ends(a);
+  const [bLo, bHi] = ends(b);
+  return {
+    baseNs: a.baseNs,
+    originNs: a.originNs,
+    extent: {
+      lo: Math.min(aLo, bLo) - a.baseNs,
+      hi: Math.max(aHi, bHi) - a.baseNs,
+      driftLo: Math.min(a.extent.driftLo, b.extent.driftLo),
+      driftHi: Math.max(a.extent.driftHi, b.extent.driftHi),
+    },
+  };
+}
 
 /**
- * The clock model, without I/O: exchanges in, the server's clock out. Each
- * exchange is {t1, t2, t3, t4}: the page's clock when the request left (t1)
- * and the reply came (t4), the server's when the request arrived (t2) and
- * the reply left (t3), all ms. Its offset (server - page) is right to within
- * half its round trip. The model keeps the latest `window` exchanges, takes
- * the least delayed as the offset, fits the drift through the lower half by
- * delay once they span FIT_SPAN_MS, and widens the bound by the drift
- * allowed since the best exchange.
+ * The clock model, without I/O: exchanges in, the server's clock out, with
+ * a bound that holds. Exchanges are {t1, t2, t3, t4}: t1 and t4 on this
+ * page's monotonic clock, t2 and t3 on the server's wall clock, in a unit
+ * of `nsPerUnit` ns (1e6 for milliseconds, as pages have them).
  */
-export class ClockFilter {
-  constructor({ window = 64 } = {}) {
-    this.window = window;
-    this.samples = [];
-  }
-
-  /** Adds one exchange; returns false for one that cannot be (t4 < t1). */
-  add({ t1, t2, t3, t4 }) {
-    const delay = (t4 - t1) - (t3 - t2);
-    if (!(delay >= 0) || !Number.isFinite(delay)) return false;
-    const offset = ((t2 - t1) + (t3 - t4)) / 2;
-    this.samples.push({ at: t4, offset, delay });
-    if (this.samples.length > this.window) this.samples.shift();
-    return true;
-  }
-
-  /** Forgets every exchange: the page's clock jumped (the device slept). */
-  reset() {
-    this.samples = [];
+export class ClockModel {
+  constructor({ nsPerUnit = 1 } = {}) {
+    this.nsPerUnit = nsPerUnit;
+    this.origin = null;
+    this.exchanges = [];
+    this.nextSegment = 0;
+    this.conflicts = 0;
   }
 
   /** Exchanges held. */
   get size() {
-    return this.samples.length;
+    return this.exchanges.length;
   }
 
-  /**
-   * {offset, bound, drift} at page time `at`: the server's clock is
-   * at + offset, within ±bound ms; null with no exchange.
-   */
-  estimate(at) {
-    if (this.samples.length === 0) return null;
-    let best = this.samples[0];
-    for (const s of this.samples) if (s.delay < best.delay) best = s;
-    const drift = this.drift();
-    const since = Math.abs(at - best.at);
-    const offset = best.offset + (drift ?? 0) * (at - best.at);
-    const allowance = drift === null ? DRIFT_UNFITTED : DRIFT_FITTED;
-    return { offset, bound: best.delay / 2 + allowance * since, drift };
-  }
-
-  /** The drift (ms per ms) by least squares through the less delayed half, or null. */
-  drift() {
-    if (this.samples.length < 4) return null;
-    const low = [...this.samples].sort((a, b) => a.delay - b.delay);
-    const half = low.slice(0, Math.max(4, Math.ceil(low.length / 2)));
-    const first = Math.min(...half.map((s) => s.at));
-    const last = Math.max(...half.map((s) => s.at));
-    if (last - first < FIT_SPAN_MS) return null;
-    const n = half.length;
-    const mx = half.reduce((a, s) => a + (s.at - first), 0) / n;
-    const my = half.reduce((a, s) => a + s.offset, 0) / n;
-    let sxy = 0;
-    let sxx = 0;
-    for (const s of half) {
-      sxy += (s.at - first - mx) * (s.offset - my);
-      sxx += (s.at - first - mx) ** 2;
+  /** Times a new exchange left no consistent clock (the model started again). */
+  get breaks() {
+    let n = 0;
+    for (let i = 1; i < this.exchanges.length; i++) {
+      if (this.exchanges[i].segment !== this.exchanges[i - 1].segment) n++;
     }
-    return sxx > 0 ? sxy / sxx : null;
+    return n;
+  }
+
+  /** A page time in the model's ns (relative to its first exchange). */
+  toNs(t) {
+    return (t - this.origin) * this.nsPerUnit;
+  }
+
+  /** Takes in one exchange; false for one that cannot be true. */
+  add({ t1, t2, t3, t4 }) {
+    const k = this.nsPerUnit;
+    if (![t1, t2, t3, t4].every(Number.isFinite) || t4 < t1 || t3 < t2) return false;
+    const upper = (t2 - t1) * k;
+    const lower = (t3 - t4) * k;
+    if (upper < lower) return false;
+    if (this.origin === null) this.origin = t1;
+    const kept = { sent: this.toNs(t1), received: this.toNs(t4), upper, lower, segment: 0 };
+    const xs = this.exchanges;
+    const inOrder = xs.length === 0 || xs[xs.length - 1].sent <= kept.sent;
+    if (!inOrder) {
+      const at = partitionPoint(xs, (x) => x.sent <= kept.sent);
+      kept.segment = xs[Math.max(at - 1, 0)].segment;
+      xs.splice(at, 0, kept);
+      return true;
+    }
+    const segment = xs.length > 0 ? xs[xs.length - 1].segment : 0;
+    kept.segment = segment;
+    xs.push(kept);
+    if (xs.length > 1 && this.windowIn(segment, kept.sent)[0] === null) {
+      this.nextSegment = Math.max(this.nextSegment, segment) + 1;
+      kept.segment = this.nextSegment;
+    }
+    return true;
+  }
+
+  /** Forgets exchanges sent before page time `t`, keeping the latest. */
+  forgetBefore(t) {
+    const ns = this.toNs(t);
+    while (this.exchanges.length > 1 && this.exchanges[0].sent < ns) this.exchanges.shift();
+  }
+
+  /** The region's extent at page time `t`, raw ({baseNs, originNs, extent}); null with no exchange. */
+  interval(t) {
+    if (this.origin === null) return null;
+    return this.intervalNs(this.toNs(t));
+  }
+
+  /** The server's clock at page time `t`: {agentMinusMonoNs, boundNs, driftPpb, driftBoundPpb}, or null. */
+  at(t) {
+    const i = this.interval(t);
+    return i === null ? null : estimateOf(i);
+  }
+
+  intervalNs(mono) {
+    const xs = this.exchanges;
+    const firstAfter = partitionPoint(xs, (x) => x.sent <= mono);
+    if (firstAfter === 0) return this.intervalIn(xs[0].segment, mono);
+    const segment = xs[firstAfter - 1].segment;
+    const own = this.intervalIn(segment, mono);
+    if (own === null) return null;
+    const next = xs[firstAfter];
+    if (next !== undefined && next.segment !== segment) {
+      const other = this.intervalIn(next.segment, mono);
+      return other === null ? null : union(own, other);
+    }
+    return own;
+  }
+
+  intervalIn(segment, mono) {
+    const [found, nearest] = this.windowIn(segment, mono);
+    if (found !== null || nearest === null) return found;
+    this.conflicts += 1;
+    return this.solveRange(nearest, nearest + 1, mono);
+  }
+
+  windowIn(segment, mono) {
+    const xs = this.exchanges;
+    const start = partitionPoint(xs, (x) => x.segment < segment);
+    const end = partitionPoint(xs, (x) => x.segment <= segment);
+    if (start === end) return [null, null];
+    const clamp = (p) => Math.min(Math.max(p, start), end);
+    const split = clamp(partitionPoint(xs, (x) => x.sent <= mono));
+    let first = clamp(partitionPoint(xs, (x) => x.sent < mono - HORIZON_NS));
+    let last = clamp(partitionPoint(xs, (x) => x.sent <= mono + HORIZON_NS));
+    if (split > start) first = Math.min(first, split - 1);
+    if (split < end) last = Math.max(last, split + 1);
+    const nearest = split > start ? split - 1 : split;
+    return [this.solveRange(first, last, mono), nearest];
+  }
+
+  solveRange(first, last, mono) {
+    const window = this.exchanges.slice(first, last);
+    const origin = window[0].sent;
+    const base = window[0].upper;
+    const t = mono - origin;
+    let splitUpper = 0;
+    while (splitUpper < window.length && window[splitUpper].sent <= mono) splitUpper++;
+    const splitLower = window.filter((x) => x.received <= mono).length;
+    const uppers = window.map((x) => ({ at: x.sent - origin, value: x.upper - base }));
+    const lowers = window.map((x) => ({ at: x.received - origin, value: x.lower - base }));
+    lowers.sort((a, b) => a.at - b.at);
+    const extent = solve(
+      t,
+      lowerHull(uppers.slice(0, splitUpper)),
+      lowerHull(uppers.slice(splitUpper)),
+      upperHull(lowers.slice(0, splitLower)),
+      upperHull(lowers.slice(splitLower)),
+    );
+    return extent === null ? null : { baseNs: base, originNs: origin, extent };
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The exchange schedule: a port of skewscope-core's clock/schedule.rs. Times
+// are ns (a page passes pageNow() × 1e6).
+// ---------------------------------------------------------------------------
+
+export const MIN_BURST_ROUNDS = 4;
+export const MAX_BURST_ROUNDS = 24;
+export const BURST_GAP_NS = 25e6;
+export const STILL_IMPROVING = 0.05;
+export const REBURST_GAP_NS = 10e9;
+export const HURRY_GAP_NS = 1e9;
+export const GROWTH_BETWEEN_PAIRS = 0.03;
+export const FASTEST_NS = 100e6;
+export const NEGLIGIBLE_GROWTH_NS = 10e3;
+
+/** When to exchange: bursts of pairs while the bound improves, then a steady rate. */
+export class Schedule {
+  constructor(nowNs, intervalNs) {
+    this.intervalNs = Math.max(intervalNs, 1);
+    this.burst = 0;
+    this.bursting = true;
+    this.secondOfPair = false;
+    this.nextAt = nowNs;
+    this.roundStarted = nowNs;
+    this.lastBurstEnd = null;
+    this.burstBounds = [];
+    this.best = [];
+    this.bursts = 1;
+  }
+
+  /** When the next request is due, ns. */
+  nextRequestAt() {
+    return this.nextAt;
+  }
+
+  /** A request went out and was answered or not; `estimate` is the model's now (or null). */
+  done(nowNs, estimate) {
+    if (!this.secondOfPair) {
+      this.secondOfPair = true;
+      this.nextAt = nowNs;
+      return;
+    }
+    this.secondOfPair = false;
+    const bound = estimate ? estimate.boundNs : null;
+    if (bound !== null) {
+      while (this.best.length > 0 && this.best[this.best.length - 1][1] >= bound) this.best.pop();
+      this.best.push([nowNs, bound]);
+      while (this.best.length > 0 && this.best[0][0] + HORIZON_NS < nowNs) this.best.shift();
+    }
+    if (this.bursting) {
+      this.burst += 1;
+      this.burstBounds.push(bound ?? Infinity);
+      if (this.burstShouldGoOn(this.burst)) {
+        this.roundStarted = nowNs + BURST_GAP_NS;
+      } else {
+        this.bursting = false;
+        this.lastBurstEnd = nowNs;
+        this.roundStarted = nowNs + this.intervalFor(estimate);
+      }
+    } else {
+      const degraded = bound === null || (this.best.length > 0 && bound > 2 * this.best[0][1]);
+      const rested = this.lastBurstEnd === null || nowNs >= this.lastBurstEnd + REBURST_GAP_NS;
+      if (degraded && rested) {
+        this.startBurst(nowNs + BURST_GAP_NS);
+      } else {
+        this.roundStarted = Math.max(this.roundStarted + this.intervalFor(estimate), nowNs);
+      }
+    }
+    this.nextAt = this.roundStarted;
+  }
+
+  /** Bursts now unless one runs or one ended under HURRY_GAP_NS ago; whether it did. */
+  hurry(nowNs) {
+    if (this.bursting || (this.lastBurstEnd !== null && nowNs < this.lastBurstEnd + HURRY_GAP_NS)) return false;
+    if (!this.secondOfPair) {
+      this.startBurst(nowNs);
+      this.nextAt = nowNs;
+    } else {
+      this.startBurst(this.nextAt);
+    }
+    return true;
+  }
+
+  intervalFor(estimate) {
+    if (!estimate) return this.intervalNs;
+    const growth = estimate.driftBoundPpb * 1e-9 + WANDER;
+    const allowed = Math.max(GROWTH_BETWEEN_PAIRS * estimate.boundNs, NEGLIGIBLE_GROWTH_NS) / growth;
+    return Math.min(Math.max(Math.floor(allowed), Math.min(FASTEST_NS, this.intervalNs)), this.intervalNs);
+  }
+
+  startBurst(at) {
+    this.bursting = true;
+    this.burst = 0;
+    this.burstBounds = [];
+    this.roundStarted = at;
+    this.bursts += 1;
+  }
+
+  burstShouldGoOn(rounds) {
+    if (rounds >= MAX_BURST_ROUNDS) return false;
+    const n = this.burstBounds.length;
+    const k = MIN_BURST_ROUNDS;
+    if (n <= k) return true;
+    const then = this.burstBounds[n - 1 - k];
+    const now = this.burstBounds[n - 1];
+    return now === Infinity || now < then * (1 - STILL_IMPROVING);
   }
 }
 
@@ -157,27 +505,36 @@ export function scheduleAt(clock, at, fn, { spinMs = 4, env = globalThis } = {})
   };
 }
 
+/** How long a reply may take before the exchange counts as lost, ms. */
+export const ANSWER_WAIT_MS = 300;
+
 /**
  * The server's clock over a WebSocket to the agent's /clock. Use
- * connectClock() to get one that has synced. Events: "exchange" (each
- * exchange kept, as event.exchange {t1, t2, t3, t4}: what a page that
- * records its sync, as the skewscope browser probe does, writes down),
- * "bound" (event.bound, when it moved by more than 0.05 ms), "jump" (the
- * page's clock jumped: what was learned is dropped), "close".
+ * connectClock() to get one that has synced. It exchanges on the schedule
+ * the native probe keeps (bursts of pairs until the bound stops improving,
+ * then a pair every `every` ms, more often while the drift is loosely
+ * known) and keeps the same clock model the probe and the report use.
+ * Events: "exchange" (each exchange kept, as event.exchange {t1, t2, t3,
+ * t4}: what a page that records its sync, as the skewscope browser probe
+ * does, writes down), "bound" (event.bound, when it moved by more than
+ * 0.05 ms), "jump" (the page's clock jumped against the wall clock: the
+ * device slept; what was learned is dropped), "close".
  */
 export class Clock extends EventTarget {
-  constructor(url, { burst = 8, every = 5000, WebSocketImpl = globalThis.WebSocket, env = globalThis } = {}) {
+  constructor(url, { every = 1000, WebSocketImpl = globalThis.WebSocket, env = globalThis } = {}) {
     super();
     this.url = url;
-    this.burst = burst;
     this.every = every;
-    this.filter = new ClockFilter();
     this.WebSocketImpl = WebSocketImpl;
     this.env = env;
-    this.pending = new Map();
+    this.model = new ClockModel({ nsPerUnit: 1e6 });
+    this.schedule = new Schedule(this.pageNow() * 1e6, every * 1e6);
+    this.pending = null;
+    this.timer = null;
     this.nextId = 1;
     this.lastBound = null;
     this.lastSeen = null;
+    this.closed = false;
   }
 
   /** The page's own clock (see pageNow), ms. */
@@ -185,17 +542,23 @@ export class Clock extends EventTarget {
     return this.env.pageNow ? this.env.pageNow() : pageNow();
   }
 
+  /** The server's clock at page time `at` (ms): {offset, bound} in ms (server = page + offset), or null. */
+  estimate(at) {
+    const e = this.model.at(at);
+    return e === null ? null : { offset: e.agentMinusMonoNs / 1e6, bound: e.boundNs / 1e6, driftPpm: e.driftPpb / 1e3 };
+  }
+
   /** The server's wall time now, ms since the epoch. */
   now() {
     const at = this.pageNow();
-    const e = this.filter.estimate(at);
+    const e = this.estimate(at);
     if (e === null) throw new Error("skewscope clock: not synced yet");
     return at + e.offset;
   }
 
   /** How far now() can be from the server's clock, ± ms. */
   bound() {
-    const e = this.filter.estimate(this.pageNow());
+    const e = this.estimate(this.pageNow());
     return e === null ? Infinity : e.bound;
   }
 
@@ -204,32 +567,41 @@ export class Clock extends EventTarget {
     return scheduleAt(this, at, fn, { env: this.env, ...options });
   }
 
-  /** Opens the socket and sends a first burst; resolves once one reply came. */
+  /** Asks for a burst now (an action is near and the bound is wide); whether one starts. */
+  hurry() {
+    if (!this.schedule.hurry(this.pageNow() * 1e6)) return false;
+    this.wait();
+    return true;
+  }
+
+  /** Opens the socket and starts exchanging; resolves once one reply came. */
   start() {
     return new Promise((resolve, reject) => {
       const ws = new this.WebSocketImpl(this.url);
       this.ws = ws;
       let settled = false;
-      ws.onopen = () => this.sendBurst();
+      ws.onopen = () => this.wait();
       ws.onerror = () => {
         if (!settled) {
           settled = true;
           reject(new Error(`skewscope clock: cannot reach ${this.url}`));
         }
       };
-      ws.onclose = () => this.dispatchEvent(new Event("close"));
+      ws.onclose = () => {
+        this.closed = true;
+        this.dispatchEvent(new Event("close"));
+      };
       ws.onmessage = (event) => {
         this.receive(event.data);
-        if (!settled && this.filter.size > 0) {
+        if (!settled && this.model.size > 0) {
           settled = true;
           resolve(this);
         }
       };
-      this.timer = this.env.setInterval(() => this.tick(), this.every);
       if (this.env.document?.addEventListener) {
         // Timers were throttled while hidden: exchange again at once.
         this.env.document.addEventListener("visibilitychange", () => {
-          if (this.env.document.visibilityState === "visible") this.tick();
+          if (this.env.document.visibilityState === "visible") this.hurry();
         });
       }
     });
@@ -237,34 +609,28 @@ export class Clock extends EventTarget {
 
   /** Closes the socket and stops exchanging. */
   close() {
-    this.env.clearInterval(this.timer);
+    this.closed = true;
+    if (this.timer !== null) this.env.clearTimeout(this.timer);
     this.ws?.close();
   }
 
-  /** A burst every `every` ms; a page clock that jumped (sleep) drops what was learned. */
-  tick() {
-    const page = this.pageNow();
-    const wall = this.env.Date ? this.env.Date.now() : Date.now();
-    if (this.lastSeen !== null) {
-      const pageMoved = page - this.lastSeen.page;
-      const wallMoved = wall - this.lastSeen.wall;
-      if (Math.abs(pageMoved - wallMoved) > 1000) {
-        this.filter.reset();
-        this.dispatchEvent(new Event("jump"));
-      }
-    }
-    this.lastSeen = { page, wall };
-    this.sendBurst();
+  /** Waits for the schedule's next request (one is out at most). */
+  wait() {
+    if (this.closed || this.pending !== null) return;
+    if (this.timer !== null) this.env.clearTimeout(this.timer);
+    const due = this.schedule.nextRequestAt() / 1e6;
+    this.timer = this.env.setTimeout(() => {
+      this.timer = null;
+      this.request();
+    }, Math.max(0, due - this.pageNow()));
   }
 
-  sendBurst() {
-    if (this.ws?.readyState !== 1) return;
-    for (let i = 0; i < this.burst; i++) {
-      const id = this.nextId++;
-      const t1 = this.pageNow();
-      this.pending.set(id, t1);
-      this.ws.send(JSON.stringify({ id, t1 }));
-    }
+  request() {
+    if (this.closed || this.ws?.readyState !== 1) return;
+    const id = this.nextId++;
+    const t1 = this.pageNow();
+    this.pending = { id, t1, timer: this.env.setTimeout(() => this.answered(null), ANSWER_WAIT_MS) };
+    this.ws.send(JSON.stringify({ id, t1 }));
   }
 
   receive(data) {
@@ -275,17 +641,44 @@ export class Clock extends EventTarget {
     } catch {
       return;
     }
-    if (!this.pending.has(reply.id)) return;
-    this.pending.delete(reply.id);
-    const exchange = { t1: reply.t1, t2: reply.t2, t3: reply.t3, t4 };
-    if (this.filter.add(exchange)) {
+    if (this.pending === null || reply.id !== this.pending.id) return;
+    this.answered({ t1: this.pending.t1, t2: reply.t2, t3: reply.t3, t4 });
+  }
+
+  /** One exchange done (null: no reply in time): into the model, then the next. */
+  answered(exchange) {
+    if (this.pending === null) return;
+    this.env.clearTimeout(this.pending.timer);
+    this.pending = null;
+    const now = this.pageNow();
+    this.checkJump(now);
+    if (exchange !== null && this.model.add(exchange)) {
+      this.model.forgetBefore(now - HORIZON_NS / 1e6);
       this.dispatchEvent(Object.assign(new Event("exchange"), { exchange }));
+      const bound = this.bound();
+      if (this.lastBound === null || Math.abs(bound - this.lastBound) > 0.05) {
+        this.lastBound = bound;
+        this.dispatchEvent(Object.assign(new Event("bound"), { bound }));
+      }
     }
-    const bound = this.bound();
-    if (this.lastBound === null || Math.abs(bound - this.lastBound) > 0.05) {
-      this.lastBound = bound;
-      this.dispatchEvent(Object.assign(new Event("bound"), { bound }));
+    this.schedule.done(now * 1e6, this.model.at(now));
+    this.wait();
+  }
+
+  /** A page clock that moved unlike the wall clock (the device slept) drops what was learned. */
+  checkJump(page) {
+    const wall = this.env.Date ? this.env.Date.now() : Date.now();
+    if (this.lastSeen !== null) {
+      const pageMoved = page - this.lastSeen.page;
+      const wallMoved = wall - this.lastSeen.wall;
+      if (Math.abs(pageMoved - wallMoved) > 1000) {
+        this.model = new ClockModel({ nsPerUnit: 1e6 });
+        this.schedule = new Schedule(page * 1e6, this.every * 1e6);
+        this.lastBound = null;
+        this.dispatchEvent(new Event("jump"));
+      }
     }
+    this.lastSeen = { page, wall };
   }
 }
 

@@ -354,6 +354,13 @@ fn actions_paragraph(
             a.receipts_without_action
         );
     }
+    if a.on_wide_bound > 0 {
+        let _ = writeln!(
+            out,
+            "    {} actions taken on a clock bound wider than the time their message left (or before any time exchange): the device could not tell whether it was in time",
+            a.on_wide_bound
+        );
+    }
     if a.uncorrected_actions > 0 {
         let _ = writeln!(
             out,

@@ -19,7 +19,9 @@
 //!   the WebSocket messages it sent each client, with capture times;
 //! - [`units`]: durations and sizes as written in flags;
 //! - [`act_at`]: the time to act a broadcast carries, and where;
-//! - the [`analysis`]: joining, the clock model, the figures and the report.
+//! - [`clock`]: the clock model, one definition for the probe, the live
+//!   join and the report (and ported to JavaScript);
+//! - the [`analysis`]: joining, the figures and the report.
 
 #![forbid(unsafe_code)]
 
@@ -27,6 +29,7 @@ pub mod act_at;
 pub mod analysis;
 pub mod chrony;
 pub mod client_frames;
+pub mod clock;
 pub mod control_rate;
 pub mod identity;
 pub mod ingest;

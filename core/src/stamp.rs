@@ -26,6 +26,13 @@ impl Stamp {
         let delta = mono_ns as i128 - self.mono_ns as i128;
         (self.wall_ns as i128 + delta).max(0) as u64
     }
+
+    /// Maps a wall reading taken on the same host into monotonic time, using
+    /// this stamp as the anchor (as if the wall clock does not step between).
+    pub fn mono_at(&self, wall_ns: u64) -> u64 {
+        let delta = wall_ns as i128 - self.wall_ns as i128;
+        (self.mono_ns as i128 + delta).max(0) as u64
+    }
 }
 
 #[cfg(test)]

@@ -35,6 +35,10 @@ use crate::recorder::Recorder;
 /// enough to cost one core that long per target.
 pub const SPIN: Duration = Duration::from_micros(300);
 
+/// How long before a target the actor plans it again, with the exchanges
+/// that came during the lead: enough to sleep the rest precisely.
+pub const LOOK_AGAIN: Duration = Duration::from_millis(2);
+
 /// Once the run ends, how far ahead an action is still waited for: one
 /// further off (a server that named a time hours away) is not done, and
 /// the log line says how many.
@@ -52,6 +56,8 @@ struct Planned {
     target: Stamp,
     /// When the message reached the probe (its read), on the monotonic clock.
     arrived_mono_ns: u64,
+    /// Planned again with the latest exchanges, [`LOOK_AGAIN`] before it.
+    looked_again: bool,
 }
 
 impl PartialEq for Planned {
@@ -96,35 +102,66 @@ impl Acting {
     ) -> Result<(), NoTimeToAct> {
         let act_at_ns = self.act_at.find(payload)?;
         let now = skewscope_os::clock::now();
-        let correction = self.clock.at(now);
-        // The agent's clock is this one's plus theta: its time `at` is
-        // `at - theta` here. Without an exchange, this clock is taken for
-        // the server's.
-        let theta = correction.map_or(0, |c| c.theta_ns);
-        let target_wall = (act_at_ns as i128 - i128::from(theta)).max(0) as u64;
-        let ahead = target_wall as i128 - now.wall_ns as i128;
-        let target = Stamp {
-            wall_ns: target_wall,
-            mono_ns: (now.mono_ns as i128 + ahead).max(0) as u64,
-        };
+        let planned = plan_at(&self.clock, act_at_ns, now);
+        // A bound wider than the time left cannot tell in time from late:
+        // ask for a burst, so the actor's last look may find it narrower.
+        if is_wide(&planned, arrived.mono_ns) {
+            self.clock.hurry();
+        }
         let _ = self.actor.send(Planned {
             conn,
             key,
             hash,
             act_at_ns,
-            offset_ns: correction.map(|c| c.theta_ns),
-            offset_bound_ns: correction.map(|c| c.bound_ns),
-            target,
+            offset_ns: planned.correction.map(|c| c.theta_ns),
+            offset_bound_ns: planned.correction.map(|c| c.bound_ns),
+            target: planned.target,
             arrived_mono_ns: arrived.mono_ns,
+            looked_again: false,
         });
         Ok(())
     }
+}
+
+/// Where an action lands on this device's clocks, and the correction it
+/// rests on (`None` before any exchange: then this clock is taken for the
+/// server's).
+struct Plan {
+    target: Stamp,
+    correction: Option<skewscope_core::clock::Correction>,
+}
+
+fn plan_at(clock: &ClockEstimate, act_at_ns: u64, now: Stamp) -> Plan {
+    match clock.moment_of(act_at_ns, now) {
+        Some((target, correction)) => Plan {
+            target,
+            correction: Some(correction),
+        },
+        None => Plan {
+            target: Stamp {
+                wall_ns: act_at_ns,
+                mono_ns: now.mono_at(act_at_ns),
+            },
+            correction: None,
+        },
+    }
+}
+
+/// Whether a plan in time rests on a clock bound wider than the time it
+/// leaves after the message came (or on no bound at all): the device
+/// cannot tell whether it acts in time. (A late plan is counted as late.)
+fn is_wide(plan: &Plan, arrived_mono_ns: u64) -> bool {
+    let Some(spare) = plan.target.mono_ns.checked_sub(arrived_mono_ns) else {
+        return false;
+    };
+    plan.correction.is_none_or(|c| c.bound_ns > spare)
 }
 
 /// The running actor; it ends when every [`Acting`] is gone and what was
 /// planned has been done.
 pub struct Actor {
     thread: Option<JoinHandle<()>>,
+    clock: ClockEstimate,
 }
 
 impl Actor {
@@ -137,6 +174,7 @@ impl Actor {
         realtime: bool,
     ) -> std::io::Result<(Actor, Acting)> {
         let (actor, planned) = mpsc::channel();
+        let clock_for_plans = clock.clone();
         let thread = std::thread::Builder::new()
             .name("actor".into())
             .spawn(move || {
@@ -152,15 +190,16 @@ impl Actor {
                         ),
                     }
                 }
-                run(&planned, &recorder);
+                run(&planned, &recorder, &clock);
             })?;
         Ok((
             Actor {
                 thread: Some(thread),
+                clock: clock_for_plans.clone(),
             },
             Acting {
                 act_at,
-                clock,
+                clock: clock_for_plans,
                 actor,
             },
         ))
@@ -172,10 +211,17 @@ impl Actor {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        let wide = self.clock.wide_actions();
+        if wide > 0 {
+            tracing::warn!(
+                target: "probe::act",
+                "{wide} action(s) taken on a clock bound wider than the time their message left (or before any time exchange): they may be early or late by that much; the report counts them"
+            );
+        }
     }
 }
 
-fn run(planned: &Receiver<Planned>, recorder: &Recorder) {
+fn run(planned: &Receiver<Planned>, recorder: &Recorder, clock: &ClockEstimate) {
     let mut due: BinaryHeap<Planned> = BinaryHeap::new();
     let mut fired: Vec<Planned> = Vec::new();
     let mut senders_gone = false;
@@ -200,9 +246,28 @@ fn run(planned: &Receiver<Planned>, recorder: &Recorder) {
             );
             return;
         }
-        if next > now + spin && !senders_gone {
+        let look = LOOK_AGAIN.as_nanos() as u64;
+        if next <= now + look && due.peek().is_some_and(|p| !p.looked_again) {
+            // The last look: exchanges that came during the lead count.
+            let mut p = due.pop().expect("just looked");
+            let plan = plan_at(clock, p.act_at_ns, skewscope_os::clock::now());
+            if plan.correction.is_some() {
+                p.target = plan.target;
+                p.offset_ns = plan.correction.map(|c| c.theta_ns);
+                p.offset_bound_ns = plan.correction.map(|c| c.bound_ns);
+            }
+            p.looked_again = true;
+            due.push(p);
+            continue;
+        }
+        let wake = if due.peek().is_some_and(|p| !p.looked_again) {
+            look
+        } else {
+            spin
+        };
+        if next > now + wake && !senders_gone {
             // Sleep, but wake for a message planned sooner.
-            match planned.recv_timeout(Duration::from_nanos(next - now - spin)) {
+            match planned.recv_timeout(Duration::from_nanos(next - now - wake)) {
                 Ok(p) => {
                     due.push(p);
                     continue;
@@ -212,8 +277,8 @@ fn run(planned: &Receiver<Planned>, recorder: &Recorder) {
             }
             continue;
         }
-        if next > now + spin {
-            std::thread::sleep(Duration::from_nanos(next - now - spin));
+        if next > now + wake {
+            std::thread::sleep(Duration::from_nanos(next - now - wake));
             continue;
         }
         // The last stretch: read the clock until the target has come,
@@ -233,6 +298,18 @@ fn run(planned: &Receiver<Planned>, recorder: &Recorder) {
         // moment (on one core, another probe's timer) to fire first.
         std::thread::yield_now();
         for p in fired.drain(..) {
+            let plan = Plan {
+                target: p.target,
+                correction: p
+                    .offset_bound_ns
+                    .map(|bound_ns| skewscope_core::clock::Correction {
+                        theta_ns: p.offset_ns.unwrap_or(0),
+                        bound_ns,
+                    }),
+            };
+            if is_wide(&plan, p.arrived_mono_ns) {
+                clock.count_wide_action();
+            }
             recorder.record(ProbeRecord::Action(Action {
                 conn: p.conn,
                 key: p.key,

@@ -1,11 +1,15 @@
-//! The probe's side of the time exchange with a skewscope agent: a burst at
-//! start, then one exchange per interval, every answer recorded as a
-//! [`TimeSample`]. A server that never answers the burst (not a skewscope agent)
-//! is left alone: the report then says it has no offset estimate.
+//! The probe's side of the time exchange with a skewscope agent, on the
+//! core's [`Schedule`]: bursts of pairs until the clock bound stops
+//! improving, then a pair per interval, a burst again when the bound
+//! degrades or an action asks. Every answer is recorded as a
+//! [`TimeSample`] and fed to the clock estimate. A server that never answers
+//! (not a skewscope agent) is left alone after a warning: the report then
+//! says it has no offset estimate.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use skewscope_core::clock::schedule::Schedule;
 use skewscope_core::record::{ProbeRecord, TimeSample};
 use skewscope_core::time_exchange::{PACKET_LEN, Reply, Request};
 use tokio::net::UdpSocket;
@@ -14,11 +18,7 @@ use crate::clock_estimate::ClockEstimate;
 use crate::recorder::Recorder;
 use crate::shutdown::Shutdown;
 
-/// Exchanges at start, to have an estimate before the first broadcast.
-pub const BURST: u32 = 8;
-/// Pause between the burst's exchanges.
-const BURST_GAP: Duration = Duration::from_millis(10);
-/// How long to wait for one answer.
+/// How long to wait for one answer: past a radio's longest power-save hold.
 const ANSWER_WAIT: Duration = Duration::from_millis(300);
 
 /// Runs the exchange until the run stops.
@@ -43,50 +43,46 @@ pub(crate) async fn run(
     };
     let stopped = shutdown.wait();
     tokio::pin!(stopped);
-    // A burst first, for a good estimate at once; until one is answered
-    // (the agent down or out of reach when the probe started), try again
-    // at each interval: giving up would leave the whole run without
-    // offsets (found by collector/tests/faults.rs, a probe started while
-    // its link was cut).
-    let mut unanswered_since_warned = false;
+    let start = skewscope_os::clock::mono_ns();
+    let mut schedule = Schedule::new(start, interval.as_nanos() as u64);
+    let mut answered_ever = false;
+    let mut unanswered = 0u32;
     loop {
-        let mut answered = 0;
-        for _ in 0..BURST {
-            if let Some(sample) = exchange(&socket).await {
-                recorder.record(ProbeRecord::TimeSample(sample));
-                estimate.add(sample);
-                answered += 1;
+        let due = schedule.next_request_at();
+        let wait = Duration::from_nanos(due.saturating_sub(skewscope_os::clock::mono_ns()));
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = estimate.hurried() => {
+                schedule.hurry(skewscope_os::clock::mono_ns());
+                continue;
             }
-            tokio::time::sleep(BURST_GAP).await;
+            _ = &mut stopped => return,
         }
-        if answered > 0 {
-            if unanswered_since_warned {
+        let answer = exchange(&socket).await;
+        if let Some(sample) = answer {
+            recorder.record(ProbeRecord::TimeSample(sample));
+            estimate.add(&sample);
+            if !answered_ever && unanswered >= 2 * skewscope_core::clock::schedule::MAX_BURST_ROUNDS
+            {
                 tracing::info!(target: "probe::time", "the time exchange at udp {target} answers");
             }
-            break;
-        }
-        if !unanswered_since_warned {
-            tracing::warn!(
-                target: "probe::time",
-                "no answer from a time exchange at udp {target} yet; offsets to the server's clock cannot be estimated until it answers (is it a skewscope agent?); trying again every {interval:?}"
-            );
-            unanswered_since_warned = true;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = &mut stopped => return,
-        }
-    }
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {
-                if let Some(sample) = exchange(&socket).await {
-                    recorder.record(ProbeRecord::TimeSample(sample));
-                    estimate.add(sample);
-                }
+            answered_ever = true;
+        } else {
+            unanswered += 1;
+            // A start that found nothing answering (the agent down or out of
+            // reach when the probe started): say so once, and keep trying at
+            // the schedule's pace (found by collector/tests/faults.rs, a
+            // probe started while its link was cut).
+            if !answered_ever && unanswered == 2 * skewscope_core::clock::schedule::MAX_BURST_ROUNDS
+            {
+                tracing::warn!(
+                    target: "probe::time",
+                    "no answer from a time exchange at udp {target} yet; offsets to the server's clock cannot be estimated until it answers (is it a skewscope agent?); trying again every {interval:?}"
+                );
             }
-            _ = &mut stopped => return,
         }
+        let now = skewscope_os::clock::mono_ns();
+        schedule.done(now, estimate.estimate_at(now).as_ref());
     }
 }
 

@@ -29,11 +29,14 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 
 use crate::counters::ClockServiceCounters;
 
-/// Requests a connection may send at once: a client syncs with a burst of
-/// exchanges and keeps the least delayed.
-pub const CLOCK_BURST: u32 = 32;
-/// Requests per second a connection may keep sending.
-pub const CLOCK_PER_SECOND: u32 = 10;
+/// Requests a connection may send at once: the clock module's schedule
+/// starts with a burst of up to 24 pairs (`MAX_BURST_ROUNDS` in
+/// skewscope-core's clock schedule), and bursts again when its bound degrades.
+pub const CLOCK_BURST: u32 = 64;
+/// Requests per second a connection may keep sending: the schedule's
+/// fastest steady rate is a pair every 100 ms, while the drift is loosely
+/// known.
+pub const CLOCK_PER_SECOND: u32 = 30;
 /// Largest frame or message accepted.
 const MAX_FRAME: usize = 1024;
 /// A connection that sends nothing this long is closed.

@@ -20,6 +20,8 @@ const INGEST_VERSION = 1;
 const MAX_BATCH_CHARS = 256 * 1024;
 const RETRY_MIN_MS = 250;
 const RETRY_MAX_MS = 10_000;
+/** How long before a target an action is planned again, ms. */
+const LOOK_AGAIN_MS = 2;
 
 const params = new URLSearchParams(location.search);
 const url = params.get("url");
@@ -286,11 +288,19 @@ function act(conn, message, arrived, clock) {
   } catch {
     return;
   }
-  // Mapped once, as the native probe maps it: the page-clock moment the
-  // agent's `at` is, with the offset known when the message came.
-  const estimate = clock.filter.estimate(arrived);
-  const offset = estimate?.offset ?? 0;
-  const target = at - offset;
+  // Mapped as the native probe maps it: the page-clock moment the agent's
+  // `at` is, on the clock model; planned again 2 ms before it, with the
+  // exchanges that came during the lead.
+  const plan = () => {
+    const first = clock.estimate(arrived);
+    if (first === null) return { target: at, estimate: null };
+    const estimate = clock.estimate(at - first.offset) ?? first;
+    return { target: at - estimate.offset, estimate };
+  };
+  let { target, estimate } = plan();
+  // A bound wider than the time left cannot tell in time from late: a
+  // burst of exchanges may narrow it before the last look.
+  if (estimate === null || estimate.bound > target - arrived) clock.hurry?.();
   const fire = () => {
     const done = pageNow();
     if (run.stopped) return;
@@ -300,7 +310,7 @@ function act(conn, message, arrived, clock) {
       conn,
       message,
       act_at_ms: at,
-      offset_ms: estimate ? offset : null,
+      offset_ms: estimate ? estimate.offset : null,
       bound_ms: estimate ? estimate.bound : null,
       target_ms: target,
       done_ms: done,
@@ -313,7 +323,16 @@ function act(conn, message, arrived, clock) {
     if (late > 0) shown.late += 1;
     show("actions", `${shown.actions} (${shown.late})`);
   };
-  scheduleAt({ now: pageNow }, target, fire, { spinMs });
+  const lastLook = () => {
+    const again = plan();
+    if (again.estimate !== null) ({ target, estimate } = again);
+    scheduleAt({ now: pageNow }, target, fire, { spinMs });
+  };
+  if (target - LOOK_AGAIN_MS > pageNow()) {
+    scheduleAt({ now: pageNow }, target - LOOK_AGAIN_MS, lastLook, { spinMs: 0 });
+  } else {
+    scheduleAt({ now: pageNow }, target, fire, { spinMs });
+  }
 }
 
 /** The smallest step of the page's clock, ms: what the browser coarsens it to. */
@@ -363,15 +382,14 @@ async function main() {
     return;
   }
   setState("syncing with the agent's clock");
-  // A burst every 2 s: a probe follows its clock closely (8 small
-  // exchanges a burst cost the agent nothing).
-  const clock = new Clock(`${agentWs}/clock`, { every: 2000 });
+  // The native probe's schedule: a pair a second once the bound settles.
+  const clock = new Clock(`${agentWs}/clock`, { every: 1000 });
   clock.addEventListener("exchange", (e) => {
     const x = e.exchange;
     emit({ kind: "exchange", t1_ms: x.t1, t2_ms: x.t2, t3_ms: x.t3, t4_ms: x.t4 });
   });
   clock.addEventListener("bound", () => {
-    const e = clock.filter.estimate(pageNow());
+    const e = clock.estimate(pageNow());
     if (e) show("offset", `${e.offset.toFixed(3)} ms ± ${e.bound.toFixed(3)} ms`);
   });
   try {

@@ -3,10 +3,11 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
-  ClockFilter,
   Clock,
-  DRIFT_UNFITTED,
-  FIT_SPAN_MS,
+  ClockModel,
+  FASTEST_NS,
+  MAX_BURST_ROUNDS,
+  Schedule,
   scheduleAt,
   toEpochMs,
 } from "../skewscope-clock.js";
@@ -19,42 +20,80 @@ function exchange(t1, offset, up, down, serverWork = 0.01) {
   return { t1, t2, t3, t4 };
 }
 
-test("the least delayed exchange wins, and its bound contains the truth", () => {
-  const f = new ClockFilter();
+test("the model in milliseconds: the truth inside, the best paths of two exchanges both count", () => {
+  const m = new ClockModel({ nsPerUnit: 1e6 });
   const truth = 2.5;
-  // Asymmetric delays: each estimate is off by (up - down) / 2, within its bound.
-  const delays = [[0.9, 0.1], [0.2, 0.3], [1.5, 0.1], [0.05, 0.4], [3, 3]];
-  delays.forEach(([up, down], i) => assert.ok(f.add(exchange(1000 + i, truth, up, down))));
-  const e = f.estimate(1010);
-  assert.ok(Math.abs(e.offset - truth) <= e.bound, JSON.stringify(e));
-  // The best is [0.2, 0.3] or [0.05, 0.4]: delay 0.45 + 0.01 work excluded.
-  assert.ok(e.bound < 0.26, JSON.stringify(e));
+  // Exchange A has a fast way up, B a fast way down: together they bound
+  // the offset tighter than either alone.
+  assert.ok(m.add(exchange(1000, truth, 0.05, 0.9)));
+  assert.ok(m.add(exchange(1001, truth, 0.9, 0.05)));
+  const e = m.at(1001.5);
+  const offset = e.agentMinusMonoNs / 1e6;
+  const bound = e.boundNs / 1e6;
+  assert.ok(Math.abs(offset - truth) <= bound, JSON.stringify(e));
+  assert.ok(bound < 0.1, `bound ${bound} ms`);
 });
 
 test("an exchange that could not happen is refused", () => {
-  const f = new ClockFilter();
-  assert.equal(f.add({ t1: 10, t2: 5, t3: 6, t4: 9 }), false);
-  assert.equal(f.estimate(10), null);
+  const m = new ClockModel({ nsPerUnit: 1e6 });
+  assert.equal(m.add({ t1: 10, t2: 5, t3: 6, t4: 9 }), false);
+  assert.equal(m.add({ t1: 10, t2: 5, t3: 4, t4: 12 }), false);
+  assert.equal(m.at(10), null);
 });
 
-test("the bound grows with time since the best exchange, then drift is fitted", () => {
-  const f = new ClockFilter();
-  const x = exchange(0, 1, 0.1, 0.1);
-  f.add(x);
-  const at = 10_000;
-  // Half the round trip, plus the drift allowed since the exchange's reply.
-  assert.ok(Math.abs(f.estimate(at).bound - (0.1 + DRIFT_UNFITTED * (at - x.t4))) < 1e-9);
-  // A server clock running 50 ppm fast: the fit follows it.
-  const g = new ClockFilter();
-  const ppm = 50e-6;
-  for (let t = 0; t <= 2 * FIT_SPAN_MS; t += 1000) {
-    g.add(exchange(t, 3 + ppm * t, 0.2, 0.2));
+test("one host on a jittery link: the drift stays inside what the exchanges allow", () => {
+  const m = new ClockModel({ nsPerUnit: 1e6 });
+  let seed = 7;
+  const random = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
+  for (let t = 0; t < 300_000; t += 500) {
+    const up = 1 - 3 * Math.log(1 - random());
+    const down = 1 - 3 * Math.log(1 - random());
+    m.add(exchange(t, 0, up, down));
   }
-  const later = 2 * FIT_SPAN_MS + 5000;
-  const e = g.estimate(later);
-  assert.ok(Math.abs(e.drift - ppm) < 1e-7, `drift ${e.drift}`);
-  const truth = 3 + ppm * later;
-  assert.ok(Math.abs(e.offset - truth) <= e.bound, JSON.stringify(e));
+  const e = m.at(300_000);
+  assert.ok(Math.abs(e.driftPpb) <= e.driftBoundPpb, JSON.stringify(e));
+  assert.ok(Math.abs(e.agentMinusMonoNs) <= e.boundNs, JSON.stringify(e));
+});
+
+/** Runs a schedule with the bound `bound(round)`; the request times, ns. */
+function drive(s, requests, bound) {
+  const sent = [];
+  for (let i = 0; i < requests; i++) {
+    const at = s.nextRequestAt();
+    sent.push(at);
+    const b = bound(Math.floor(i / 2));
+    s.done(at + 1e6, b === null ? null : { boundNs: b, driftBoundPpb: 0 });
+  }
+  return sent;
+}
+
+test("the schedule: pairs, a burst while the bound improves, then the steady rate", () => {
+  const s = new Schedule(0, 1e9);
+  const sent = drive(s, 2 * MAX_BURST_ROUNDS, (round) => 1e6 / 2 ** Math.min(round, 10));
+  assert.equal(sent[1], sent[0] + 1e6, "the second of a pair at the first's reply");
+  assert.equal(s.bursting, false);
+  const steady = drive(s, 4, () => 1e6 / 2 ** 10);
+  assert.equal(steady[2] - steady[0], 1e9);
+  // A loosely known drift brings the pairs closer, never under FASTEST_NS.
+  const t = s.nextRequestAt();
+  s.done(t + 1e6, { boundNs: 1e6, driftBoundPpb: 400_000 });
+  s.done(t + 2e6, { boundNs: 1e6, driftBoundPpb: 400_000 });
+  assert.ok(s.nextRequestAt() - t <= 1e9);
+});
+
+test("the schedule: a burst stops at its cap when nothing answers, and hurry bursts at once", () => {
+  const s = new Schedule(0, 1e9);
+  drive(s, 2 * MAX_BURST_ROUNDS, () => null);
+  assert.equal(s.bursting, false);
+  const t = new Schedule(0, 1e9);
+  drive(t, 2 * MAX_BURST_ROUNDS, () => 1e5);
+  assert.equal(t.hurry(t.nextRequestAt()), true);
+  drive(t, 2 * MAX_BURST_ROUNDS, () => 1e5);
+  const now = t.nextRequestAt() - 5e8;
+  assert.equal(t.hurry(now), true);
+  assert.equal(t.nextRequestAt(), now);
+  assert.equal(t.hurry(now + 1e6), false);
+  assert.ok(FASTEST_NS > 0);
 });
 
 test("times to act in any unit become epoch milliseconds", () => {
@@ -120,23 +159,23 @@ test("a page clock that jumps against the wall clock (sleep) forgets what it lea
   const env = {
     pageNow: () => page,
     Date: { now: () => wall },
-    setInterval: () => 0,
-    clearInterval: () => {},
+    setTimeout: () => 0,
+    clearTimeout: () => {},
   };
   const clock = new Clock("ws://unused/clock", { env });
-  clock.filter.add(exchange(page, 2, 0.1, 0.1));
+  clock.model.add(exchange(page, 2, 0.1, 0.1));
   const jumps = [];
   clock.addEventListener("jump", () => jumps.push(page));
-  clock.tick();
+  clock.checkJump(page);
   page += 5000;
   wall += 5000;
-  clock.tick();
-  assert.equal(clock.filter.size, 1, "both clocks moved alike");
+  clock.checkJump(page);
+  assert.equal(clock.model.size, 1, "both clocks moved alike");
   // The device slept 60 s: the wall clock moved on, the page's did not.
   page += 5000;
   wall += 65_000;
-  clock.tick();
-  assert.equal(clock.filter.size, 0);
+  clock.checkJump(page);
+  assert.equal(clock.model.size, 0);
   assert.deepEqual(jumps, [page]);
   assert.equal(clock.bound(), Infinity);
 });
@@ -158,8 +197,8 @@ test("replies fill the model through a WebSocket, and bound changes are told", (
     }
     close() {}
   }
-  const env = { pageNow: () => page, setInterval: () => 0, clearInterval: () => {}, setTimeout, clearTimeout };
-  const clock = new Clock("ws://server/clock", { WebSocketImpl: FakeSocket, env, burst: 4 });
+  const env = { pageNow: () => page, setTimeout, clearTimeout };
+  const clock = new Clock("ws://server/clock", { WebSocketImpl: FakeSocket, env });
   const bounds = [];
   const exchanges = [];
   clock.addEventListener("bound", (e) => bounds.push(e.bound));
@@ -173,6 +212,7 @@ test("replies fill the model through a WebSocket, and bound changes are told", (
     // A reply to nothing asked is ignored.
     clock.receive(JSON.stringify({ id: 999, t1: 0, t2: 0, t3: 0 }));
     clock.receive("not json");
-    assert.equal(exchanges.length, clock.filter.size);
+    assert.equal(exchanges.length, clock.model.size);
+    clock.close();
   });
 });

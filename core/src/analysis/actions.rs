@@ -22,9 +22,9 @@
 use serde::Serialize;
 
 use crate::analysis::clock_figures::{BoundedSummary, BoundedSummaryBuilder, corrected_spread};
-use crate::analysis::clock_model::DeviceClock;
 use crate::analysis::join::{Joined, JoinedBroadcast};
 use crate::analysis::stats::{Summary, SummaryBuilder};
+use crate::clock::DeviceClock;
 
 /// Late actions listed at most (the worst).
 pub const LATE_LISTED: usize = 20;
@@ -70,6 +70,12 @@ pub struct ActionFigures {
     pub spare_ns: Option<Summary>,
     /// Actions left out of corrected figures (their clock was not bounded).
     pub uncorrected_actions: u64,
+    /// Actions in time that the device took on a clock bound wider than
+    /// the time its message left it (or before it had any estimate): it
+    /// could not tell whether it acted in time. Each is still judged on the report's own
+    /// bound; this says the device acted half blind.
+    #[serde(default)]
+    pub on_wide_bound: u64,
     /// Receipts, on connections of probes that act, with no action (the
     /// message carried no time to act where the probe looked).
     pub receipts_without_action: u64,
@@ -90,6 +96,7 @@ pub struct ActionsBuilder {
     lead_given: SummaryBuilder,
     spare: SummaryBuilder,
     uncorrected: u64,
+    on_wide_bound: u64,
     receipts_without_action: u64,
 }
 
@@ -181,8 +188,11 @@ impl ActionsBuilder {
                 });
             }
             if let Some(read) = b.receipts.iter().find(|r| r.connection == a.connection) {
-                self.spare
-                    .add(a.target.mono_ns as i64 - read.mono_ns as i64);
+                let spare = a.target.mono_ns as i64 - read.mono_ns as i64;
+                self.spare.add(spare);
+                if a.late_ns == 0 && a.bound_acted_on_ns.is_none_or(|bound| bound as i64 > spare) {
+                    self.on_wide_bound += 1;
+                }
             }
             if let Some(agent) = b.agent {
                 self.lead_given
@@ -220,6 +230,7 @@ impl ActionsBuilder {
             lead_given_ns: self.lead_given.finish(),
             spare_ns: self.spare.finish(),
             uncorrected_actions: self.uncorrected,
+            on_wide_bound: self.on_wide_bound,
             receipts_without_action: self.receipts_without_action,
             unmatched_actions: joined.unmatched_actions,
         })

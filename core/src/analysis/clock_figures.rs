@@ -5,9 +5,9 @@
 
 use serde::Serialize;
 
-use crate::analysis::clock_model::{Correction, DeviceClock, find_steps};
 use crate::analysis::join::{Joined, JoinedBroadcast, JoinedReceipt};
 use crate::analysis::stats::{Summary, SummaryBuilder};
+use crate::clock::{Correction, DeviceClock, MAX_DRIFT, find_steps};
 use crate::record::ClockState;
 
 /// A distribution of estimates with the distributions of their lower and upper
@@ -62,12 +62,20 @@ pub enum ClaimCheck {
 pub struct DeviceClockSummary {
     /// Time exchanges recorded.
     pub time_samples: u64,
-    /// Device clock minus agent clock, from the least-delayed exchange.
+    /// Device clock minus agent clock where the run knew it best (at the
+    /// least-delayed exchange), from the clock model.
     pub offset_ns: Option<i64>,
-    /// Error bound of `offset_ns` (half that exchange's round trip).
+    /// Error bound of `offset_ns`: the truth lies within it.
     pub offset_bound_ns: Option<u64>,
-    /// Measured drift of the device against the agent (ppb), when the run was long enough.
+    /// Drift of the agent's clock against the device's (ppb): the middle of
+    /// the range the exchanges allow, once they pinned it at all.
     pub drift_ppb: Option<f64>,
+    /// Half that range: the true drift lies within it of `drift_ppb`.
+    pub drift_bound_ppb: Option<f64>,
+    /// Times an exchange left no consistent clock (the agent's clock
+    /// stepped, or a clock slewed beyond the model's allowance): the model
+    /// started again from it.
+    pub model_breaks: u64,
     /// The clock's last claim about itself.
     pub claim: Option<ClockState>,
     /// Measured offset against the claims.
@@ -366,7 +374,7 @@ pub(crate) fn corrected_spread(corrected: &[(i64, i64)]) -> Option<(i64, i64, i6
     Some((max_at - min_at, (max_lo - min_hi).max(0), max_hi - min_lo))
 }
 
-fn summarise_steps(steps: &[crate::analysis::clock_model::ClockStep]) -> Vec<StepSummary> {
+fn summarise_steps(steps: &[crate::clock::ClockStep]) -> Vec<StepSummary> {
     steps
         .iter()
         .map(|s| StepSummary {
@@ -382,8 +390,9 @@ fn device_summary(
     clock: &DeviceClock,
     agent_claim: Option<u64>,
 ) -> DeviceClockSummary {
-    let model = clock.main_model();
-    let best = model.map(|m| (m.at(m.best_exchange_mono()), m));
+    let best = clock
+        .best()
+        .map(|(at, estimate)| (estimate.correction(at), estimate));
     let offset_ns = best.map(|(c, _)| -c.theta_ns);
     let offset_bound_ns = best.map(|(c, _)| c.bound_ns);
     let device_claim = claim.and_then(ClockState::claimed_bound_ns);
@@ -397,11 +406,18 @@ fn device_summary(
         }
         _ => ClaimCheck::Unknown,
     };
+    // A drift is reported once the exchanges pinned it to less than the
+    // widest the model allows.
+    let drift = best
+        .map(|(_, e)| e)
+        .filter(|e| e.drift_bound_ppb < MAX_DRIFT * 1e9 * 0.99);
     DeviceClockSummary {
         time_samples: samples as u64,
         offset_ns,
         offset_bound_ns,
-        drift_ppb: model.filter(|m| m.drift_fitted).map(|m| m.drift_ppb),
+        drift_ppb: drift.map(|e| e.drift_ppb),
+        drift_bound_ppb: drift.map(|e| e.drift_bound_ppb),
+        model_breaks: clock.model.breaks(),
         claim: claim.cloned(),
         offset_vs_claim,
         clock_steps: summarise_steps(&clock.steps),

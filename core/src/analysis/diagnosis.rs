@@ -20,9 +20,9 @@
 
 use serde::Serialize;
 
-use crate::analysis::clock_model::DeviceClock;
 use crate::analysis::join::{Joined, JoinedBroadcast, JoinedReceipt};
 use crate::analysis::stats::{Summary, SummaryBuilder};
+use crate::clock::DeviceClock;
 
 /// Connections listed as late at most.
 pub const LATE_CONNECTIONS_LISTED: usize = 5;

@@ -11,8 +11,8 @@
 
 use crate::Stamp;
 use crate::analysis::clock_figures::{corrected_spread, device_clocks, device_summaries};
-use crate::analysis::clock_model::DeviceClock;
 use crate::analysis::join::{Joined, JoinedBroadcast, JoinedReceipt};
+use crate::clock::DeviceClock;
 
 /// Most receipts the latency scatter draws (one mark each).
 pub const MAX_RECEIPT_POINTS: usize = 4_000;

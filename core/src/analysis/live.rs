@@ -24,8 +24,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::Stamp;
 use crate::analysis::clock_figures::corrected_spread;
-use crate::analysis::clock_model::DeviceClock;
 use crate::analysis::fanout::{Fanout, FanoutTracker};
+use crate::clock::{ClockModel, Correction, Exchange, HORIZON_NS};
 use crate::page_ingest::parse_page_label;
 use crate::record::{AgentRecord, ClockState, MessageKey, ProbeRecord, TimeSample};
 
@@ -40,8 +40,10 @@ pub const FINAL_MARGIN_NS: u64 = 1_000_000_000;
 pub const FINAL_TIMEOUT_NS: u64 = 30_000_000_000;
 /// Broadcasts held at most; past it the oldest is judged early.
 pub const MAX_PENDING: usize = 1_024;
-/// Time exchanges kept per run: the clock model of recent minutes.
-pub const SAMPLES_PER_RUN: usize = 64;
+/// Time exchanges kept per run at most: the clock model keeps those within
+/// its horizon of the moments still asked about, and this caps a probe that
+/// exchanges far faster than its schedule would.
+pub const MAX_EXCHANGES_PER_RUN: usize = 4_096;
 /// Receipts held at most while their broadcast's record is not here yet.
 pub const MAX_EARLY: usize = 50_000;
 /// Probe runs followed at most (their names label metrics).
@@ -107,7 +109,12 @@ struct Run {
     name: String,
     /// Probe connection index → agent connection of its latest opening.
     conns: HashMap<u32, u64>,
-    samples: VecDeque<TimeSample>,
+    /// Its clock against the agent's: the one clock model, fed as its
+    /// exchanges upload.
+    clock: ClockModel,
+    /// Its latest exchange's reply, on its clocks: where its offset is
+    /// shown on `/metrics`.
+    latest_exchange: Option<Stamp>,
     claim: Option<ClockState>,
     /// Latest wall stamp among its uploaded records (its own clock).
     through_wall_ns: u64,
@@ -115,23 +122,36 @@ struct Run {
     stopped: bool,
     /// Agent wall time it last uploaded.
     last_upload_wall_ns: u64,
-    clock: Option<DeviceClock>,
-    /// Set when a new sample arrives: the model is refitted when needed.
-    clock_stale: bool,
     /// It acts on broadcasts (its `ActPlan` came): a receipt is complete
     /// only with its action.
     acts: bool,
 }
 
 impl Run {
-    fn clock(&mut self) -> &DeviceClock {
-        if self.clock_stale || self.clock.is_none() {
-            let samples: Vec<TimeSample> = self.samples.iter().copied().collect();
-            let stamps: Vec<Stamp> = samples.iter().flat_map(|s| [s.t1, s.t4]).collect();
-            self.clock = Some(DeviceClock::build(&stamps, &samples));
-            self.clock_stale = false;
+    /// The correction of a stamp this run took.
+    fn correction(&self, stamp: Stamp) -> Option<Correction> {
+        Some(self.clock.at(stamp.mono_ns)?.correction(stamp))
+    }
+
+    /// Takes in one exchange, keeping those a moment still judged can need.
+    fn add_exchange(&mut self, sample: &TimeSample) {
+        let Some(exchange) = Exchange::from_sample(sample) else {
+            return;
+        };
+        self.latest_exchange = Some(sample.t4);
+        self.clock.add(exchange);
+        let keep_from = exchange
+            .sent_mono_ns
+            .saturating_sub(HORIZON_NS + FINAL_TIMEOUT_NS);
+        self.clock.forget_before(keep_from);
+        if self.clock.len() > MAX_EXCHANGES_PER_RUN {
+            let oldest_kept = self
+                .clock
+                .exchanges()
+                .nth(self.clock.len() - MAX_EXCHANGES_PER_RUN)
+                .map_or(0, |e| e.sent_mono_ns);
+            self.clock.forget_before(oldest_kept);
         }
-        self.clock.as_ref().expect("built above")
     }
 }
 
@@ -356,13 +376,7 @@ impl LiveJoin {
                     h.closed_wall_ns = Some(c.at.wall_ns);
                 }
             }
-            ProbeRecord::TimeSample(t) => {
-                run.samples.push_back(*t);
-                while run.samples.len() > SAMPLES_PER_RUN {
-                    run.samples.pop_front();
-                }
-                run.clock_stale = true;
-            }
+            ProbeRecord::TimeSample(t) => run.add_exchange(t),
             ProbeRecord::ClockState(c) => run.claim = Some((**c).clone()),
             ProbeRecord::ActPlan(_) => run.acts = true,
             ProbeRecord::Action(a) => {
@@ -594,7 +608,7 @@ impl LiveJoin {
             if let Some(a) = arrival {
                 let wall = a.at.wall_ns.saturating_sub(a.kernel_delay_ns) as i64;
                 raw.push(wall);
-                let correction = self.runs.get_mut(&a.run).and_then(|r| r.clock().at(a.at));
+                let correction = self.runs.get(&a.run).and_then(|r| r.correction(a.at));
                 match correction {
                     Some(c) => corrected.push((wall + c.theta_ns, c.bound_ns as i64)),
                     None => all_corrected = false,
@@ -621,7 +635,7 @@ impl LiveJoin {
         let mut acted = Vec::with_capacity(p.actions.len());
         let mut all_acted_corrected = true;
         for (_, a) in &p.actions {
-            match self.runs.get_mut(&a.run).and_then(|r| r.clock().at(a.done)) {
+            match self.runs.get(&a.run).and_then(|r| r.correction(a.done)) {
                 Some(c) => acted.push((a.done.wall_ns as i64 + c.theta_ns, c.bound_ns as i64)),
                 None => all_acted_corrected = false,
             }
@@ -673,9 +687,9 @@ impl LiveJoin {
             .runs
             .values_mut()
             .map(|r| {
-                let latest = r.samples.back().map(|s| s.t4);
-                let offset_ns = latest
-                    .and_then(|t| r.clock().at(t))
+                let offset_ns = r
+                    .latest_exchange
+                    .and_then(|t| r.correction(t))
                     .map(|c| (-c.theta_ns, c.bound_ns));
                 ProbeHealth {
                     name: r.name.clone(),

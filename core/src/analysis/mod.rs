@@ -3,8 +3,8 @@
 //!
 //! - [`join`]: which receipt belongs to which broadcast and which send, each
 //!   broadcast's [`fanout`] (span, queued, dropped) defined once;
-//! - [`clock_model`]: each device's offset to the agent's clock, its error
-//!   bound, and its clock steps, from the time-exchange samples;
+//! - [`crate::clock`] (beside the analysis, since the probe acts on it too):
+//!   each device's clock against the agent's, with a bound that holds;
 //! - [`clock_figures`]: skew and latency moved into the agent's timebase with
 //!   intervals that contain the truth, and the latency split;
 //! - [`tapped`]: a server the agent taps, joined like the hub's own records;
@@ -20,7 +20,6 @@
 
 pub mod actions;
 pub mod clock_figures;
-pub mod clock_model;
 pub mod diagnosis;
 pub mod fanout;
 pub mod figures;

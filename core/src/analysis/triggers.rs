@@ -13,9 +13,9 @@
 
 use serde::Serialize;
 
-use crate::analysis::clock_model::DeviceClock;
 use crate::analysis::join::{Joined, JoinedBroadcast, JoinedReceipt};
 use crate::analysis::stats::{Summary, SummaryBuilder};
+use crate::clock::DeviceClock;
 
 /// A line of a triggers file that is not a time.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -343,6 +343,8 @@ mod tests {
                 offset_ns: bound.map(|_| 0),
                 offset_bound_ns: bound,
                 drift_ppb: None,
+                drift_bound_ppb: None,
+                model_breaks: 0,
                 claim: synced.map(|synchronized| ClockState {
                     at: Stamp {
                         wall_ns: 1,

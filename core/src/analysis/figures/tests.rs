@@ -49,10 +49,11 @@ fn receipts_are_drawn_at_their_fan_out_position_with_corrected_latency() {
         .max()
         .unwrap();
     assert!((late - 400_000).abs() <= 20_000, "{late}");
-    assert_eq!(
-        f.probes.iter().map(|p| p.offset_ns).collect::<Vec<_>>(),
-        vec![Some((5_000_000, 20_000)), Some((-3_000_000, 20_000))]
-    );
+    for (p, truth) in f.probes.iter().zip([5_000_000i64, -3_000_000]) {
+        let (offset, bound) = p.offset_ns.unwrap();
+        assert!((offset - truth).unsigned_abs() <= bound, "{p:?}");
+        assert!(bound < 20_010, "{p:?}");
+    }
     assert_eq!(f.probes[0].claim_ns, Some(1_000_000));
 }
 

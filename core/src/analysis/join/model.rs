@@ -199,6 +199,9 @@ pub struct JoinedAction {
     pub done: Stamp,
     /// How long after its target the message came (0: in time).
     pub late_ns: u64,
+    /// The clock bound the device acted on (`None`: it had no estimate and
+    /// took its own clock for the server's).
+    pub bound_acted_on_ns: Option<u64>,
 }
 
 impl JoinedAction {

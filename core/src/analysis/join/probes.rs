@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use super::model::{ClockIdentity, Probe, ProbeConnection, RunEnd};
 use super::source::ProbeSource;
 use crate::Stamp;
-use crate::analysis::clock_model::{STEP_CONFIRMATIONS, STEP_THRESHOLD_NS};
+use crate::clock::steps::{STEP_CONFIRMATIONS, STEP_THRESHOLD_NS};
 use crate::record::{LogFull, MessageKey, ProbeRecord};
 
 /// Which connection (an index into the join's connections) each of a probe's
@@ -304,7 +304,7 @@ pub(super) fn connection_time(record: &ProbeRecord) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::clock_model::find_steps;
+    use crate::clock::find_steps;
 
     fn stamp(mono: u64, level: i64) -> Stamp {
         Stamp {

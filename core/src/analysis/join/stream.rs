@@ -320,6 +320,7 @@ impl Plan {
                             target: a.target,
                             done: a.done,
                             late_ns: a.late_ns,
+                            bound_acted_on_ns: a.offset_bound_ns,
                         });
                     }
                 },

@@ -62,11 +62,12 @@ fn live_skews_equal_the_reports_own() {
     assert_eq!(live.counts(), LiveCounts::default());
     assert_eq!(live.pending(), 0);
     let probes = live.probes();
-    let offsets: Vec<(&str, i64)> = probes
-        .iter()
-        .map(|p| (p.name.as_str(), p.offset_ns.unwrap().0))
-        .collect();
-    assert_eq!(offsets, vec![("dev-a", 5_000_000), ("dev-b", -3_000_000)]);
+    let names: Vec<&str> = probes.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, vec!["dev-a", "dev-b"]);
+    for (p, truth) in probes.iter().zip([5_000_000i64, -3_000_000]) {
+        let (offset, bound) = p.offset_ns.unwrap();
+        assert!((offset - truth).unsigned_abs() <= bound, "{p:?}");
+    }
     assert!(probes.iter().all(|p| p.synced == Some(true)));
 }
 
