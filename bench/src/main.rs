@@ -7,6 +7,7 @@
 //! stress. `upload`: what probes uploading costs the agent's fan-out, and
 //! ingest throughput. `verdict`: an audit's last broadcast to its verdict.
 
+mod clock_models;
 mod drain;
 mod fanout;
 mod flood;
@@ -37,6 +38,36 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Clock models side by side over emulated links, deterministic and
+    /// without sockets: the truth inside the bound, the bound against the
+    /// link's physical limit, the estimate's error.
+    ClockModels {
+        /// Link profiles (wired, good-wifi, busy-wifi, asymmetric).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "wired,good-wifi,busy-wifi,asymmetric"
+        )]
+        profiles: Vec<String>,
+        /// Runs per profile.
+        #[arg(long, default_value_t = 100)]
+        runs: u32,
+        /// Seconds per run.
+        #[arg(long, default_value_t = 600)]
+        seconds: u64,
+        /// Each run's drift is drawn within ± this many ppm.
+        #[arg(long, default_value_t = 1.0)]
+        drift_ppm: f64,
+        /// Seed of every run's chance.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// The steady exchange interval (the probe's --time-interval).
+        #[arg(long, default_value = "1s", value_parser = skewscope_core::units::parse_duration)]
+        interval: Duration,
+        /// Print the figures as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Fan-out span for N connections: floor vs agent with and without recording.
     Fanout {
         /// Connection counts to measure.
@@ -259,6 +290,37 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::ClockModels {
+            profiles,
+            runs,
+            seconds,
+            drift_ppm,
+            seed,
+            interval,
+            json,
+        } => {
+            let profiles = profiles
+                .iter()
+                .map(|n| {
+                    skewscope_linkemu::Profile::named(n)
+                        .ok_or_else(|| anyhow::anyhow!("no link profile {n:?}"))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let figures = clock_models::run(
+                &profiles,
+                runs,
+                seconds,
+                drift_ppm,
+                seed,
+                interval.as_nanos() as u64,
+            );
+            if json {
+                println!("{}", serde_json::to_string_pretty(&figures)?);
+            } else {
+                clock_models::print(&figures, runs, seconds, drift_ppm);
+            }
+            Ok(())
+        }
         Command::Fanout {
             sizes,
             rounds,
