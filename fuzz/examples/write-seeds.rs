@@ -204,6 +204,41 @@ fn main() -> std::io::Result<()> {
         seeds.push(("act_at", name.into(), text.into()));
     }
 
+    // Exchanges for the clock model: an honest jittery link, then the
+    // agent's clock stepping 50 ms, with questions and a forgetting.
+    let mut exchanges = Vec::new();
+    let mut t = 1_000_000_000_000u64;
+    let mut x = 7u64;
+    for i in 0..40u64 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let (up, down) = (1_000_000 + (x >> 44), 1_000_000 + ((x >> 20) & 0xf_ffff));
+        let step = if i >= 30 { 50_000_000 } else { 0 };
+        let agent = |m: u64| m + 500_000_000_000_000 + step;
+        let t2 = agent(t + up);
+        let fields = [t, t2, t2 + 20_000, t + up + 20_000 + down];
+        let mut chunk: Vec<u8> = fields.iter().flat_map(|f| f.to_le_bytes()).collect();
+        chunk[0] &= !3;
+        exchanges.extend(chunk);
+        if i % 10 == 9 {
+            let mut ask: Vec<u8> = [t + 250_000_000, 0, 0, 0]
+                .iter()
+                .flat_map(|f| f.to_le_bytes())
+                .collect();
+            ask[0] = (ask[0] & !3) | 1;
+            exchanges.extend(ask);
+        }
+        t += 1_000_000_000;
+    }
+    let mut forget: Vec<u8> = [t - 5_000_000_000, 0, 0, 0]
+        .iter()
+        .flat_map(|f| f.to_le_bytes())
+        .collect();
+    forget[0] = (forget[0] & !3) | 2;
+    exchanges.extend(forget);
+    seeds.push(("clock_model", "wifi-then-a-step".into(), exchanges));
+
     for (target, name, bytes) in seeds {
         assert!(
             TARGETS.iter().any(|(t, _)| *t == target),

@@ -36,4 +36,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("http_head", http_head),
     ("chrony", chrony),
     ("act_at", act_at),
+    ("clock_model", clock_model),
 ];
