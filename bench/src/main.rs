@@ -15,6 +15,7 @@ mod floor;
 mod floor_server;
 mod format;
 mod idle;
+mod links;
 mod live_cost;
 mod probe_cost;
 mod report_cost;
@@ -38,6 +39,34 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Acting together end to end over emulated links: two shifted probes,
+    /// each behind its own skewscope-linkemu link, acting on the hub's
+    /// broadcasts; the truth of every action from the logs.
+    Links {
+        /// Link profiles (wired, good-wifi, busy-wifi, asymmetric).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "wired,good-wifi,busy-wifi,asymmetric"
+        )]
+        profiles: Vec<String>,
+        /// Broadcasts measured per profile after the warm-up (one every
+        /// 500 ms), besides the 20 of the start-up.
+        #[arg(long, default_value_t = 100)]
+        broadcasts: usize,
+        /// How long the probes run before the measured broadcasts.
+        #[arg(long, default_value = "120s", value_parser = skewscope_core::units::parse_duration)]
+        warmup: Duration,
+        /// The time to act, this long after each broadcast.
+        #[arg(long, default_value = "250ms", value_parser = skewscope_core::units::parse_duration)]
+        lead: Duration,
+        /// Print the figures as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Also write the figures as JSON to this file.
+        #[arg(long)]
+        save: Option<std::path::PathBuf>,
+    },
     /// Clock models side by side over emulated links, deterministic and
     /// without sockets: the truth inside the bound, the bound against the
     /// link's physical limit, the estimate's error.
@@ -67,6 +96,9 @@ enum Command {
         /// Print the figures as JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Also write the figures as JSON to this file.
+        #[arg(long)]
+        save: Option<std::path::PathBuf>,
     },
     /// Fan-out span for N connections: floor vs agent with and without recording.
     Fanout {
@@ -290,6 +322,32 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Links {
+            profiles,
+            broadcasts,
+            lead,
+            warmup,
+            json,
+            save,
+        } => {
+            let profiles = profiles
+                .iter()
+                .map(|n| {
+                    skewscope_linkemu::Profile::named(n)
+                        .ok_or_else(|| anyhow::anyhow!("no link profile {n:?}"))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let figures = links::run(&profiles, broadcasts, lead, warmup)?;
+            if let Some(path) = save {
+                std::fs::write(path, serde_json::to_string_pretty(&figures)? + "\n")?;
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&figures)?);
+            } else {
+                links::print(&figures, lead, warmup);
+            }
+            Ok(())
+        }
         Command::ClockModels {
             profiles,
             runs,
@@ -298,6 +356,7 @@ fn main() -> anyhow::Result<()> {
             seed,
             interval,
             json,
+            save,
         } => {
             let profiles = profiles
                 .iter()
@@ -314,6 +373,9 @@ fn main() -> anyhow::Result<()> {
                 seed,
                 interval.as_nanos() as u64,
             );
+            if let Some(path) = save {
+                std::fs::write(path, serde_json::to_string_pretty(&figures)? + "\n")?;
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&figures)?);
             } else {
