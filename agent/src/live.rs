@@ -163,7 +163,7 @@ impl LiveFigures {
         );
         registry.register(
             "skewscope_probe_clock_offset_bound_seconds",
-            "Error bound of that offset (half the best exchange's round trip, grown by drift)",
+            "Error bound of that offset: the truth lies within it (the clock model's bound, docs/clock-model.md)",
             self.probe_bound.clone(),
         );
         registry.register(

@@ -68,6 +68,10 @@ pub struct LinkFigures {
     pub upper_start_ns: (u64, u64),
     /// Actions on a bound wider than their time to spare (after start-up).
     pub on_wide_bound: u64,
+    /// The timers' error (actual − target on the device's monotonic clock),
+    /// p99 and max (after start-up): what this shared machine's scheduler
+    /// adds, beside the clocks.
+    pub timer_ns: (u64, u64),
     /// That p99 ÷ what the link allows two devices (the sum of their limits).
     pub upper_ratio_p99: f64,
     /// Actions whose message came after its time.
@@ -333,6 +337,11 @@ fn run_profile(
     let upper = upper_of(&steady);
     let upper_start = upper_of(&report(&start_up)?);
     let on_wide_bound = steady["actions"]["on_wide_bound"].as_u64().unwrap_or(0);
+    let timer = &steady["actions"]["timer_error_ns"];
+    let timer_ns = (
+        timer["p99"].as_u64().unwrap_or(0),
+        timer["max"].as_u64().unwrap_or(0),
+    );
     let two: u64 = limits.iter().sum();
     if std::env::var_os("SKEWSCOPE_BENCH_KEEP").is_some() {
         eprintln!("bench: links: logs kept in {}", dir.keep().display());
@@ -364,6 +373,7 @@ fn run_profile(
         upper_ns: upper,
         upper_start_ns: upper_start,
         on_wide_bound,
+        timer_ns,
         upper_ratio_p99: upper.1 as f64 / two as f64,
         late,
     })
@@ -381,12 +391,12 @@ pub fn print(figures: &[LinkFigures], lead: Duration, warmup: Duration) {
         warmup.as_secs()
     );
     println!(
-        "| link | limits (link's own) | bound ÷ limit p50 / p99 | offset error p50 / p99 | true action skew p50 / p99 / max | upper bound p50 / p99 (÷ 2 limits) | start: bound ÷ limit p99, true skew max, upper p99 | wide / late |"
+        "| link | limits (link's own) | bound ÷ limit p50 / p99 | offset error p50 / p99 | true action skew p50 / p99 / max | upper bound p50 / p99 (÷ 2 limits) | start: bound ÷ limit p99, true skew max, upper p99 | timer error p99 / max | wide / late |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for f in figures {
         println!(
-            "| {} | {} ({}) | {:.2} / {:.2} | {} / {} | {} / {} / {} | {} / {} ({:.2}) | {:.2}, {}, {} | {} / {} of {} |",
+            "| {} | {} ({}) | {:.2} / {:.2} | {} / {} | {} / {} / {} | {} / {} ({:.2}) | {:.2}, {}, {} | {} / {} | {} / {} of {} |",
             f.profile,
             f.limits_ns
                 .iter()
@@ -411,6 +421,8 @@ pub fn print(figures: &[LinkFigures], lead: Duration, warmup: Duration) {
             f.bound_ratio_start.1,
             us(f.action_skew_start_ns.2),
             us(f.upper_start_ns.1),
+            us(f.timer_ns.0),
+            us(f.timer_ns.1),
             f.on_wide_bound,
             f.late,
             f.actions,

@@ -33,6 +33,9 @@ const ANSWER_WAIT_NS: u64 = 300 * MS;
 /// Queries this soon after a run's start count as its start-up (a short
 /// audit's whole life).
 const START_UP_NS: u64 = 10 * S;
+/// Queries this long after a run's start count as settled: the drift is
+/// pinned by then.
+const SETTLED_NS: u64 = 60 * S;
 
 /// The models measured, in the order printed.
 const MODELS: [&str; 4] = ["region (now)", "before", "snapcast median", "ntp filter"];
@@ -60,6 +63,8 @@ pub struct Figures {
     pub start_error_p99_ns: u64,
     /// Bound ÷ physical limit in each run's first ten seconds: p99.
     pub start_bound_ratio_p99: Option<f64>,
+    /// Bound ÷ physical limit after each run's first minute: p99.
+    pub settled_bound_ratio_p99: Option<f64>,
 }
 
 /// One profile's run.
@@ -81,6 +86,7 @@ struct Samples {
     start_errors: Vec<u64>,
     ratios: Vec<f64>,
     start_ratios: Vec<f64>,
+    settled_ratios: Vec<f64>,
     bounded: u64,
     inside: u64,
 }
@@ -184,6 +190,9 @@ fn run_profile(
                         if q < start + START_UP_NS {
                             s.start_ratios.push(b as f64 / limit as f64);
                         }
+                        if q >= start + SETTLED_NS {
+                            s.settled_ratios.push(b as f64 / limit as f64);
+                        }
                     }
                 }
             }
@@ -222,6 +231,7 @@ fn run_profile(
                 error_max_ns: s.errors.iter().copied().max().unwrap_or(0),
                 start_error_p99_ns: percentile_u64(&mut s.start_errors, 0.99),
                 start_bound_ratio_p99: percentile_f64(&mut s.start_ratios, 0.99),
+                settled_bound_ratio_p99: percentile_f64(&mut s.settled_ratios, 0.99),
             })
             .collect(),
     }
@@ -296,7 +306,7 @@ pub fn print(figures: &[ProfileFigures], runs: u32, seconds: u64, drift_ppm: f64
         "clock models, {runs} runs × {seconds} s per profile, drift within ±{drift_ppm} ppm; every 250 ms each model is asked with the exchanges it had (the probe's view)"
     );
     println!(
-        "{:<11} {:>9} {:>9}  {:<16} {:>9} {:>12} {:>12} {:>10} {:>10} {:>10} {:>12} {:>12}",
+        "{:<11} {:>9} {:>9}  {:<16} {:>9} {:>12} {:>12} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12}",
         "profile",
         "exchanges",
         "limit",
@@ -308,11 +318,24 @@ pub fn print(figures: &[ProfileFigures], runs: u32, seconds: u64, drift_ppm: f64
         "error",
         "error",
         "first 10 s",
-        "first 10 s"
+        "first 10 s",
+        "after 1 min"
     );
     println!(
-        "{:<11} {:>9} {:>9}  {:<16} {:>9} {:>12} {:>12} {:>10} {:>10} {:>10} {:>12} {:>12}",
-        "", "", "p50", "", "", "p50", "p99", "p50", "p99", "max", "bound p99", "error p99"
+        "{:<11} {:>9} {:>9}  {:<16} {:>9} {:>12} {:>12} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12}",
+        "",
+        "",
+        "p50",
+        "",
+        "",
+        "p50",
+        "p99",
+        "p50",
+        "p99",
+        "max",
+        "bound p99",
+        "error p99",
+        "bound p99"
     );
     for p in figures {
         for (i, m) in p.models.iter().enumerate() {
@@ -326,7 +349,7 @@ pub fn print(figures: &[ProfileFigures], runs: u32, seconds: u64, drift_ppm: f64
                 (String::new(), String::new(), String::new())
             };
             println!(
-                "{:<11} {:>9} {:>9}  {:<16} {:>9} {:>12} {:>12} {:>10} {:>10} {:>10} {:>12} {:>12}",
+                "{:<11} {:>9} {:>9}  {:<16} {:>9} {:>12} {:>12} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12}",
                 name,
                 ex,
                 lim,
@@ -341,6 +364,8 @@ pub fn print(figures: &[ProfileFigures], runs: u32, seconds: u64, drift_ppm: f64
                 m.start_bound_ratio_p99
                     .map_or("-".into(), |x| format!("{x:.2}")),
                 us(m.start_error_p99_ns),
+                m.settled_bound_ratio_p99
+                    .map_or("-".into(), |x| format!("{x:.2}")),
             );
         }
     }

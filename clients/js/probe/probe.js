@@ -323,13 +323,17 @@ function act(conn, message, arrived, clock) {
     if (late > 0) shown.late += 1;
     show("actions", `${shown.actions} (${shown.late})`);
   };
+  // The last look comes before the final spin, and the spin is as much
+  // longer: a page's timer may fire a few ms late, and the look must not
+  // make the action late.
+  const margin = spinMs + LOOK_AGAIN_MS;
   const lastLook = () => {
     const again = plan();
     if (again.estimate !== null) ({ target, estimate } = again);
-    scheduleAt({ now: pageNow }, target, fire, { spinMs });
+    scheduleAt({ now: pageNow }, target, fire, { spinMs: margin });
   };
-  if (target - LOOK_AGAIN_MS > pageNow()) {
-    scheduleAt({ now: pageNow }, target - LOOK_AGAIN_MS, lastLook, { spinMs: 0 });
+  if (target - margin > pageNow()) {
+    scheduleAt({ now: pageNow }, target - margin, lastLook, { spinMs: 0 });
   } else {
     scheduleAt({ now: pageNow }, target, fire, { spinMs });
   }

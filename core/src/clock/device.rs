@@ -130,3 +130,83 @@ mod tests {
         assert_eq!(clock.best(), None);
     }
 }
+
+#[cfg(test)]
+mod step_properties {
+    use super::*;
+
+    const T0: u64 = 1_764_000_000_000_000_000;
+    const MS: u64 = 1_000_000;
+    const S: u64 = 1_000_000_000;
+
+    /// A device whose wall clock steps (once or twice, forwards or
+    /// backwards, by 1 ms to 1 s) during a run of exchanges over a jittery
+    /// link: every stamp is corrected with the truth inside, and the bound
+    /// just after each step is within twice the bound just before it.
+    #[test]
+    fn wall_clock_steps_keep_the_bound_and_the_truth() {
+        for seed in 0..200u64 {
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let offset = rng.i64(-5 * MS as i64..5 * MS as i64);
+            let mut steps: Vec<(u64, i64)> = (0..rng.usize(1..=2))
+                .map(|_| {
+                    let size = rng.i64(MS as i64..S as i64) * if rng.bool() { 1 } else { -1 };
+                    (rng.u64(20..80) * S, size)
+                })
+                .collect();
+            steps.sort();
+            // The wall clock's level (wall − monotonic) at device time t.
+            let level = |t: u64| -> i64 {
+                offset
+                    + steps
+                        .iter()
+                        .filter(|(at, _)| *at <= t)
+                        .map(|(_, s)| s)
+                        .sum::<i64>()
+            };
+            let stamp = |t: u64| Stamp {
+                wall_ns: (T0 as i64 + t as i64 + level(t)) as u64,
+                mono_ns: t,
+            };
+            let agent = |t: u64| T0 + t; // the agent's clock is the true one
+            let mut samples = Vec::new();
+            let mut stamps = Vec::new();
+            let mut t = S;
+            while t < 100 * S {
+                let up = 500_000 + (-(2e6) * (1.0 - rng.f64()).ln()) as u64;
+                let down = 500_000 + (-(2e6) * (1.0 - rng.f64()).ln()) as u64;
+                let t4 = t + up + 20_000 + down;
+                samples.push(TimeSample {
+                    t1: stamp(t),
+                    t2_wall_ns: agent(t + up),
+                    t3_wall_ns: agent(t + up + 20_000),
+                    t4: stamp(t4),
+                });
+                stamps.extend([stamp(t), stamp(t4)]);
+                t = t4 + rng.u64(200..1_200) * MS;
+            }
+            let clock = DeviceClock::build(&stamps, &samples);
+            // (Which steps are reported is steps.rs's to test: two steps a
+            // second apart are one to it.)
+            assert_eq!(clock.model.breaks(), 0, "seed {seed}");
+            for q in (1..100).map(|s| s * S + 333_333) {
+                let c = clock.at(stamp(q)).unwrap();
+                // Agent minus device wall, truly.
+                let truth = -(level(q) as i128);
+                let err = (i128::from(c.theta_ns) - truth).unsigned_abs();
+                assert!(
+                    err <= u128::from(c.bound_ns),
+                    "seed {seed}, t {q}: {c:?} vs {truth}"
+                );
+            }
+            for (at, _) in &steps {
+                let before = clock.at(stamp(at - 1)).unwrap().bound_ns;
+                let after = clock.at(stamp(*at)).unwrap().bound_ns;
+                assert!(
+                    after <= 2 * before,
+                    "seed {seed}: {before} before, {after} after"
+                );
+            }
+        }
+    }
+}
