@@ -320,6 +320,17 @@ enum Command {
     },
 }
 
+/// Link profiles by name, as the command line gives them.
+fn link_profiles(names: &[String]) -> anyhow::Result<Vec<skewscope_linkemu::Profile>> {
+    names
+        .iter()
+        .map(|n| {
+            skewscope_linkemu::Profile::named(n)
+                .ok_or_else(|| anyhow::anyhow!("no link profile {n:?}"))
+        })
+        .collect()
+}
+
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Links {
@@ -330,13 +341,7 @@ fn main() -> anyhow::Result<()> {
             json,
             save,
         } => {
-            let profiles = profiles
-                .iter()
-                .map(|n| {
-                    skewscope_linkemu::Profile::named(n)
-                        .ok_or_else(|| anyhow::anyhow!("no link profile {n:?}"))
-                })
-                .collect::<anyhow::Result<Vec<_>>>()?;
+            let profiles = link_profiles(&profiles)?;
             let figures = links::run(&profiles, broadcasts, lead, warmup)?;
             if let Some(path) = save {
                 std::fs::write(path, serde_json::to_string_pretty(&figures)? + "\n")?;
@@ -358,13 +363,7 @@ fn main() -> anyhow::Result<()> {
             json,
             save,
         } => {
-            let profiles = profiles
-                .iter()
-                .map(|n| {
-                    skewscope_linkemu::Profile::named(n)
-                        .ok_or_else(|| anyhow::anyhow!("no link profile {n:?}"))
-                })
-                .collect::<anyhow::Result<Vec<_>>>()?;
+            let profiles = link_profiles(&profiles)?;
             let figures = clock_models::run(
                 &profiles,
                 runs,

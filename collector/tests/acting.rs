@@ -15,10 +15,10 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use common::{
-    Reaped, SKEWSCOPE, fastapi, json_report, sibling_binary, signal, start_agent, wait_until,
+    Reaped, SKEWSCOPE, count_of, fastapi, json_report, probe_records, sibling_binary, signal,
+    start_agent, wait_until,
 };
 use nix::sys::signal::Signal;
-use skewscope_core::log::{AnyLog, read_file};
 use skewscope_core::record::{MessageKey, ProbeRecord};
 
 /// A probe with 3 connections acting at `/at_ns` (or `pointer`), its wall
@@ -36,17 +36,6 @@ fn acting_probe(url: &str, name: &str, out: &Path, shift: Option<&str>, extra: &
             .env("FAKETIME", spec);
     }
     Reaped(cmd.spawn().unwrap())
-}
-
-fn probe_records(path: &Path) -> Vec<ProbeRecord> {
-    match read_file(path) {
-        Ok(AnyLog::Probe(d)) => d.records,
-        _ => Vec::new(),
-    }
-}
-
-fn count_of(path: &Path, what: fn(&ProbeRecord) -> bool) -> usize {
-    probe_records(path).iter().filter(|r| what(r)).count()
 }
 
 fn wait_ready(logs: &[&Path], exchanges: usize) {

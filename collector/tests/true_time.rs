@@ -10,9 +10,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Reaped, json_report, signal, start_agent, trigger, wait_until};
+use common::{
+    Reaped, count_of, json_report, probe_records, signal, start_agent, trigger, wait_until,
+};
 use nix::sys::signal::Signal;
-use skewscope_core::log::{AnyLog, read_file};
 use skewscope_core::record::{MessageKey, ProbeRecord};
 
 /// How a probe's wall clock is shifted.
@@ -37,17 +38,6 @@ fn probe(url: &str, name: &str, count: u32, out: &Path, shift: Shift) -> Reaped 
             .env("FAKETIME_NO_CACHE", "1"),
     };
     Reaped(cmd.spawn().unwrap())
-}
-
-fn probe_records(path: &Path) -> Vec<ProbeRecord> {
-    match read_file(path) {
-        Ok(AnyLog::Probe(d)) => d.records,
-        _ => Vec::new(),
-    }
-}
-
-fn count_of(path: &Path, what: fn(&ProbeRecord) -> bool) -> usize {
-    probe_records(path).iter().filter(|r| what(r)).count()
 }
 
 /// Waits until every probe has 3 connections up and its first time burst done.

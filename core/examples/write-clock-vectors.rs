@@ -12,9 +12,7 @@
 //! number holds it exactly.
 
 use serde_json::{Value, json};
-use skewscope_core::Stamp;
 use skewscope_core::clock::{ClockModel, Exchange};
-use skewscope_core::record::TimeSample;
 
 const MS: u64 = 1_000_000;
 const S: u64 = 1_000_000_000;
@@ -37,19 +35,7 @@ impl Case {
     }
 
     fn add(&mut self, x: [u64; 4]) {
-        let sample = TimeSample {
-            t1: Stamp {
-                wall_ns: x[0],
-                mono_ns: x[0],
-            },
-            t2_wall_ns: x[1],
-            t3_wall_ns: x[2],
-            t4: Stamp {
-                wall_ns: x[3],
-                mono_ns: x[3],
-            },
-        };
-        let exchange = Exchange::from_sample(&sample);
+        let exchange = Exchange::from_times(x[0], x[1], x[2], x[3]);
         if let Some(e) = exchange {
             self.model.add(e);
         }

@@ -6,9 +6,7 @@
 //! the port must follow.
 
 use serde_json::Value;
-use skewscope_core::Stamp;
 use skewscope_core::clock::{ClockModel, Exchange};
-use skewscope_core::record::TimeSample;
 
 fn vectors() -> Value {
     let path = concat!(
@@ -35,19 +33,7 @@ fn every_case_gives_the_same_bits() {
             match op["op"].as_str().expect("op") {
                 "add" => {
                     let x: Vec<u64> = op["x"].as_array().expect("x").iter().map(n).collect();
-                    let sample = TimeSample {
-                        t1: Stamp {
-                            wall_ns: x[0],
-                            mono_ns: x[0],
-                        },
-                        t2_wall_ns: x[1],
-                        t3_wall_ns: x[2],
-                        t4: Stamp {
-                            wall_ns: x[3],
-                            mono_ns: x[3],
-                        },
-                    };
-                    let exchange = Exchange::from_sample(&sample);
+                    let exchange = Exchange::from_times(x[0], x[1], x[2], x[3]);
                     assert_eq!(exchange.is_some(), op["valid"].as_bool().unwrap(), "{name}");
                     if let Some(e) = exchange {
                         model.add(e);

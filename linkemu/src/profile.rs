@@ -98,20 +98,8 @@ impl Profile {
     /// A switched gigabit LAN: 60 µs each way, 20 µs of jitter.
     pub const WIRED: Profile = Profile {
         name: "wired",
-        up: Way {
-            base_ns: 60 * US,
-            jitter: Jitter::Exponential { mean_ns: 20 * US },
-            stall: None,
-            loss_percent: 0.0,
-            rate_bps: Some(1_000_000_000),
-        },
-        down: Way {
-            base_ns: 60 * US,
-            jitter: Jitter::Exponential { mean_ns: 20 * US },
-            stall: None,
-            loss_percent: 0.0,
-            rate_bps: Some(1_000_000_000),
-        },
+        up: WIRED_WAY,
+        down: WIRED_WAY,
         power_save: None,
     };
 
@@ -172,6 +160,14 @@ impl Profile {
         (self.up.base_ns + self.down.base_ns) / 2
     }
 }
+
+const WIRED_WAY: Way = Way {
+    base_ns: 60 * US,
+    jitter: Jitter::Exponential { mean_ns: 20 * US },
+    stall: None,
+    loss_percent: 0.0,
+    rate_bps: Some(1_000_000_000),
+};
 
 const GOOD_WIFI_WAY: Way = Way {
     base_ns: MS,

@@ -68,6 +68,19 @@ pub fn records_in(path: &Path) -> usize {
     }
 }
 
+/// A probe log's records on disk (none while it has no header).
+pub fn probe_records(path: &Path) -> Vec<skewscope_core::record::ProbeRecord> {
+    match skewscope_core::log::read_file(path) {
+        Ok(skewscope_core::log::AnyLog::Probe(d)) => d.records,
+        _ => Vec::new(),
+    }
+}
+
+/// How many of a probe log's records are `what`.
+pub fn count_of(path: &Path, what: fn(&skewscope_core::record::ProbeRecord) -> bool) -> usize {
+    probe_records(path).iter().filter(|r| what(r)).count()
+}
+
 /// Receipts in a probe log on disk (0 while it has no header).
 pub fn receipts_in(path: &Path) -> usize {
     match skewscope_core::log::read_file(path) {

@@ -33,18 +33,25 @@ impl Exchange {
     /// the agent's turnaround is longer than the round trip, or a time is
     /// out of range.
     pub fn from_sample(s: &TimeSample) -> Option<Exchange> {
-        if s.t4.mono_ns < s.t1.mono_ns || s.t3_wall_ns < s.t2_wall_ns {
+        Exchange::from_times(s.t1.mono_ns, s.t2_wall_ns, s.t3_wall_ns, s.t4.mono_ns)
+    }
+
+    /// The exchange of these four times: `t1` and `t4` on the device's
+    /// monotonic clock, `t2` and `t3` on the agent's wall clock (how the
+    /// shared vectors give them); `None` as for [`Exchange::from_sample`].
+    pub fn from_times(t1: u64, t2: u64, t3: u64, t4: u64) -> Option<Exchange> {
+        if t4 < t1 || t3 < t2 {
             return None;
         }
-        let upper = i64::try_from(i128::from(s.t2_wall_ns) - i128::from(s.t1.mono_ns)).ok()?;
-        let lower = i64::try_from(i128::from(s.t3_wall_ns) - i128::from(s.t4.mono_ns)).ok()?;
+        let upper = i64::try_from(i128::from(t2) - i128::from(t1)).ok()?;
+        let lower = i64::try_from(i128::from(t3) - i128::from(t4)).ok()?;
         // upper − lower is the round trip less the agent's turnaround.
         if upper < lower {
             return None;
         }
         Some(Exchange {
-            sent_mono_ns: s.t1.mono_ns,
-            received_mono_ns: s.t4.mono_ns,
+            sent_mono_ns: t1,
+            received_mono_ns: t4,
             upper_ns: upper,
             lower_ns: lower,
         })
