@@ -156,14 +156,15 @@ export function solve(t, upperBefore, upperAfter, lowerBefore, lowerAfter) {
     driftLo = candidates[0];
   } else {
     const [b0, b1, g0, g1] = [candidates[first - 1], candidates[first], gaps[first - 1], gaps[first]];
-    driftLo = b0 + (b1 - b0) * (-g0 / (g1 - g0));
+    // Never past the candidate where the gap is ≥ 0 (rounding can).
+    driftLo = Math.min(b0 + (b1 - b0) * (-g0 / (g1 - g0)), b1);
   }
   let driftHi;
   if (last === candidates.length - 1) {
     driftHi = candidates[last];
   } else {
     const [b0, b1, g0, g1] = [candidates[last], candidates[last + 1], gaps[last], gaps[last + 1]];
-    driftHi = b0 + (b1 - b0) * (g0 / (g0 - g1));
+    driftHi = Math.max(b0 + (b1 - b0) * (g0 / (g0 - g1)), b0);
   }
   const extent = {
     lo: Math.min(lo(driftLo), lo(driftHi)),

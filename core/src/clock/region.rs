@@ -195,7 +195,8 @@ pub(crate) fn solve(
             gaps[first - 1],
             gaps[first],
         );
-        b0 + (b1 - b0) * (-g0 / (g1 - g0))
+        // Never past the candidate where the gap is ≥ 0 (rounding can).
+        (b0 + (b1 - b0) * (-g0 / (g1 - g0))).min(b1)
     };
     let drift_hi = if last == candidates.len() - 1 {
         candidates[last]
@@ -206,7 +207,7 @@ pub(crate) fn solve(
             gaps[last],
             gaps[last + 1],
         );
-        b0 + (b1 - b0) * (g0 / (g0 - g1))
+        (b0 + (b1 - b0) * (g0 / (g0 - g1))).max(b0)
     };
     let mut extent = Extent {
         lo: lo(drift_lo).min(lo(drift_hi)),
