@@ -7,6 +7,10 @@
 //! Chromium asks for by itself on a blank page are set aside (a control
 //! page that does fetch shows the record works).
 //!
+//! At 1280 px and at a phone's 390 px it reads as text: no U+FFFD, the
+//! diagnosis on lines of its own, nothing wider than the window, no plot
+//! label cut at its edge (measured through DevTools).
+//!
 //! `SKEWSCOPE_SCREENSHOT=docs/report.png` also keeps the light screenshot
 //! (how the README's picture is made).
 
@@ -21,6 +25,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use common::browser::Browser;
 use common::{Reaped, SKEWSCOPE, signal, start_agent, wait_until};
 use nix::sys::signal::Signal;
 use skewscope_core::record::ProbeRecord;
@@ -318,4 +323,61 @@ fn the_html_report_renders_in_chromium_with_every_mark_and_no_fetch() {
     if let Ok(keep) = std::env::var("SKEWSCOPE_SCREENSHOT") {
         std::fs::copy(&light, &keep).unwrap();
     }
+
+    // Read by a person, on a desktop and on a phone: no character lost to
+    // U+FFFD, the diagnosis on lines of its own, nothing wider than the
+    // window, no label of a plot cut at its edge.
+    for width in [1280, 390] {
+        let browser = Browser::open_with(
+            dir.path().join(format!("layout-{width}")),
+            &format!("file://{}", page.display()),
+            &[&format!("--window-size={width},2400")],
+        );
+        let mut layout = serde_json::Value::Null;
+        for _ in 0..100 {
+            layout = browser.evaluate(LAYOUT);
+            if layout["ready"] == true {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(layout["ready"], true, "{layout}");
+        assert_eq!(
+            layout["replaced"], 0,
+            "U+FFFD in the page at {width} px: {layout}"
+        );
+        assert!(layout["why_lines"].as_u64().unwrap() >= 4, "{layout}");
+        assert!(
+            layout["scroll_width"].as_u64().unwrap() <= layout["client_width"].as_u64().unwrap(),
+            "wider than the window at {width} px: {layout}"
+        );
+        assert_eq!(
+            layout["cut"],
+            serde_json::json!([]),
+            "labels cut at {width} px: {layout}"
+        );
+    }
 }
+
+/// What the page's layout says of itself (run through DevTools: the report
+/// has no script of its own, and its CSP allows none).
+const LAYOUT: &str = r#"(() => {
+  const d = document.documentElement;
+  if (document.readyState !== "complete" || !location.href.endsWith("report.html")) return { ready: false };
+  const cut = [];
+  for (const svg of document.querySelectorAll("svg")) {
+    const box = svg.getBoundingClientRect();
+    for (const t of svg.querySelectorAll("text")) {
+      const r = t.getBoundingClientRect();
+      if (r.width > 0 && (r.left < box.left - 1 || r.right > box.right + 1)) cut.push(t.textContent);
+    }
+  }
+  return {
+    ready: true,
+    replaced: (d.outerHTML.match(/\uFFFD/g) || []).length,
+    why_lines: (document.querySelector("pre.why")?.textContent ?? "").split("\n").length,
+    scroll_width: d.scrollWidth,
+    client_width: d.clientWidth,
+    cut,
+  };
+})()"#;

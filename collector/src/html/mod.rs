@@ -166,7 +166,7 @@ pub fn render(page: &Page) -> String {
         "offsets",
         "Probe clocks against the agent's",
         plots::probe_offsets(f),
-        "Each probe's measured offset with its error bar (half the best time exchange's round trip), over the shaded span the two clocks claim to be within of each other. A bar outside its span: one clock is wrong about itself.",
+        "Each probe's measured offset with its error bar (its clock bound from the clock model: the truth lies within it), over the shaded span the two clocks claim to be within of each other. A bar outside its span: one clock is wrong about itself.",
     );
     probes(&mut out, r);
     inputs(&mut out, r);
@@ -214,7 +214,7 @@ fn verdict(out: &mut String, v: &Verdict) {
     let failed = v.checks.iter().filter(|c| !c.pass).count();
     let _ = write!(
         out,
-        r#"<section id="verdict" class="{}"><h2>{}</h2><table><tr><th></th><th>check</th><th>limit</th><th>measured</th><th>judged on</th></tr>"#,
+        r#"<section id="verdict" class="{}"><h2>{}</h2><div class="wide"><table><tr><th></th><th>check</th><th>limit</th><th>measured</th><th>judged on</th></tr>"#,
         if v.pass { "pass" } else { "fail" },
         if v.pass {
             format!("PASS: all {} checks passed", v.checks.len())
@@ -237,7 +237,7 @@ fn verdict(out: &mut String, v: &Verdict) {
             escape(&c.basis)
         );
     }
-    out.push_str("</table></section>\n");
+    out.push_str("</table></div></section>\n");
 }
 
 fn summary(out: &mut String, r: &Report) {
@@ -254,7 +254,7 @@ fn summary(out: &mut String, r: &Report) {
         r.reconnects
     );
     out.push_str(
-        "<table><tr><th></th><th>p50</th><th>p90</th><th>p99</th><th>max</th><th>n</th></tr>",
+        r#"<div class="wide"><table><tr><th></th><th>p50</th><th>p90</th><th>p99</th><th>max</th><th>n</th></tr>"#,
     );
     let mut plain = |name: &str, s: &Option<Summary>| {
         if let Some(s) = s {
@@ -306,7 +306,7 @@ fn summary(out: &mut String, r: &Report) {
     if let Some(a) = &r.actions {
         bounded("action skew, agent's clock", &a.action_skew_corrected_ns);
     }
-    out.push_str("</table>");
+    out.push_str("</table></div>");
     if let Some(a) = &r.actions {
         let _ = write!(
             out,
@@ -389,7 +389,7 @@ fn probes(out: &mut String, r: &Report) {
     if r.probes.is_empty() {
         return;
     }
-    out.push_str(r#"<section id="probes"><h2>Probes</h2><table><tr><th>probe</th><th>host</th><th>connections</th><th>receipts</th><th>missing</th><th>offset to agent</th><th>clock claims</th><th>check</th><th>log</th></tr>"#);
+    out.push_str(r#"<section id="probes"><h2>Probes</h2><div class="wide"><table><tr><th>probe</th><th>host</th><th>connections</th><th>receipts</th><th>missing</th><th>offset to agent</th><th>clock claims</th><th>check</th><th>log</th></tr>"#);
     for p in &r.probes {
         let c = &p.clock;
         let offset = match (c.offset_ns, c.offset_bound_ns) {
@@ -448,11 +448,11 @@ fn probes(out: &mut String, r: &Report) {
             }
         );
     }
-    out.push_str("</table></section>\n");
+    out.push_str("</table></div></section>\n");
 }
 
 fn inputs(out: &mut String, r: &Report) {
-    out.push_str(r#"<section id="inputs"><h2>Inputs</h2><table><tr><th>file</th><th>kind</th><th>records</th><th>skipped bytes</th><th></th></tr>"#);
+    out.push_str(r#"<section id="inputs"><h2>Inputs</h2><div class="wide"><table><tr><th>file</th><th>kind</th><th>records</th><th>skipped bytes</th><th></th></tr>"#);
     for i in &r.inputs {
         let _ = write!(
             out,
@@ -465,7 +465,7 @@ fn inputs(out: &mut String, r: &Report) {
             if i.torn_tail { "ends mid-record" } else { "" }
         );
     }
-    out.push_str("</table></section>\n");
+    out.push_str("</table></div></section>\n");
 }
 
 #[cfg(test)]

@@ -328,7 +328,7 @@ pub fn ramp_key(top: i64) -> String {
         })
         .collect();
     format!(
-        r#"<svg class="key" viewBox="0 0 300 34" xmlns="http://www.w3.org/2000/svg"><defs><linearGradient id="ramp">{stops}</linearGradient></defs><rect x="40" y="4" width="220" height="12" fill="url(#ramp)"/><text class="tick" x="36" y="14" text-anchor="end">0</text><text class="tick" x="264" y="14">{}</text><text class="tick" x="150" y="30" text-anchor="middle">behind the broadcast's first receipt</text></svg>"#,
+        r#"<svg class="key" viewBox="0 0 340 34" xmlns="http://www.w3.org/2000/svg"><defs><linearGradient id="ramp">{stops}</linearGradient></defs><rect x="20" y="4" width="220" height="12" fill="url(#ramp)"/><text class="tick" x="16" y="14" text-anchor="end">0</text><text class="tick" x="244" y="14">{}</text><text class="tick" x="130" y="30" text-anchor="middle">behind the broadcast's first receipt</text></svg>"#,
         duration(top)
     )
 }

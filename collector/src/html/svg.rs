@@ -9,7 +9,9 @@
 
 use std::fmt::Write;
 
-/// Text made safe for HTML and SVG: names in logs come from devices.
+/// Text made safe for HTML and SVG: names in logs come from devices. A
+/// line break or tab is text (in a paragraph it is a space, in the `why`
+/// block a new line); any other control character becomes U+FFFD.
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
@@ -19,6 +21,7 @@ pub fn escape(text: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
+            '\n' | '\t' => out.push(c),
             c if c.is_control() => out.push('\u{fffd}'),
             c => out.push(c),
         }
@@ -423,5 +426,10 @@ mod tests {
             escape("<script>alert('x')</script>&\u{7}"),
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;\u{fffd}"
         );
+    }
+
+    #[test]
+    fn line_breaks_stay_text() {
+        assert_eq!(escape("one\n  two\tthree"), "one\n  two\tthree");
     }
 }

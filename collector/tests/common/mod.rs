@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod broadcaster;
+pub mod browser;
 pub mod proxy;
 
 use std::io::{BufRead, BufReader};
