@@ -136,6 +136,12 @@ pub struct AgentConfig {
     #[arg(long, default_value_t = 10)]
     pub request_timeout_secs: u64,
 
+    /// Milliseconds the agent waits at shutdown for its clients to answer
+    /// its close frames (a browser then sees a clean close, not a reset);
+    /// it stops waiting as soon as every one has answered.
+    #[arg(long, default_value_t = 500)]
+    pub close_wait_ms: u64,
+
     /// UDP port of the time exchange probes use to measure their clock's offset
     /// to this server's; default: the same number as the --listen port.
     #[arg(long)]

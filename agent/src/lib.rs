@@ -193,6 +193,7 @@ impl RunningAgent {
                     max_frame: config.max_frame,
                     max_queue_bytes: config.max_queue_bytes,
                     tx_timestamps: config.tx_timestamps,
+                    close_wait: std::time::Duration::from_millis(config.close_wait_ms),
                     #[cfg(any(test, feature = "test-hooks"))]
                     stall_shard: stall_shard_test_hook(),
                 },

@@ -1005,7 +1005,10 @@ async fn a_client_asking_for_a_subprotocol_gets_the_one_we_speak_and_it_is_recor
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_shutdown_clients_get_a_clean_close() {
     let dir = tempfile::tempdir().unwrap();
-    let agent = start(&dir, |_| {}).await;
+    // The clients are tasks of this test's runtime, which a loaded machine
+    // may not run within the agent's 500 ms: give them the time (the wait
+    // ends as soon as every one has answered).
+    let agent = start(&dir, |c| c.close_wait_ms = 20_000).await;
     let clients = connect(&agent, 3).await;
     // Each client reads on, as a browser does, and so answers the close;
     // it also keeps talking, so a socket dropped without waiting for that

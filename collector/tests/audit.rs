@@ -8,7 +8,6 @@ mod common;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
 
 use common::{Reaped, SKEWSCOPE, sibling_binary, start_agent_with, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -277,7 +276,15 @@ fn an_audit_of_the_hub_passes_fails_or_cannot_run_and_says_which() {
 /// A broadcast server that is not skewscope: WebSocket clients on `/ws` of
 /// one port, and `GET /start_test` on another sends every client the same
 /// fixed text, as FastAPI-style servers do.
-fn foreign_server(runtime: &tokio::runtime::Runtime) -> (SocketAddr, SocketAddr) {
+/// A broadcaster that knows nothing of skewscope: its WebSocket and HTTP
+/// addresses, and its sender (whose receivers are its connected clients).
+fn foreign_server(
+    runtime: &tokio::runtime::Runtime,
+) -> (
+    SocketAddr,
+    SocketAddr,
+    tokio::sync::broadcast::Sender<String>,
+) {
     let (ws, http) = runtime.block_on(async {
         (
             tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
@@ -286,6 +293,7 @@ fn foreign_server(runtime: &tokio::runtime::Runtime) -> (SocketAddr, SocketAddr)
     });
     let addrs = (ws.local_addr().unwrap(), http.local_addr().unwrap());
     let sender = runtime.block_on(async { common::broadcaster::serve(ws) });
+    let clients = sender.clone();
     runtime.spawn(async move {
         let message = "Lorem ipsum dolor sit amet, ".repeat(16);
         loop {
@@ -307,7 +315,7 @@ fn foreign_server(runtime: &tokio::runtime::Runtime) -> (SocketAddr, SocketAddr)
             }
         }
     });
-    addrs
+    (addrs.0, addrs.1, clients)
 }
 
 #[test]
@@ -317,7 +325,7 @@ fn an_audit_of_a_foreign_server_uses_the_agent_as_clock_reference_and_collector(
         .enable_all()
         .build()
         .unwrap();
-    let (ws, http) = foreign_server(&runtime);
+    let (ws, http, clients) = foreign_server(&runtime);
     let dir = tempfile::tempdir().unwrap();
     let (_agent, addr, _) = start_agent_with(dir.path(), "127.0.0.1:0", &[]);
     let url = format!("ws://{ws}/ws");
@@ -329,8 +337,10 @@ fn an_audit_of_a_foreign_server_uses_the_agent_as_clock_reference_and_collector(
     let _c = uploading_probe(dir.path(), "backstage", &hub, 1, &addr, &[]);
     let token = "unused";
     wait_until("three probes uploading", || uploading(&addr, token) == 3);
-    // Their four connections are up before the first trigger.
-    std::thread::sleep(Duration::from_millis(300));
+    // Their four connections are the server's before the first trigger.
+    wait_until("four connections to the server", || {
+        clients.receiver_count() == 4
+    });
 
     let out = dir.path().join("foreign.json");
     let o = Command::new(SKEWSCOPE)

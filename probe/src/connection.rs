@@ -65,6 +65,8 @@ pub(crate) struct Settings {
     pub(crate) reconnect: bool,
     /// Bounds handshakes in flight to [`MAX_HANDSHAKES_IN_FLIGHT`].
     pub(crate) gate: Semaphore,
+    /// Connections waiting at the gate for their handshake's turn.
+    pub(crate) waiting_at_gate: std::sync::atomic::AtomicUsize,
     /// Acting on messages' times to act (`--act-at`).
     pub(crate) acting: Option<Acting>,
     /// Payloads recorded so far in this run: each message's once.
@@ -256,11 +258,11 @@ struct Dialed {
 /// WebSocket upgrade within the connect timeout. Returns the stream, its
 /// kernel-stamp handle, the agent's id for it, and when the upgrade completed.
 async fn dial(settings: &Settings) -> Result<Dialed, ConnectError> {
-    let _permit = settings
-        .gate
-        .acquire()
-        .await
-        .map_err(|_| ConnectError::ShuttingDown)?;
+    use std::sync::atomic::Ordering;
+    settings.waiting_at_gate.fetch_add(1, Ordering::Relaxed);
+    let permit = settings.gate.acquire().await;
+    settings.waiting_at_gate.fetch_sub(1, Ordering::Relaxed);
+    let _permit = permit.map_err(|_| ConnectError::ShuttingDown)?;
     let connect = settings
         .upgrade
         .connect(settings.ws_config, settings.framing);

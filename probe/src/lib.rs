@@ -84,6 +84,8 @@ const READ_BUFFER_BYTES: usize = 4 * 1024;
 /// Dropping it instead aborts the connections without a `Stopped` record (the
 /// records written so far are still flushed and synced).
 pub struct RunningProbe {
+    /// What every connection dials with (its handshake gate among it).
+    settings: Arc<Settings>,
     url: String,
     out: PathBuf,
     connections: u32,
@@ -278,6 +280,7 @@ impl RunningProbe {
             count: config.count,
             reconnect: config.reconnect,
             gate: Semaphore::new(MAX_HANDSHAKES_IN_FLIGHT),
+            waiting_at_gate: Default::default(),
             acting,
             payloads: Default::default(),
         });
@@ -312,6 +315,7 @@ impl RunningProbe {
         connection_threads::spawn(connections, cores, &mut tasks).map_err(ProbeError::Threads)?;
 
         Ok(RunningProbe {
+            settings: settings.clone(),
             url: config.url,
             out: config.out,
             connections: config.connections,
@@ -328,6 +332,14 @@ impl RunningProbe {
             actor,
             previous_uploads,
         })
+    }
+
+    /// Connections waiting for their handshake's turn at the gate (at most
+    /// [`MAX_HANDSHAKES_IN_FLIGHT`] upgrade at once).
+    pub fn handshakes_waiting(&self) -> usize {
+        self.settings
+            .waiting_at_gate
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Resolves once every connection attempt has finished, opened or failed:

@@ -383,9 +383,17 @@ async fn handshakes_in_flight_are_bounded_and_the_rest_follow() {
     config.count = Some(2);
     let probe = RunningProbe::start(config).await.unwrap();
 
-    // The server answers no upgrade yet: only the gate's worth may even connect.
+    // The server answers no upgrade yet: only the gate's worth may even
+    // connect, and every other connection is seen waiting at the gate (so
+    // the count below cannot pass by being looked at too soon).
     server.wait_for_accepted(gate).await;
-    tokio::time::sleep(Duration::from_millis(200)).await; // window for extra connects
+    within("every other connection queued at the gate", async {
+        while probe.handshakes_waiting() < n as usize - gate {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert_eq!(probe.handshakes_waiting(), n as usize - gate);
     assert_eq!(
         server.accepted(),
         gate,

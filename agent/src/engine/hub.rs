@@ -351,6 +351,7 @@ mod tests {
                 max_frame: 1 << 16,
                 max_queue_bytes: 1 << 20,
                 tx_timestamps: false,
+                close_wait: std::time::Duration::from_millis(500),
                 stall_shard: None,
             },
         };

@@ -45,9 +45,6 @@ const READ_CHUNK: usize = 64 * 1024;
 /// looked at its commands and its other clients: a broadcast never waits
 /// behind one client's chatter.
 pub const READ_BUDGET: usize = 4 * READ_CHUNK;
-/// At shutdown, how long the shard waits for its clients' replies to its
-/// close frames before dropping what is left.
-pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// How every shard behaves; fixed for the agent's life.
 #[derive(Clone, Copy, Debug)]
@@ -62,6 +59,9 @@ pub struct ShardConfig {
     pub max_queue_bytes: usize,
     /// Ask the kernel for TX timestamps of every broadcast write to a probe.
     pub tx_timestamps: bool,
+    /// At shutdown, how long the shard waits for its clients' replies to
+    /// its close frames before dropping what is left (`--close-wait-ms`).
+    pub close_wait: std::time::Duration,
     /// Test hook (`SKEWSCOPE_AGENT_TEST_STALL_SHARD=N`, in builds with the
     /// `test-hooks` feature only): shard N's thread blocks for good at its
     /// first broadcast, alive but stuck, so a test can see the watchdog
@@ -665,11 +665,11 @@ impl Shard {
         self.count.store(0, Ordering::Relaxed);
     }
 
-    /// After sending every client a close: waits up to [`CLOSE_WAIT`] for
+    /// After sending every client a close: waits up to its `close_wait` for
     /// each one's own close (or its end) before dropping its socket, so a
     /// browser sees a clean close rather than a reset.
     fn await_closes(&mut self) {
-        let deadline = std::time::Instant::now() + CLOSE_WAIT;
+        let deadline = std::time::Instant::now() + self.config.close_wait;
         let mut events = Events::with_capacity(1024);
         let mut scratch = std::mem::take(&mut self.scratch);
         while !self.clients.is_empty() {
