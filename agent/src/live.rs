@@ -143,7 +143,10 @@ impl LiveFigures {
         );
         registry.register(
             "skewscope_actions_unmatched",
-            "Uploaded actions whose broadcast was already judged (a lead longer than 1 s) or that matched none",
+            format!(
+                "Uploaded actions whose broadcast was already judged (a lead longer than the largest seen before plus {} s) or that matched none",
+                skewscope_core::analysis::settled::SETTLE_MARGIN_NS / 1_000_000_000
+            ),
             self.actions_unmatched.clone(),
         );
         registry.register(

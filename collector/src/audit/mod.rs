@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use skewscope_core::analysis::join::{BroadcastKey, Joined, Window};
 use skewscope_core::analysis::report::{ReferenceKind, Report};
+use skewscope_core::analysis::settled::moved_past;
 use skewscope_core::analysis::verdict::{Check, Thresholds, Unit, Verdict, judge};
 
 use crate::inputs::{self, Scope};
@@ -612,14 +613,11 @@ struct Completion {
     done: bool,
 }
 
-/// How long after a receipt an acting probe's records must have moved on
-/// before its action is given up for (the message had no time to act), on
-/// top of the largest lead seen.
-const ACTION_GRACE_NS: i64 = 2_000_000_000;
-
 /// Receipts on connections of probes that act (`--act-at`) whose action has
 /// not arrived and may still: their probe's records have not moved past
-/// them by the largest lead seen plus [`ACTION_GRACE_NS`].
+/// them (the one rule of [`skewscope_core::analysis::settled`], which the
+/// agent's live join follows too), the margin on top of the largest lead
+/// seen.
 fn awaiting_actions(joined: &Joined) -> usize {
     let acting = |c: usize| {
         joined.probes[joined.connections[c].probe]
@@ -629,34 +627,35 @@ fn awaiting_actions(joined: &Joined) -> usize {
     if !joined.probes.iter().any(|p| p.act_plan.is_some()) {
         return 0;
     }
-    let latest: Vec<i64> = joined
+    let latest: Vec<u64> = joined
         .probes
         .iter()
-        .map(|p| p.stamps.iter().map(|s| s.wall_ns as i64).max().unwrap_or(0))
+        .map(|p| p.stamps.iter().map(|s| s.wall_ns).max().unwrap_or(0))
         .collect();
     // How long after its broadcast's first receipt an action has come.
     let lead = joined
         .broadcasts
         .iter()
         .filter_map(|b| {
-            let first = b.receipts.iter().map(|r| r.wall_ns as i64).min()?;
+            let first = b.receipts.iter().map(|r| r.wall_ns).min()?;
             b.actions
                 .iter()
-                .map(|a| a.done.wall_ns as i64 - first)
+                .map(|a| a.done.wall_ns.saturating_sub(first))
                 .max()
         })
         .max()
-        .unwrap_or(0)
-        .max(0);
+        .unwrap_or(0);
     joined
         .broadcasts
         .iter()
-        .flat_map(|b| b.receipts.iter().map(move |r| (b, r)))
-        .filter(|(b, r)| {
+        .flat_map(|b| {
+            let first = b.receipts.iter().map(|r| r.wall_ns).min().unwrap_or(0);
+            b.receipts.iter().map(move |r| (b, r, first))
+        })
+        .filter(|(b, r, first)| {
             acting(r.connection)
                 && !b.actions.iter().any(|a| a.connection == r.connection)
-                && latest[joined.connections[r.connection].probe]
-                    < r.wall_ns as i64 + lead + ACTION_GRACE_NS
+                && !moved_past(latest[joined.connections[r.connection].probe], *first, lead)
         })
         .count()
 }

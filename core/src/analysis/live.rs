@@ -7,8 +7,9 @@
 //! and, per probe run, its recent time exchanges and the map of its
 //! connections. A broadcast is **final** when nothing more can come for any
 //! probe connection it targeted: each has its receipt, or its probe closed
-//! it, stopped, or uploaded records stamped [`FINAL_MARGIN_NS`] past the
-//! broadcast's start; or when [`FINAL_TIMEOUT_NS`] have passed. Then it
+//! it, stopped, or uploaded records past it (the one rule of
+//! [`crate::analysis::settled`], which the audit's wait also follows); or
+//! when [`FINAL_TIMEOUT_NS`] have passed. Then it
 //! yields its raw skew, the upper bound of its skew in the agent's
 //! timebase, and the receipts missing from connections whose probe had
 //! caught up; a target whose probe had not is *unjudged*, never counted
@@ -25,6 +26,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use crate::Stamp;
 use crate::analysis::clock_figures::corrected_spread;
 use crate::analysis::fanout::{Fanout, FanoutTracker};
+use crate::analysis::settled::moved_past;
 use crate::clock::{ClockModel, Correction, Exchange, HORIZON_NS};
 use crate::page_ingest::parse_page_label;
 use crate::record::{AgentRecord, ClockState, MessageKey, ProbeRecord, TimeSample};
@@ -33,9 +35,6 @@ use targets::{Arrival, Placed, Targets};
 
 mod targets;
 
-/// How far past a broadcast's start a run's uploads must reach before its
-/// receipts of it are all in: latency plus any clock offset, generously.
-pub const FINAL_MARGIN_NS: u64 = 1_000_000_000;
 /// A broadcast is final this long after its start whatever has arrived.
 pub const FINAL_TIMEOUT_NS: u64 = 30_000_000_000;
 /// Broadcasts held at most; past it the oldest is judged early.
@@ -65,6 +64,9 @@ struct Pending {
     targets: Targets,
     /// Actions on it (`--act-at` probes): agent connection, and the action.
     actions: Vec<(u64, Acted)>,
+    /// Its first receipt on a probe's clock, once one came: what a probe's
+    /// records must move past before nothing more of it can come.
+    first_receipt_wall_ns: Option<u64>,
     /// The (agent conn, key) of its receipts, kept in [`LiveJoin::placed`]
     /// until it is judged (only for runs that act).
     placed_keys: Vec<(u64, MessageKey)>,
@@ -203,8 +205,9 @@ pub struct LiveCounts {
     pub judged_early: u64,
     /// Probe runs not followed (more than [`MAX_RUNS`]).
     pub runs_refused: u64,
-    /// Actions whose broadcast was judged already (their lead outlasted
-    /// [`FINAL_MARGIN_NS`]), or that matched none.
+    /// Actions whose broadcast was judged already (their lead outlasted the
+    /// largest seen before, plus [`crate::analysis::settled::SETTLE_MARGIN_NS`]),
+    /// or that matched none.
     pub unmatched_actions: u64,
 }
 
@@ -239,6 +242,9 @@ pub struct LiveJoin {
     /// placed in: where the action on it goes.
     placed: HashMap<(u64, MessageKey), u64>,
     counts: LiveCounts,
+    /// The longest any action came after its broadcast's first receipt:
+    /// how much longer a probe that acts may lag (see [`moved_past`]).
+    lead_seen_ns: u64,
     agent_started_wall_ns: u64,
     /// Each broadcast's fan-out until settled: until its shards have all
     /// reported, its targets are not all known.
@@ -282,6 +288,7 @@ impl LiveJoin {
                         targets: Targets::default(),
                         actions: Vec::new(),
                         placed_keys: Vec::new(),
+                        first_receipt_wall_ns: None,
                     },
                 );
                 if let Some(seq) = b.seq {
@@ -389,6 +396,10 @@ impl LiveJoin {
                     .and_then(|id| self.pending.get_mut(id))
                 {
                     Some(p) if !p.actions.iter().any(|(c, _)| *c == agent_conn) => {
+                        if let Some(first) = p.first_receipt_wall_ns {
+                            self.lead_seen_ns =
+                                self.lead_seen_ns.max(a.done.wall_ns.saturating_sub(first));
+                        }
                         p.actions.push((
                             agent_conn,
                             Acted {
@@ -452,12 +463,18 @@ impl LiveJoin {
         let Some(id) = self.match_receipt(e.key, e.hash, e.agent_conn) else {
             return false;
         };
-        let placed = e
-            .agent_conn
-            .zip(self.pending.get_mut(&id))
-            .map_or(Placed::NotATarget, |(conn, p)| {
-                p.targets.place(conn, e.arrival)
-            });
+        let placed =
+            e.agent_conn
+                .zip(self.pending.get_mut(&id))
+                .map_or(Placed::NotATarget, |(conn, p)| {
+                    let placed = p.targets.place(conn, e.arrival);
+                    if placed == Placed::Taken {
+                        let at = e.arrival.at.wall_ns;
+                        p.first_receipt_wall_ns =
+                            Some(p.first_receipt_wall_ns.map_or(at, |f| f.min(at)));
+                    }
+                    placed
+                });
         match placed {
             Placed::Taken => {
                 let acts = self.runs.get(&e.arrival.run).is_some_and(|r| r.acts);
@@ -592,11 +609,14 @@ impl LiveJoin {
             })
     }
 
-    /// Whether run `run` can send nothing more about broadcast `p`.
+    /// Whether run `run` can send nothing more about broadcast `p`: it
+    /// stopped, or its records moved past it ([`moved_past`], from its first
+    /// receipt, or its start before any).
     fn run_done(&self, run: u128, p: &Pending) -> bool {
-        self.runs.get(&run).is_none_or(|r| {
-            r.stopped || r.through_wall_ns >= p.start.wall_ns.saturating_add(FINAL_MARGIN_NS)
-        })
+        let since = p.first_receipt_wall_ns.unwrap_or(p.start.wall_ns);
+        self.runs
+            .get(&run)
+            .is_none_or(|r| r.stopped || moved_past(r.through_wall_ns, since, self.lead_seen_ns))
     }
 
     fn judge_one(&mut self, id: u64, p: &Pending) -> Judged {

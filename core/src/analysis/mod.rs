@@ -12,6 +12,8 @@
 //! - [`stats`]: HDR-histogram summaries (percentiles, never a mean alone);
 //! - [`figures`]: the series the HTML report plots;
 //! - [`live`]: the join as records arrive, for the agent's `/metrics`;
+//! - [`settled`]: when nothing more can come from a probe about a
+//!   broadcast, one rule for the live join and the audit;
 //! - [`report`]: the whole report, as rendered and as JSON;
 //! - [`actions`]: what the probes' actions came to, and the lead to give;
 //! - [`diagnosis`]: why: how much of the skew the fan-out order and the
@@ -26,6 +28,7 @@ pub mod figures;
 pub mod join;
 pub mod live;
 pub mod report;
+pub mod settled;
 pub mod stats;
 pub mod tapped;
 pub mod triggers;

@@ -558,3 +558,69 @@ fn a_pages_connection_is_found_by_its_label() {
     assert_eq!((judged[0].receipts, judged[0].missing), (1, 0));
     assert_eq!(live.counts().unmatched, 0);
 }
+
+/// A probe record's moment on its device's wall clock (0 for those that
+/// name none), to feed records in the order a probe writes them.
+fn wall_of(r: &ProbeRecord) -> u64 {
+    match r {
+        ProbeRecord::Receipt(r) => r.at.wall_ns,
+        ProbeRecord::Action(a) => a.done.wall_ns,
+        ProbeRecord::TimeSample(t) => t.t4.wall_ns,
+        ProbeRecord::ClockState(c) => c.at.wall_ns,
+        ProbeRecord::ConnectionOpened(o) => o.at.wall_ns,
+        ProbeRecord::Stopped(at) => at.wall_ns,
+        _ => 0,
+    }
+}
+
+#[test]
+fn an_action_a_second_and_a_half_after_its_receipt_is_judged_with_its_broadcast() {
+    // The live join once called a broadcast final once a probe's records
+    // were 1 s past its start, while the audit waited for the largest lead
+    // plus 2 s: an action 1.5 s after its receipt came after its broadcast
+    // was judged, unmatched on /metrics. One rule now
+    // (analysis::settled), and the wait grows with the lead seen.
+    let (agent, a, b, _) = shifted_run();
+    let lead = 1_500_000_000;
+    let mut live = LiveJoin::new();
+    announce(&mut live, &[10, 11, 20, 21]);
+    for r in &agent {
+        live.agent(r);
+    }
+    // Each probe's records in the order it writes them: receipts, then a
+    // clock claim 1.4 s in (past the old margin, before the actions), then
+    // the actions; no stop record (that would settle everything at once).
+    let mut records: Vec<(u64, u128, ProbeRecord)> = Vec::new();
+    for (run, device) in [(1u128, &a.records), (2, &b.records)] {
+        let mut acted = acting(device, lead);
+        acted.retain(|r| !matches!(r, ProbeRecord::Stopped(_)));
+        let level = device
+            .iter()
+            .find_map(|r| match r {
+                ProbeRecord::Started(s) => {
+                    Some(s.at.wall_ns as i64 - s.at.mono_ns as i64 - T0 as i64)
+                }
+                _ => None,
+            })
+            .unwrap_or(0);
+        acted.push(ProbeRecord::ClockState(Box::new(ClockState {
+            at: Stamp {
+                wall_ns: (T0 as i64 + level + 1_400_000_000) as u64,
+                mono_ns: 1_400_000_000,
+            },
+            kernel: None,
+            chrony: None,
+        })));
+        records.extend(acted.into_iter().map(|r| (wall_of(&r), run, r)));
+    }
+    records.sort_by_key(|(wall, run, _)| (*wall, *run));
+    let mut judged = Vec::new();
+    for (wall, run, r) in &records {
+        live.probe(*run, r, (*wall).max(T0));
+        judged.extend(live.judge((*wall).max(T0)));
+    }
+    judged.extend(live.judge(T0 + 60_000_000_000));
+    assert_eq!(judged.len(), 2, "{judged:?}");
+    assert!(judged.iter().all(|j| j.actions == 4), "{judged:?}");
+    assert_eq!(live.counts().unmatched_actions, 0);
+}
