@@ -19,6 +19,7 @@
 //!   the WebSocket messages it sent each client, with capture times;
 //! - [`units`]: durations and sizes as written in flags;
 //! - [`act_at`]: the time to act a broadcast carries, and where;
+//!   [`act_stamp`]: the hub writing one into an app's payload;
 //! - [`clock`]: the clock model, one definition for the probe, the live
 //!   join and the report (and ported to JavaScript);
 //! - the [`analysis`]: joining, the figures and the report.
@@ -26,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 pub mod act_at;
+pub mod act_stamp;
 pub mod analysis;
 pub mod chrony;
 pub mod client_frames;

@@ -65,8 +65,9 @@ pub(crate) struct Settings {
     pub(crate) reconnect: bool,
     /// Bounds handshakes in flight to [`MAX_HANDSHAKES_IN_FLIGHT`].
     pub(crate) gate: Semaphore,
-    /// Connections waiting at the gate for their handshake's turn.
-    pub(crate) waiting_at_gate: std::sync::atomic::AtomicUsize,
+    /// Connections waiting at the gate for their handshake's turn (shared
+    /// with the [`crate::RunningProbe`], which reports it).
+    pub(crate) waiting_at_gate: Arc<std::sync::atomic::AtomicUsize>,
     /// Acting on messages' times to act (`--act-at`).
     pub(crate) acting: Option<Acting>,
     /// Payloads recorded so far in this run: each message's once.

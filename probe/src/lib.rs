@@ -84,8 +84,9 @@ const READ_BUFFER_BYTES: usize = 4 * 1024;
 /// Dropping it instead aborts the connections without a `Stopped` record (the
 /// records written so far are still flushed and synced).
 pub struct RunningProbe {
-    /// What every connection dials with (its handshake gate among it).
-    settings: Arc<Settings>,
+    /// Connections waiting at the handshake gate (not the whole settings:
+    /// they hold the actor's sender, which must go when the connections do).
+    waiting_at_gate: Arc<std::sync::atomic::AtomicUsize>,
     url: String,
     out: PathBuf,
     connections: u32,
@@ -268,6 +269,7 @@ impl RunningProbe {
             }
             None => (None, None),
         };
+        let waiting_at_gate = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let settings = Arc::new(Settings {
             upgrade: handshake::Upgrade::new(url, &config)?,
             // tungstenite reads only the upgrade's response.
@@ -280,7 +282,7 @@ impl RunningProbe {
             count: config.count,
             reconnect: config.reconnect,
             gate: Semaphore::new(MAX_HANDSHAKES_IN_FLIGHT),
-            waiting_at_gate: Default::default(),
+            waiting_at_gate: waiting_at_gate.clone(),
             acting,
             payloads: Default::default(),
         });
@@ -315,7 +317,7 @@ impl RunningProbe {
         connection_threads::spawn(connections, cores, &mut tasks).map_err(ProbeError::Threads)?;
 
         Ok(RunningProbe {
-            settings: settings.clone(),
+            waiting_at_gate,
             url: config.url,
             out: config.out,
             connections: config.connections,
@@ -337,8 +339,7 @@ impl RunningProbe {
     /// Connections waiting for their handshake's turn at the gate (at most
     /// [`MAX_HANDSHAKES_IN_FLIGHT`] upgrade at once).
     pub fn handshakes_waiting(&self) -> usize {
-        self.settings
-            .waiting_at_gate
+        self.waiting_at_gate
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 

@@ -19,8 +19,6 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use skewscope_core::units::parse_duration;
-
 use crate::engine::shard::NewClient;
 use crate::exposition::Exposition;
 use crate::server::auth::authorized_by;
@@ -162,15 +160,9 @@ async fn handle(
         }
         ("GET" | "POST", "/start_test") => {
             if authorized(&mut stream, &request, context).await {
-                let lead = match request.query_param("lead").map(parse_duration) {
-                    None => None,
-                    Some(Ok(lead)) if lead <= MAX_LEAD => Some(lead),
-                    Some(Ok(_)) => {
-                        return respond(&mut stream, 400, "", "lead= is at most 1h\n").await;
-                    }
-                    Some(Err(e)) => {
-                        return respond(&mut stream, 400, "", &format!("lead={e}\n")).await;
-                    }
+                let lead = match publish::lead_param(&request) {
+                    Ok(lead) => lead,
+                    Err(msg) => return respond(&mut stream, 400, "", &msg).await,
                 };
                 let sent = context.hub.start_test(lead).await;
                 respond(&mut stream, 200, "", &outcome_json(sent)).await
@@ -332,9 +324,6 @@ async fn ingest(mut stream: TcpStream, request: Request, context: &Context) {
     )
     .await;
 }
-
-/// The longest `/start_test?lead=`: a time to act an hour away is a mistake.
-const MAX_LEAD: Duration = Duration::from_secs(3600);
 
 /// TCP keepalive probes after this long without traffic...
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);

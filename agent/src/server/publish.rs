@@ -1,10 +1,16 @@
-//! `POST /publish`: any payload, broadcast to every client.
+//! `POST /publish`: any payload, broadcast to every client; with `?lead=`,
+//! a JSON object with its time to act written in by the hub
+//! ([`skewscope_core::act_stamp`]).
 //!
 //! A body is read only once its announced length fits `--max-publish` and
 //! the bytes all requests in flight may hold together
 //! (`--max-publish-in-flight`), so announcing large bodies cannot exhaust
 //! memory; what is held shows in `/healthz` and `/metrics`.
 
+use std::time::Duration;
+
+use skewscope_core::act_at::ActUnit;
+use skewscope_core::units::parse_duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
@@ -45,9 +51,66 @@ impl Drop for Held {
     }
 }
 
+/// The longest `?lead=`: a time to act an hour away is a mistake.
+pub const MAX_LEAD: Duration = Duration::from_secs(3600);
+
+/// A request's `?lead=` (`None` without one), as `/start_test` and
+/// `/publish` take it; the text of a 400 when it is not one.
+pub fn lead_param(request: &Request) -> Result<Option<Duration>, String> {
+    match request.query_param("lead") {
+        None => Ok(None),
+        Some("auto") => Err(
+            "lead=auto is not in this version: give a duration (lead=30ms); the report recommends one (its \"lead\" line)\n"
+                .to_owned(),
+        ),
+        Some(text) => match parse_duration(text) {
+            Ok(lead) if lead <= MAX_LEAD => Ok(Some(lead)),
+            Ok(_) => Err("lead= is at most 1h\n".to_owned()),
+            Err(e) => Err(format!("lead={e}\n")),
+        },
+    }
+}
+
+/// Where and how `/publish?lead=` writes the time to act.
+struct Stamping {
+    lead: Duration,
+    pointer: String,
+    unit: ActUnit,
+}
+
+/// `?lead=`, `?pointer=` (default `/at`) and `?unit=` (default `s`).
+fn stamping_of(request: &Request) -> Result<Option<Stamping>, String> {
+    let Some(lead) = lead_param(request)? else {
+        if request.query_param("pointer").is_some() || request.query_param("unit").is_some() {
+            return Err(
+                "pointer= and unit= say where to write a time to act: give lead= too\n".to_owned(),
+            );
+        }
+        return Ok(None);
+    };
+    let pointer = request.query_param("pointer").unwrap_or("/at").to_owned();
+    let unit = match request.query_param("unit").unwrap_or("s") {
+        "auto" => return Err("unit= is s, ms, us or ns\n".to_owned()),
+        other => other
+            .parse::<ActUnit>()
+            .map_err(|e| format!("unit={other}: {e}\n"))?,
+    };
+    Ok(Some(Stamping {
+        lead,
+        pointer,
+        unit,
+    }))
+}
+
 /// `POST /publish`: reads a body of exactly `Content-Length` bytes (within
-/// `--max-publish` and the in-flight budget) and broadcasts it.
+/// `--max-publish` and the in-flight budget) and broadcasts it; with
+/// `?lead=`, first writes its time to act into it (a JSON object, or a 422
+/// and nothing broadcast).
 pub async fn publish(mut stream: TcpStream, request: Request, context: &Context) {
+    let stamping = match stamping_of(&request) {
+        Ok(s) => s,
+        Err(msg) => return respond(&mut stream, 400, "", &msg).await,
+    };
     if request.header("transfer-encoding").is_some() {
         return respond(&mut stream, 411, "", "send the body with Content-Length\n").await;
     }
@@ -105,8 +168,31 @@ pub async fn publish(mut stream: TcpStream, request: Request, context: &Context)
             Err(_) => return respond(&mut stream, 408, "", "request body timed out\n").await,
         }
     }
-    let sent = context.hub.publish(&body).await;
-    respond(&mut stream, 200, "", &outcome_json(sent)).await
+    let Some(stamping) = stamping else {
+        let sent = context.hub.publish(&body).await;
+        return respond(&mut stream, 200, "", &outcome_json(sent)).await;
+    };
+    // The moment the message is built, as for the test message: the
+    // broadcast's start is stamped microseconds later.
+    let at = skewscope_os::clock::now()
+        .wall_ns
+        .saturating_add(stamping.lead.as_nanos() as u64);
+    let payload =
+        match skewscope_core::act_stamp::stamp(&body, &stamping.pointer, stamping.unit, at) {
+            Ok(p) => p,
+            Err(e) => {
+                let msg = format!("{e}; nothing was broadcast\n");
+                return respond(&mut stream, 422, "", &msg).await;
+            }
+        };
+    let mut sent = context.hub.publish(&payload).await;
+    sent.at_wall_ns = Some(at);
+    let mut out: serde_json::Value =
+        serde_json::from_str(&outcome_json(sent)).expect("our own JSON");
+    out["lead_ns"] = (stamping.lead.as_nanos() as u64).into();
+    out["pointer"] = stamping.pointer.into();
+    out["unit"] = stamping.unit.as_str().into();
+    respond(&mut stream, 200, "", &(out.to_string() + "\n")).await
 }
 
 /// What a broadcast reached, as `/publish` and `/start_test` answer it.

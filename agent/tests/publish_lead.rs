@@ -1,0 +1,142 @@
+//! `POST /publish?lead=`: the hub writes the time to act into an app's
+//! JSON broadcast, once, before it encodes the frame. Probes on
+//! 127.0.0.1:0, one offering permessage-deflate (so it gets the compressed
+//! frame) and one declining it (the plain frame), act on what they read.
+
+use std::time::{Duration, Instant};
+
+use agent::http_client::request;
+use agent::{AgentConfig, RunningAgent};
+use probe::{ProbeConfig, RunningProbe};
+use skewscope_core::act_at::{ActAt, ActUnit};
+use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::record::ProbeRecord;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+async fn wait_for_clients(agent: &RunningAgent, n: usize) {
+    let deadline = Instant::now() + LIMIT;
+    while agent.clients() != n {
+        assert!(
+            Instant::now() < deadline,
+            "{} clients, want {n}",
+            agent.clients()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_copy_carries_the_same_time_to_act_where_and_as_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = RunningAgent::start(AgentConfig::local(dir.path().join("agent")))
+        .await
+        .unwrap();
+    let mut probes = Vec::new();
+    for (name, deflate) in [("compressed", true), ("plain", false)] {
+        let mut config = ProbeConfig::new(
+            format!("ws://{}/ws", agent.addr),
+            dir.path().join(format!("{name}.sklog")),
+        );
+        config.name = name.into();
+        config.connections = 2;
+        config.count = Some(2);
+        config.deflate = deflate;
+        config.time_exchange = false;
+        config.act_at = Some(ActAt::new("/show/go", ActUnit::Ms).unwrap());
+        let probe = RunningProbe::start(config).await.unwrap();
+        assert_eq!(probe.connected().await.opened, 2);
+        probes.push(probe);
+    }
+    wait_for_clients(&agent, 4).await;
+
+    // Not JSON, or JSON that is no object, or no place for the pointer:
+    // refused, and nothing is broadcast.
+    for (body, query) in [
+        (&b"go now"[..], "lead=200ms"),
+        (&b"[1, 2]"[..], "lead=200ms"),
+        (&br#"{"show": 3}"#[..], "lead=200ms&pointer=/show/go"),
+        (&br#"{"show": {}}"#[..], "lead=200ms&unit=auto"),
+        (&br#"{"show": {}}"#[..], "pointer=/show/go"),
+        (&br#"{"show": {}}"#[..], "lead=auto"),
+    ] {
+        let r = request(agent.addr, "POST", &format!("/publish?{query}"), body, None)
+            .await
+            .unwrap();
+        assert!(
+            (400..500).contains(&r.status),
+            "{query}: {} {}",
+            r.status,
+            r.body
+        );
+        assert!(
+            r.body.contains("nothing was broadcast") || r.status == 400,
+            "{}",
+            r.body
+        );
+    }
+
+    // An app's state message, repeated enough to compress well.
+    let app = format!(
+        r#"{{"scene":"lobby","show":{{"cue":7}},"cues":[{}]}}"#,
+        (0..60)
+            .map(|n| format!(r#"{{"light":{n}}}"#))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let mut times = Vec::new();
+    for _ in 0..2 {
+        let r = request(
+            agent.addr,
+            "POST",
+            "/publish?lead=300ms&pointer=/show/go&unit=ms",
+            app.as_bytes(),
+            None,
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        let answer: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(answer["clients"], 4, "{answer}");
+        assert_eq!(answer["lead_ns"], 300_000_000u64, "{answer}");
+        assert_eq!(answer["pointer"], "/show/go");
+        assert_eq!(answer["unit"], "ms");
+        times.push(answer["at_ns"].as_u64().unwrap());
+    }
+
+    let mut acted: Vec<Vec<u64>> = Vec::new();
+    for probe in probes {
+        let summary = tokio::time::timeout(LIMIT, probe.finish())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            summary.receipts, 4,
+            "the two broadcasts on both connections, and no other"
+        );
+        let AnyLog::Probe(log) = read_file(&summary.out).unwrap() else {
+            panic!("a probe log");
+        };
+        acted.push(
+            log.records
+                .iter()
+                .filter_map(|r| match r {
+                    ProbeRecord::Action(a) => Some(a.act_at_ns),
+                    _ => None,
+                })
+                .collect(),
+        );
+    }
+    // The compressed and the plain copies name the same moments, the ones
+    // the hub answered (written as float ms: within a microsecond).
+    for a in &acted {
+        assert_eq!(a.len(), 4, "{acted:?}");
+        for (got, want) in a.chunks(2).zip(&times) {
+            for &g in got {
+                assert!(g.abs_diff(*want) < 1_000, "{g} vs {want}");
+            }
+        }
+    }
+    assert_eq!(acted[0], acted[1], "one encoding for every client");
+    agent.shutdown().await.unwrap();
+}
