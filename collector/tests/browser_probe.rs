@@ -17,9 +17,9 @@ mod common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::browser::{Browser, http_get};
+use common::browser::{Browser, http_get, wait_for};
 use common::{Reaped, fastapi, json_report, sibling_binary, signal};
 use nix::sys::signal::Signal;
 use skewscope_core::log::{AnyLog, read_file};
@@ -27,18 +27,6 @@ use skewscope_core::record::{MessageKey, ProbeRecord};
 
 /// The agent's wall clock ahead of the real one (and of every page's).
 const AGENT_AHEAD_NS: i64 = 5_000_000;
-
-/// Waits up to `secs` for `done`, polling; panics naming `what`.
-fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < Duration::from_secs(secs),
-            "{what} did not happen in {secs} s"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// The agent (its hub, `/clock`, `/ingest` and `/probe`) with its wall
 /// clock [`AGENT_AHEAD_NS`] ahead.

@@ -12,7 +12,7 @@ use nix::sys::signal::Signal;
 use tokio_tungstenite::tungstenite::Message;
 
 /// Waits up to `secs` for `done`, polling; panics naming `what`.
-fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
+pub fn wait_for(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
         assert!(
