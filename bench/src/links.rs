@@ -17,13 +17,13 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
+
+use crate::processes::{Reaped, faketime, probe_records, sibling, wait_for};
 use serde::Serialize;
-use skewscope_core::log::{AnyLog, read_file};
 use skewscope_core::record::{MessageKey, ProbeRecord};
 use skewscope_linkemu::{Link, Profile, physical_limit_ns};
 
@@ -76,48 +76,6 @@ pub struct LinkFigures {
     pub upper_ratio_p99: f64,
     /// Actions whose message came after its time.
     pub late: u64,
-}
-
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn sibling(name: &str) -> anyhow::Result<PathBuf> {
-    Ok(std::env::current_exe()?
-        .parent()
-        .context("the bench binary has no directory")?
-        .join(name))
-}
-
-fn faketime() -> anyhow::Result<PathBuf> {
-    std::fs::read_dir("/usr/lib")?
-        .flatten()
-        .map(|e| e.path().join("faketime/libfaketimeMT.so.1"))
-        .find(|p| p.exists())
-        .context("libfaketime not found: install Debian's faketime")
-}
-
-fn probe_records(path: &Path) -> Vec<ProbeRecord> {
-    match read_file(path) {
-        Ok(AnyLog::Probe(d)) => d.records,
-        _ => Vec::new(),
-    }
-}
-
-fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
-    let start = Instant::now();
-    while !done() {
-        if start.elapsed() > limit {
-            bail!("{what}: not within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
 }
 
 fn percentile(v: &mut [f64], p: f64) -> f64 {

@@ -7,6 +7,7 @@
 //! stress. `upload`: what probes uploading costs the agent's fan-out, and
 //! ingest throughput. `verdict`: an audit's last broadcast to its verdict.
 
+mod act_notify;
 mod clock_models;
 mod drain;
 mod fanout;
@@ -18,6 +19,7 @@ mod idle;
 mod links;
 mod live_cost;
 mod probe_cost;
+mod processes;
 mod report_cost;
 mod scrape;
 mod stamps;
@@ -66,6 +68,20 @@ enum Command {
         /// Also write the figures as JSON to this file.
         #[arg(long)]
         save: Option<std::path::PathBuf>,
+    },
+    /// What --act-notify adds for the app beside a probe: the notice's
+    /// latency (Unix datagram and UDP) against one local datagram and
+    /// beside the probe's own timer error.
+    ActNotify {
+        /// Broadcasts, one every 100 ms.
+        #[arg(long, default_value_t = 300)]
+        broadcasts: usize,
+        /// The time to act, this long after each broadcast.
+        #[arg(long, default_value = "50ms", value_parser = skewscope_core::units::parse_duration)]
+        lead: Duration,
+        /// Print the figures as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Clock models side by side over emulated links, deterministic and
     /// without sockets: the truth inside the bound, the bound against the
@@ -350,6 +366,19 @@ fn main() -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string_pretty(&figures)?);
             } else {
                 links::print(&figures, lead, warmup);
+            }
+            Ok(())
+        }
+        Command::ActNotify {
+            broadcasts,
+            lead,
+            json,
+        } => {
+            let figures = act_notify::run(broadcasts, lead)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&figures)?);
+            } else {
+                act_notify::print(&figures);
             }
             Ok(())
         }

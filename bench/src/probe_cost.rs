@@ -11,14 +11,15 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use skewscope_core::log::{AnyLog, read_file};
 use skewscope_core::record::{MessageKey, ProbeRecord};
 
-use crate::upload::{AgentProcess, process_cpu, sibling};
+use crate::processes::{Reaped, sibling, wait_for};
+use crate::upload::{AgentProcess, process_cpu};
 
 /// One build's figures of one round.
 #[derive(Clone, Copy, Debug)]
@@ -95,28 +96,6 @@ fn peak_rss_kib(pid: u32) -> u64 {
                 .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
         })
         .unwrap_or(0)
-}
-
-fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
-    let start = Instant::now();
-    while !done() {
-        ensure!(
-            start.elapsed() < limit,
-            "{what} did not happen in {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
-}
-
-/// Kills the probe if a round fails half way.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn one_round(

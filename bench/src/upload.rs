@@ -26,6 +26,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::drain::Drain;
+use crate::processes::sibling;
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -40,18 +41,6 @@ pub struct Options {
     pub rounds: usize,
     /// How long the ingest-only phase runs.
     pub ingest_for: Duration,
-}
-
-/// A sibling release binary of this benchmark.
-pub fn sibling(name: &str) -> anyhow::Result<PathBuf> {
-    let me = std::env::current_exe()?;
-    let path = me.with_file_name(name);
-    ensure!(
-        path.exists(),
-        "{} is missing: build it first (cargo build --release --bins)",
-        path.display()
-    );
-    Ok(path)
 }
 
 /// The agent as its own process, as deployed.

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 
-use crate::upload::{AgentProcess, sibling};
+use crate::processes::sibling;
+use crate::upload::AgentProcess;
 
 /// What to measure.
 pub struct Options {

@@ -27,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 pub mod act_at;
+pub mod act_notice;
 pub mod act_stamp;
 pub mod analysis;
 pub mod chrony;

@@ -25,8 +25,10 @@ use std::time::Duration;
 
 use skewscope_core::Stamp;
 use skewscope_core::act_at::ActAt;
+use skewscope_core::act_notice::ActNotice;
 use skewscope_core::record::{Action, MessageKey, ProbeRecord};
 
+use crate::act_notify::Notifier;
 use crate::clock_estimate::ClockEstimate;
 use crate::recorder::Recorder;
 
@@ -160,18 +162,21 @@ fn is_wide(plan: &Plan, arrived_mono_ns: u64) -> bool {
 /// The running actor; it ends when every [`Acting`] is gone and what was
 /// planned has been done.
 pub struct Actor {
-    thread: Option<JoinHandle<()>>,
+    /// Gives back the notifier (`--act-notify`), for its counts.
+    thread: Option<JoinHandle<Option<Notifier>>>,
     clock: ClockEstimate,
 }
 
 impl Actor {
-    /// Starts the actor thread, recording into `recorder`; a real-time
-    /// thread when `realtime` and allowed.
+    /// Starts the actor thread, recording into `recorder` and telling
+    /// `notifier`'s app at each action's moment; a real-time thread when
+    /// `realtime` and allowed.
     pub fn start(
         act_at: ActAt,
         clock: ClockEstimate,
         recorder: Recorder,
         realtime: bool,
+        mut notifier: Option<Notifier>,
     ) -> std::io::Result<(Actor, Acting)> {
         let (actor, planned) = mpsc::channel();
         let clock_for_plans = clock.clone();
@@ -190,7 +195,8 @@ impl Actor {
                         ),
                     }
                 }
-                run(&planned, &recorder, &clock);
+                run(&planned, &recorder, &clock, notifier.as_mut());
+                notifier
             })?;
         Ok((
             Actor {
@@ -208,8 +214,19 @@ impl Actor {
     /// Waits for the actions still planned (the [`Acting`] handles must be
     /// gone, or this waits for them).
     pub fn finish(mut self) {
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if let Some(t) = self.thread.take()
+            && let Ok(Some(notifier)) = t.join()
+        {
+            let (sent, undelivered) = notifier.counts();
+            let target = notifier.target();
+            if undelivered > 0 {
+                tracing::warn!(
+                    target: "probe::act",
+                    "--act-notify {target}: {sent} notice(s) sent, {undelivered} not delivered (the app was not listening, or not reading)"
+                );
+            } else {
+                tracing::info!(target: "probe::act", "--act-notify {target}: {sent} notice(s) sent");
+            }
         }
         let wide = self.clock.wide_actions();
         if wide > 0 {
@@ -221,7 +238,12 @@ impl Actor {
     }
 }
 
-fn run(planned: &Receiver<Planned>, recorder: &Recorder, clock: &ClockEstimate) {
+fn run(
+    planned: &Receiver<Planned>,
+    recorder: &Recorder,
+    clock: &ClockEstimate,
+    mut notifier: Option<&mut Notifier>,
+) {
     let mut due: BinaryHeap<Planned> = BinaryHeap::new();
     let mut fired: Vec<Planned> = Vec::new();
     let mut senders_gone = false;
@@ -294,6 +316,12 @@ fn run(planned: &Receiver<Planned>, recorder: &Recorder, clock: &ClockEstimate) 
         while due.peek().is_some_and(|p| p.target.mono_ns <= done.mono_ns) {
             fired.push(due.pop().expect("just looked"));
         }
+        // The app beside the probe acts now: its notices go first.
+        if let Some(notifier) = notifier.as_deref_mut() {
+            for p in &fired {
+                notifier.notify(&ActNotice::of(&action(p, done)));
+            }
+        }
         // Writing the records down can wait for anything else due this
         // moment (on one core, another probe's timer) to fire first.
         std::thread::yield_now();
@@ -310,21 +338,26 @@ fn run(planned: &Receiver<Planned>, recorder: &Recorder, clock: &ClockEstimate) 
             if is_wide(&plan, p.arrived_mono_ns) {
                 clock.count_wide_action();
             }
-            recorder.record(ProbeRecord::Action(Action {
-                conn: p.conn,
-                key: p.key,
-                hash: p.hash,
-                act_at_ns: p.act_at_ns,
-                offset_ns: p.offset_ns,
-                offset_bound_ns: p.offset_bound_ns,
-                target: p.target,
-                done,
-                late_ns: p.arrived_mono_ns.saturating_sub(p.target.mono_ns),
-            }));
+            recorder.record(ProbeRecord::Action(action(&p, done)));
         }
         // Messages planned meanwhile.
         while let Ok(p) = planned.try_recv() {
             due.push(p);
         }
+    }
+}
+
+/// The record of a planned action done at `done`.
+fn action(p: &Planned, done: Stamp) -> Action {
+    Action {
+        conn: p.conn,
+        key: p.key,
+        hash: p.hash,
+        act_at_ns: p.act_at_ns,
+        offset_ns: p.offset_ns,
+        offset_bound_ns: p.offset_bound_ns,
+        target: p.target,
+        done,
+        late_ns: p.arrived_mono_ns.saturating_sub(p.target.mono_ns),
     }
 }

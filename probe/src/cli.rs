@@ -192,6 +192,14 @@ pub struct Args {
     /// them the probe says so and acts at normal priority.
     #[arg(long, requires = "act_at")]
     pub act_realtime: bool,
+
+    /// At each action's moment, send one datagram (JSON: the message, its
+    /// time to act, the moment aimed at and the moment acted on this
+    /// device's clocks, late and by how much) to the app beside the probe:
+    /// unix:PATH (a Unix datagram socket it has bound) or udp:HOST:PORT. An
+    /// app that is not listening costs the probe nothing; it is counted.
+    #[arg(long, value_name = "unix:PATH|udp:HOST:PORT", requires = "act_at")]
+    pub act_notify: Option<String>,
 }
 
 impl skewscope_os::settings::FileSettings for Args {
@@ -258,6 +266,14 @@ impl Args {
             ca_file: self.ca_file,
             insecure: self.insecure,
             act_realtime: self.act_realtime,
+            act_notify: match &self.act_notify {
+                Some(target) => Some(
+                    target
+                        .parse()
+                        .map_err(|e| ProbeError::Config(format!("--act-notify {e}")))?,
+                ),
+                None => None,
+            },
             act_at: match &self.act_at {
                 Some(pointer) => {
                     let unit = self

@@ -73,6 +73,9 @@ pub struct ProbeConfig {
     pub act_at: Option<skewscope_core::act_at::ActAt>,
     /// Run the timer that acts as a real-time thread (`--act-realtime`).
     pub act_realtime: bool,
+    /// Tell the app beside the probe at each action's moment
+    /// (`--act-notify`): one datagram per action.
+    pub act_notify: Option<crate::act_notify::NotifyTarget>,
 }
 
 impl ProbeConfig {
@@ -102,6 +105,7 @@ impl ProbeConfig {
             insecure: false,
             act_at: None,
             act_realtime: false,
+            act_notify: None,
         }
     }
 
@@ -121,6 +125,8 @@ impl ProbeConfig {
             "max message size must be at least 1 byte"
         } else if self.name.is_empty() {
             "name must not be empty"
+        } else if self.act_notify.is_some() && self.act_at.is_none() {
+            "act notify needs act at: notices are sent when the probe acts"
         } else {
             return Ok(());
         };

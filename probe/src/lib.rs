@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 mod act;
+pub mod act_notify;
 mod after_upgrade;
 mod backoff;
 pub mod cli;
@@ -258,11 +259,20 @@ impl RunningProbe {
                     unit: act_at.unit().as_str().to_owned(),
                     at: skewscope_os::clock::now(),
                 }));
+                let notifier = match &config.act_notify {
+                    Some(target) => {
+                        Some(act_notify::Notifier::open(target.clone()).map_err(|e| {
+                            ProbeError::Config(format!("--act-notify {target}: {e}"))
+                        })?)
+                    }
+                    None => None,
+                };
                 let (actor, acting) = act::Actor::start(
                     act_at.clone(),
                     clock.clone(),
                     recorder.clone(),
                     config.act_realtime,
+                    notifier,
                 )
                 .map_err(ProbeError::Threads)?;
                 (Some(actor), Some(acting))
