@@ -622,12 +622,15 @@ pub fn render(r: &Report) -> String {
                 p.connections + p.reconnects
             );
         }
+        if let Some(pruned) = &p.logs_pruned {
+            let _ = writeln!(out, "  {:<16} {}", p.name, pruned_text(pruned));
+        }
         match p.ended {
             RunEnd::Stopped => {}
             RunEnd::LogFull => {
                 let _ = writeln!(
                     out,
-                    "  {:<16} stopped recording at --max-log-bytes; later broadcasts are not counted missing",
+                    "  {:<16} stopped recording at its log size limit (--max-log-bytes, or what --keep-bytes left it); later broadcasts are not counted missing",
                     p.name
                 );
             }
@@ -684,6 +687,30 @@ pub fn render(r: &Report) -> String {
         }
     }
     out
+}
+
+/// What a probe deleted from and kept in its `--out-dir`, for people: one
+/// line (the text report and the HTML say the same).
+pub fn pruned_text(p: &skewscope_core::record::LogsPruned) -> String {
+    let mib = |b: u64| {
+        if b < 1024 * 1024 {
+            format!("{:.1} KiB", b as f64 / 1024.0)
+        } else {
+            format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
+        }
+    };
+    let limit = |n: u64, what: String| {
+        if n == 0 { "no limit".to_owned() } else { what }
+    };
+    format!(
+        "--out-dir: deleted {} earlier run log(s) ({}) the agent had in full; kept {} ({}); limits {} runs, {}",
+        p.runs,
+        mib(p.bytes),
+        p.kept_runs,
+        mib(p.kept_bytes),
+        limit(u64::from(p.max_runs), p.max_runs.to_string()),
+        limit(p.max_bytes, mib(p.max_bytes)),
+    )
 }
 
 /// What a browser probe's stamps are, for people: one line.

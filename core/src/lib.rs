@@ -40,6 +40,7 @@ pub mod log;
 pub mod page_ingest;
 pub mod permessage_deflate;
 pub mod record;
+pub mod retention;
 pub mod server_frames;
 pub mod stamp;
 pub mod tap;

@@ -422,6 +422,29 @@ pub enum ProbeRecord {
     /// (no kernel stamps), and its clock bound comes from the WebSocket
     /// time exchange (`/clock`).
     Page(PageProbe),
+    /// The probe keeps its `--out-dir` within its limits (`--keep-runs`,
+    /// `--keep-bytes`), written after `Identity`: what it deleted at start
+    /// (only logs the agent had in full) and what this run may write.
+    LogsPruned(LogsPruned),
+}
+
+/// What a probe deleted from its `--out-dir` at start, and what it kept.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LogsPruned {
+    /// When.
+    pub at: Stamp,
+    /// Earlier runs' logs deleted (each acknowledged in full by the agent).
+    pub runs: u32,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Earlier runs' logs kept.
+    pub kept_runs: u32,
+    /// Their bytes.
+    pub kept_bytes: u64,
+    /// The most run logs kept, this one included (0: no limit).
+    pub max_runs: u32,
+    /// The most bytes, this log included (0: no limit).
+    pub max_bytes: u64,
 }
 
 /// What a browser probe says about the page it runs in.
@@ -520,6 +543,7 @@ impl ProbeRecord {
             ProbeRecord::ClockState(c) => Some(c.at),
             ProbeRecord::TimeSample(t) => Some(t.t4),
             ProbeRecord::LogFull(l) => Some(l.at),
+            ProbeRecord::LogsPruned(l) => Some(l.at),
             ProbeRecord::ActPlan(p) => Some(p.at),
             ProbeRecord::Action(a) => Some(a.done),
             ProbeRecord::Identity(_)

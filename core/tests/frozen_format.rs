@@ -10,7 +10,9 @@
 //!   add it with a new pair of files, never by rewriting these.
 //!   `records-2026-12-02b.probe.sklog` holds the variants appended since
 //!   (`MessagePayload`), written by `write_the_frozen_logs_of_2026_12_02b`;
-//!   `records-2026-12-03.probe.sklog` the browser probe's `PageProbe`.
+//!   `records-2026-12-03.probe.sklog` the browser probe's `PageProbe`;
+//!   `records-2026-12-06.probe.sklog` a probe's `LogsPruned` (`--out-dir`
+//!   kept within `--keep-runs` and `--keep-bytes`).
 //! - `data/c41f7be/`: logs written by the previous release's binaries (the
 //!   agent and a probe, three test broadcasts), read and joined here.
 //!
@@ -331,7 +333,22 @@ fn every_variant_is_frozen(a: &AgentRecord, p: &ProbeRecord) {
         // Appended after the first frozen files: in their own.
         ProbeRecord::Payload(_) => {}
         ProbeRecord::Page(_) => {}
+        ProbeRecord::LogsPruned(_) => {}
     }
+}
+
+/// Probe records appended after `records-2026-12-03`, frozen in
+/// `records-2026-12-06.probe.sklog`.
+fn probe_records_added_2026_12_06() -> Vec<ProbeRecord> {
+    vec![ProbeRecord::LogsPruned(LogsPruned {
+        at: at(60),
+        runs: 3,
+        bytes: 123_456,
+        kept_runs: 16,
+        kept_bytes: 9_876_543,
+        max_runs: 20,
+        max_bytes: 64 << 20,
+    })]
 }
 
 /// Probe records appended after `records-2026-12-02b`, frozen in
@@ -386,12 +403,23 @@ fn every_record_variant_reads_as_it_was_written() {
         }
         AnyLog::Agent(_) => panic!("a probe log"),
     }
-    match read_file(&data("records-2026-12-03.probe.sklog")).unwrap() {
-        AnyLog::Probe(d) => {
-            assert_eq!((d.skipped_bytes, d.torn_tail), (0, false));
-            assert_eq!(d.records, probe_records_added_2026_12_03());
+    for (file, records) in [
+        (
+            "records-2026-12-03.probe.sklog",
+            probe_records_added_2026_12_03(),
+        ),
+        (
+            "records-2026-12-06.probe.sklog",
+            probe_records_added_2026_12_06(),
+        ),
+    ] {
+        match read_file(&data(file)).unwrap() {
+            AnyLog::Probe(d) => {
+                assert_eq!((d.skipped_bytes, d.torn_tail), (0, false), "{file}");
+                assert_eq!(d.records, records, "{file}");
+            }
+            AnyLog::Agent(_) => panic!("{file}: a probe log"),
         }
-        AnyLog::Agent(_) => panic!("a probe log"),
     }
 }
 
@@ -415,12 +443,10 @@ fn logs_of_the_previous_release_read_and_join_in_this_one() {
     assert!(report.actions.is_none());
 }
 
-#[test]
-#[ignore = "writes a frozen file; run once, by hand, when variants are appended"]
-fn write_the_frozen_logs_of_2026_12_02b() {
-    let mut probe =
-        LogWriter::create(&data("records-2026-12-02b.probe.sklog"), LogKind::Probe).unwrap();
-    for r in probe_records_added_2026_12_02b() {
+/// Writes a frozen probe log of `records`.
+fn write_probe_log(file: &str, records: Vec<ProbeRecord>) {
+    let mut probe = LogWriter::create(&data(file), LogKind::Probe).unwrap();
+    for r in records {
         probe.append(&r).unwrap();
     }
     probe.sync().unwrap();
@@ -428,13 +454,29 @@ fn write_the_frozen_logs_of_2026_12_02b() {
 
 #[test]
 #[ignore = "writes a frozen file; run once, by hand, when variants are appended"]
+fn write_the_frozen_logs_of_2026_12_02b() {
+    write_probe_log(
+        "records-2026-12-02b.probe.sklog",
+        probe_records_added_2026_12_02b(),
+    );
+}
+
+#[test]
+#[ignore = "writes a frozen file; run once, by hand, when variants are appended"]
 fn write_the_frozen_logs_of_2026_12_03() {
-    let mut probe =
-        LogWriter::create(&data("records-2026-12-03.probe.sklog"), LogKind::Probe).unwrap();
-    for r in probe_records_added_2026_12_03() {
-        probe.append(&r).unwrap();
-    }
-    probe.sync().unwrap();
+    write_probe_log(
+        "records-2026-12-03.probe.sklog",
+        probe_records_added_2026_12_03(),
+    );
+}
+
+#[test]
+#[ignore = "writes a frozen file; run once, by hand, when variants are appended"]
+fn write_the_frozen_logs_of_2026_12_06() {
+    write_probe_log(
+        "records-2026-12-06.probe.sklog",
+        probe_records_added_2026_12_06(),
+    );
 }
 
 #[test]

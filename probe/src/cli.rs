@@ -11,6 +11,16 @@ use serde::{Deserialize, Serialize};
 use skewscope_core::units::{parse_duration, parse_size};
 
 use skewscope_core::act_at::ActAt;
+use skewscope_core::retention::Retention;
+
+/// A size, or 0 for no limit.
+fn parse_size_or_zero(text: &str) -> Result<usize, String> {
+    if text.trim() == "0" {
+        Ok(0)
+    } else {
+        parse_size(text)
+    }
+}
 
 use crate::config::ProbeConfig;
 use crate::error::ProbeError;
@@ -68,6 +78,19 @@ pub struct Args {
     /// overwrites an earlier run's log.
     #[arg(long, value_name = "DIR")]
     pub out_dir: Option<PathBuf>,
+
+    /// With --out-dir: keep at most this many run logs there, this one
+    /// included. To make room the oldest logs the agent has acknowledged in
+    /// full (--upload) are deleted; one it lacks never is: with no room left
+    /// the probe does not record, and says why. 0: no limit.
+    #[arg(long, value_name = "N", default_value_t = skewscope_core::retention::DEFAULT_MAX_RUNS)]
+    pub keep_runs: u32,
+
+    /// With --out-dir: keep at most this many bytes of run logs there, this
+    /// one included (what is left is this run's limit), by the same rule as
+    /// --keep-runs. 0: no limit.
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size_or_zero)]
+    pub keep_bytes: usize,
 
     /// Close each connection after it received K messages, so a run against a
     /// known number of broadcasts ends by itself. With --duration, whichever
@@ -226,6 +249,7 @@ impl Args {
             ProbeError::Config(format!("{what} is required (a flag, or a key in --config)"))
         };
         let name = self.name.unwrap_or_else(skewscope_os::host::host_name);
+        let in_out_dir = self.out.is_none() && self.out_dir.is_some();
         let out = match (self.out, self.out_dir) {
             (Some(out), _) => out,
             (None, Some(dir)) => {
@@ -266,6 +290,10 @@ impl Args {
             ca_file: self.ca_file,
             insecure: self.insecure,
             act_realtime: self.act_realtime,
+            retention: in_out_dir.then_some(Retention {
+                max_runs: self.keep_runs,
+                max_bytes: self.keep_bytes as u64,
+            }),
             act_notify: match &self.act_notify {
                 Some(target) => Some(
                     target

@@ -76,6 +76,10 @@ pub struct ProbeConfig {
     /// Tell the app beside the probe at each action's moment
     /// (`--act-notify`): one datagram per action.
     pub act_notify: Option<crate::act_notify::NotifyTarget>,
+    /// Keep the directory of `out` within these limits, deleting the
+    /// oldest earlier runs' logs the agent has in full (`--out-dir`, with
+    /// `--keep-runs` and `--keep-bytes`); `None`: keep every log.
+    pub retention: Option<skewscope_core::retention::Retention>,
 }
 
 impl ProbeConfig {
@@ -106,6 +110,7 @@ impl ProbeConfig {
             act_at: None,
             act_realtime: false,
             act_notify: None,
+            retention: None,
         }
     }
 

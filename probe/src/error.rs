@@ -54,14 +54,30 @@ pub enum ProbeError {
 
     /// The log reached `--max-log-bytes`; recording and the run stopped.
     #[error(
-        "the record log {path} reached --max-log-bytes ({max_bytes} bytes), so recording and the run \
-         stopped; its last record says so (raise the limit, or rotate the log with SIGHUP)"
+        "the record log {path} reached its size limit ({max_bytes} bytes: --max-log-bytes, or what \
+         --out-dir's --keep-bytes left this run), so recording and the run stopped; its last record \
+         says so (raise the limit, or rotate the log with SIGHUP)"
     )]
     LogFull {
         /// The `--out` file.
         path: PathBuf,
         /// The limit.
         max_bytes: u64,
+    },
+
+    /// `--out-dir` has no room for a new run, and every log that would
+    /// have to go is one the agent does not have in full.
+    #[error(
+        "{dir} is at its limits ({why}), and the logs that would have to go are the only copies of their records{}: not recording rather than deleting them. Raise --keep-runs or --keep-bytes (0: no limit), or move the logs away",
+        if *uploading { " (the agent did not acknowledge them in full)" } else { " (without --upload nothing else has them)" }
+    )]
+    DiskIsTheLimit {
+        /// The `--out-dir`.
+        dir: PathBuf,
+        /// Which limit.
+        why: String,
+        /// Whether the agent was asked.
+        uploading: bool,
     },
 
     /// The kernel gave no random bytes for the run's id.

@@ -43,6 +43,7 @@ mod payloads_seen;
 mod previous_runs;
 mod recorder;
 mod request;
+mod retention;
 mod shutdown;
 mod spool;
 mod time_exchange;
@@ -107,6 +108,7 @@ pub struct RunningProbe {
     upload_state: watch::Receiver<uploader::UploadState>,
     /// The actor (`--act-at`): done before the log is closed.
     actor: Option<act::Actor>,
+
     /// Uploads of earlier runs' logs left by restarts.
     previous_uploads: Vec<(
         tokio::task::JoinHandle<()>,
@@ -183,14 +185,41 @@ impl RunningProbe {
         skewscope_os::files::ensure_open_files(config.connections)?;
         // With an upload, an earlier run's log is kept, not truncated: what
         // the agent has not acknowledged of it is uploaded too.
-        let previous = match &config.upload {
-            Some(_) => previous_runs::keep_and_list(&config.out, &config.name).map_err(|e| {
-                ProbeError::Config(format!(
-                    "cannot keep the earlier log at {}: {e}",
-                    config.out.display()
-                ))
-            })?,
-            None => Vec::new(),
+        let earlier = match (&config.upload, &config.retention) {
+            (Some(_), _) => previous_runs::keep_and_list(&config.out, &config.name),
+            (None, Some(_)) => previous_runs::list(&config.out, &config.name),
+            (None, None) => Ok(Vec::new()),
+        }
+        .map_err(|e| {
+            ProbeError::Config(format!(
+                "cannot keep or list the earlier logs beside {}: {e}",
+                config.out.display()
+            ))
+        })?;
+        // Room for this run in --out-dir, deleting only what the agent has.
+        let (previous, room) = match config.retention {
+            Some(limits) => {
+                let asks = match &config.upload {
+                    Some(base) => Some(uploader::Upload {
+                        url: uploader::ingest_url(base)?,
+                        token: config.upload_token.clone(),
+                        log: config.out.clone(),
+                        run_id: 0,
+                        follow: false,
+                    }),
+                    None => None,
+                };
+                let dir = config.out.parent().unwrap_or(std::path::Path::new("."));
+                let empty =
+                    previous_runs::empty_logs(&config.out, &config.name).unwrap_or_default();
+                let room = retention::make_room(limits, dir, earlier, empty, asks.as_ref()).await?;
+                (room.to_upload, Some((room.pruned, room.budget)))
+            }
+            None => (earlier, None),
+        };
+        let max_log_bytes = match (config.max_log_bytes, room.as_ref().and_then(|r| r.1)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         };
         // Flush the header at once: a probe killed before its first record still
         // leaves a readable (empty) log rather than an unrecognisable file.
@@ -204,7 +233,7 @@ impl RunningProbe {
         let deadline = config.duration.map(|d| Instant::now() + d);
         let (stop, shutdown) = shutdown::channel(deadline);
         let (recorder, finished) =
-            recorder::spawn(log, config.out.clone(), config.max_log_bytes, stop.clone()).map_err(
+            recorder::spawn(log, config.out.clone(), max_log_bytes, stop.clone()).map_err(
                 |source| ProbeError::WriteLog {
                     path: config.out.clone(),
                     source,
@@ -222,6 +251,9 @@ impl RunningProbe {
         let identity = skewscope_os::host::new_run_identity().map_err(ProbeError::RunId)?;
         let run_id = identity.run_id;
         recorder.record(ProbeRecord::Identity(identity));
+        if let Some((pruned, _)) = room {
+            recorder.record(ProbeRecord::LogsPruned(pruned));
+        }
         let (log_ended, ended) = watch::channel(false);
         let (upload_state_tx, upload_state) = watch::channel(uploader::UploadState::default());
         let mut previous_uploads = Vec::new();

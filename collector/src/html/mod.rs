@@ -424,14 +424,21 @@ fn probes(out: &mut String, r: &Report) {
             .as_ref()
             .map(|page| format!("; {}", escape(&crate::table::page_text(page))))
             .unwrap_or_default();
+        let pruned = p
+            .logs_pruned
+            .as_ref()
+            .map(|l| format!("; {}", escape(&crate::table::pruned_text(l))))
+            .unwrap_or_default();
         let ended = match p.ended {
             RunEnd::Stopped => "stopped",
-            RunEnd::LogFull => r#"<b class="bad">--max-log-bytes reached</b>"#,
+            RunEnd::LogFull => {
+                r#"<b class="bad">log size limit reached (--max-log-bytes or --keep-bytes)</b>"#
+            }
             RunEnd::NoStopRecord => "no stop record",
         };
         let _ = write!(
             out,
-            r#"<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class="{}">{}</td><td>{offset}</td><td>{claim}</td><td>{check}{}</td><td>{ended}{deflate}{page}{tls}</td></tr>"#,
+            r#"<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class="{}">{}</td><td>{offset}</td><td>{claim}</td><td>{check}{}</td><td>{ended}{deflate}{page}{pruned}{tls}</td></tr>"#,
             escape(&p.name),
             escape(&p.host),
             p.connections,

@@ -163,6 +163,10 @@ pub struct ProbeSummary {
     /// stamps are userspace readings of the page's clock, its bound the
     /// WebSocket time exchange's.
     pub page: Option<crate::record::PageProbe>,
+    /// What it deleted from its `--out-dir` at start (only logs the agent
+    /// had in full) and kept, within `--keep-runs` and `--keep-bytes`;
+    /// `None` when it kept no limits (`--out`, or logs from before them).
+    pub logs_pruned: Option<crate::record::LogsPruned>,
 }
 
 /// One broadcast among the worst by skew.
@@ -452,6 +456,7 @@ impl ReportBuilder {
                 tls_unverified: p.tls_unverified,
                 deflate_connections: p.deflate_connections,
                 page: p.page.clone(),
+                logs_pruned: p.logs_pruned.clone(),
             })
             .collect();
         let mut seen = std::collections::HashSet::new();

@@ -338,6 +338,7 @@ mod tests {
             tls_unverified: 0,
             deflate_connections: 0,
             page: None,
+            logs_pruned: None,
             clock: DeviceClockSummary {
                 time_samples: 5,
                 offset_ns: bound.map(|_| 0),

@@ -103,6 +103,9 @@ pub struct Probe {
     pub act_plan: Option<crate::record::ActPlan>,
     /// The page it ran in, when it is the browser probe (`/probe`).
     pub page: Option<crate::record::PageProbe>,
+    /// What it deleted from its `--out-dir` at start to stay within its
+    /// limits, and what it kept.
+    pub logs_pruned: Option<crate::record::LogsPruned>,
 }
 
 /// The agent run's identity.

@@ -254,6 +254,7 @@ pub(super) fn collect_probes(probes: &[&dyn ProbeSource]) -> ProbeSide {
                 }
                 ProbeRecord::Payload(_) => {}
                 ProbeRecord::Page(page) => info.page = Some(page),
+                ProbeRecord::LogsPruned(p) => info.logs_pruned = Some(p),
             }
         }
         info.clock = ClockIdentity::of(&info.host, info.identity.as_ref());
@@ -297,6 +298,7 @@ pub(super) fn connection_time(record: &ProbeRecord) -> Option<u64> {
         | ProbeRecord::ConnectionDeflate(_)
         | ProbeRecord::Payload(_)
         | ProbeRecord::Page(_)
+        | ProbeRecord::LogsPruned(_)
         | ProbeRecord::LogFull(_) => None,
     }
 }
