@@ -1,6 +1,12 @@
 //! `skewscope demo`: the embedded default. A real agent and real probe
 //! connections on loopback, real broadcasts through `/start_test`, and the
 //! report of what they measured.
+//!
+//! By default the broadcasts carry a time to act (`/start_test?lead=`) and
+//! the probe acts on it (`--act-at /at_ns`), measuring its offset to the
+//! agent's clock over the UDP time exchange first: the report then puts the
+//! spread of the actions beside the spread of the receipts, the product's
+//! answer beside its question.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,6 +26,9 @@ pub struct DemoOptions {
     pub interval: Duration,
     /// Where to keep the logs; a temporary directory (removed) when `None`.
     pub keep: Option<PathBuf>,
+    /// The time to act, this long after each broadcast's start; `None`:
+    /// receive only (`--no-act`).
+    pub lead: Option<Duration>,
 }
 
 /// Longest wait for every probe connection to be served by the agent.
@@ -28,12 +37,22 @@ const CONNECT_WAIT: Duration = Duration::from_secs(30);
 const DRAIN_WAIT: Duration = Duration::from_secs(10);
 /// Longest wait for stopped probe connections to write their last records.
 const STOP_WAIT: Duration = Duration::from_secs(10);
+/// Longest wait for the probe's first answered time exchange (it comes in
+/// milliseconds on loopback): past it the demo acts anyway, and the report
+/// counts actions taken before any exchange.
+const CLOCK_WAIT: Duration = Duration::from_secs(10);
 
-/// Runs the demo and returns the paths of the two logs it wrote. The agent
-/// is shut down (its log flushed and synced) whatever happened.
+/// The demo's devices: two probes sharing the connections (one when there
+/// is a single connection), so that acting together is between devices,
+/// each with its own clock model and timer.
+const DEVICES: [&str; 2] = ["demo-a", "demo-b"];
+
+/// Runs the demo and returns the paths of the logs it wrote: the agent's
+/// and each probe's. The agent is shut down (its log flushed and synced)
+/// whatever happened.
 pub async fn run(
     options: &DemoOptions,
-) -> anyhow::Result<(PathBuf, PathBuf, Option<tempfile::TempDir>)> {
+) -> anyhow::Result<(PathBuf, Vec<PathBuf>, Option<tempfile::TempDir>)> {
     let (dir, temp) = match &options.keep {
         Some(dir) => {
             std::fs::create_dir_all(dir)
@@ -45,39 +64,63 @@ pub async fn run(
             (t.path().to_owned(), Some(t))
         }
     };
-    // The agent and the probe log what goes wrong; the report is the output.
+    // The agent and the probes log what goes wrong; the report is the output.
     let _ = skewscope_os::logging::init(None, "warn");
     let agent = RunningAgent::start(AgentConfig::local(dir.clone())).await?;
+    let devices = if options.clients >= 2 { 2 } else { 1 };
+    let acting = match options.lead {
+        Some(lead) => format!(", each to be acted on {lead:?} after its start"),
+        None => String::new(),
+    };
     eprintln!(
-        "demo: agent on {}, {} probe connections, {} broadcasts every {:?}",
+        "demo: agent on {}, {} probe connections on {devices} device(s), {} broadcasts every {:?}{acting}",
         agent.addr, options.clients, options.broadcasts, options.interval
     );
-    let probe_log = dir.join("probe-demo.sklog");
-    let measured = measure(&agent, options, &probe_log).await;
+    let probes: Vec<(&str, u32, PathBuf)> = DEVICES[..devices]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            // The first device takes the odd connection out.
+            let share = options.clients / devices as u32
+                + u32::from(i == 0) * (options.clients % devices as u32);
+            (*name, share, dir.join(format!("probe-{name}.sklog")))
+        })
+        .collect();
+    let measured = measure(&agent, options, &probes).await;
     let agent_log = agent.log_path.clone();
     let stopped = agent.shutdown().await;
     measured?;
     stopped?;
-    Ok((agent_log, probe_log, temp))
+    Ok((agent_log, probes.into_iter().map(|p| p.2).collect(), temp))
 }
 
-/// Connects the probe, broadcasts, and waits for the probe to finish.
+/// Connects the probes, broadcasts, and waits for the probes to finish.
 async fn measure(
     agent: &RunningAgent,
     options: &DemoOptions,
-    probe_log: &std::path::Path,
+    devices: &[(&str, u32, PathBuf)],
 ) -> anyhow::Result<()> {
-    let mut config = ProbeConfig::new(format!("ws://{}/ws", agent.addr), probe_log);
-    config.connections = options.clients;
-    config.name = "demo".into();
-    config.count = Some(options.broadcasts as u64);
-    let probe = RunningProbe::start(config).await?;
-    let stop = probe.stop_handle();
-    let attempts = probe.connected().await;
+    let mut probes = Vec::new();
+    for (name, connections, log) in devices {
+        let mut config = ProbeConfig::new(format!("ws://{}/ws", agent.addr), log);
+        config.connections = *connections;
+        config.name = (*name).into();
+        config.count = Some(options.broadcasts as u64);
+        if options.lead.is_some() {
+            config.act_at = Some(
+                skewscope_core::act_at::ActAt::new("/at_ns", skewscope_core::act_at::ActUnit::Ns)
+                    .map_err(anyhow::Error::msg)?,
+            );
+        }
+        probes.push(RunningProbe::start(config).await?);
+    }
+    let mut opened = 0;
+    for probe in &probes {
+        opened += probe.connected().await.opened;
+    }
     ensure!(
-        attempts.opened == options.clients,
-        "only {} of {} demo connections opened",
-        attempts.opened,
+        opened == options.clients,
+        "only {opened} of {} demo connections opened",
         options.clients
     );
     // The probe sees its upgrade a moment before the agent's shard takes it.
@@ -91,9 +134,21 @@ async fn measure(
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    if options.lead.is_some() {
+        let deadline = tokio::time::Instant::now() + CLOCK_WAIT;
+        while probes.iter().any(|p| p.clock_bound_now().is_none())
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
 
+    let trigger = match options.lead {
+        Some(lead) => format!("/start_test?lead={}us", lead.as_micros()),
+        None => "/start_test".to_owned(),
+    };
     for _ in 0..options.broadcasts {
-        let response = agent::http_client::start_test(agent.addr, None).await?;
+        let response = agent::http_client::request(agent.addr, "GET", &trigger, b"", None).await?;
         ensure!(
             response.status == 200,
             "/start_test answered {}: {}",
@@ -105,21 +160,24 @@ async fn measure(
 
     // Every connection stops by itself after the last broadcast; a stuck one
     // is stopped, so the report still shows what arrived (and what did not).
-    let finish = probe.finish();
-    tokio::pin!(finish);
-    let summary = match tokio::time::timeout(DRAIN_WAIT, &mut finish).await {
-        Ok(summary) => summary?,
-        Err(_) => {
-            eprintln!(
-                "demo: not every connection received every broadcast within {DRAIN_WAIT:?}; \
-                 stopping them: the report counts what is missing"
-            );
-            stop.stop();
-            tokio::time::timeout(STOP_WAIT, finish)
-                .await
-                .with_context(|| format!("the probe did not stop within {STOP_WAIT:?}"))??
-        }
-    };
-    eprintln!("demo: probe {summary}");
+    for probe in probes {
+        let stop = probe.stop_handle();
+        let finish = probe.finish();
+        tokio::pin!(finish);
+        let summary = match tokio::time::timeout(DRAIN_WAIT, &mut finish).await {
+            Ok(summary) => summary?,
+            Err(_) => {
+                eprintln!(
+                    "demo: not every connection received every broadcast within {DRAIN_WAIT:?}; \
+                     stopping them: the report counts what is missing"
+                );
+                stop.stop();
+                tokio::time::timeout(STOP_WAIT, finish)
+                    .await
+                    .with_context(|| format!("the probe did not stop within {STOP_WAIT:?}"))??
+            }
+        };
+        eprintln!("demo: probe {summary}");
+    }
     Ok(())
 }

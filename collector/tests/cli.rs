@@ -27,8 +27,8 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// A demo with kept logs: the agent log and the probe log.
-fn kept_demo(dir: &Path) -> (PathBuf, PathBuf) {
+/// A demo with kept logs: the agent log and the probe logs (two devices).
+fn kept_demo(dir: &Path) -> (PathBuf, Vec<PathBuf>) {
     let keep = dir.join("demo");
     let json = dir.join("demo.json");
     let html = dir.join("demo.html");
@@ -69,36 +69,75 @@ fn kept_demo(dir: &Path) -> (PathBuf, PathBuf) {
         assert!(report[key].is_u64(), "{key} in {report}");
     }
     assert_eq!(report["receipts"], 72);
+    // It acts by default: every copy acted on at its time to act (50 ms
+    // after the start), and the report sets action skew beside receive skew.
+    let actions = &report["actions"];
+    assert_eq!(actions["actions"], 72, "{actions}");
+    assert_eq!(actions["receipts_without_action"], 0, "{actions}");
+    // (The time to act is 50 ms after the hub stamped the message; the
+    // broadcast's recorded start comes a moment later.)
+    let lead = &actions["lead_given_ns"];
+    assert!(lead["min"].as_i64().unwrap() > 0, "{actions}");
+    assert!(lead["max"].as_i64().unwrap() <= 50_000_000, "{actions}");
+    for key in ["action_skew_ns", "receive_skew_ns"] {
+        assert!(actions[key]["max"].is_i64(), "{key} in {actions}");
+    }
+    assert!(out.contains("acting together"), "{out}");
     for key in ["skew_ns", "latency_ns", "fanout_ns"] {
         for field in ["p50", "p90", "p99", "p999", "max"] {
             assert!(report[key][field].is_i64(), "{key}.{field} in {report}");
         }
     }
     let mut agent = None;
-    let mut probe = None;
+    let mut probes = Vec::new();
     for entry in std::fs::read_dir(&keep).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         if name.starts_with("agent-") {
             agent = Some(path);
         } else if name.starts_with("probe-") {
-            probe = Some(path);
+            probes.push(path);
         }
     }
-    (
-        agent.expect("agent log kept"),
-        probe.expect("probe log kept"),
-    )
+    probes.sort();
+    assert_eq!(probes.len(), 2, "two devices: {probes:?}");
+    (agent.expect("agent log kept"), probes)
+}
+
+#[test]
+fn demo_without_acting_receives_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("demo.json");
+    let o = run(&[
+        "demo",
+        "--no-act",
+        "--clients",
+        "4",
+        "--broadcasts",
+        "3",
+        "--interval",
+        "20ms",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "demo failed: {}", stderr(&o));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["receipts"], 12);
+    assert!(report["actions"].is_null(), "{}", report["actions"]);
+    assert!(!stdout(&o).contains("acting together"));
 }
 
 #[test]
 fn demo_then_report_gives_the_same_counts_and_damage_is_recovered() {
     let dir = tempfile::tempdir().unwrap();
-    let (agent, probe) = kept_demo(dir.path());
+    let (agent, probes) = kept_demo(dir.path());
+    let (probe, other) = (&probes[0], probes[1].to_str().unwrap());
     let o = run(&[
         "report",
         agent.to_str().unwrap(),
         probe.to_str().unwrap(),
+        other,
         "--json",
         "-",
     ]);
@@ -110,10 +149,15 @@ fn demo_then_report_gives_the_same_counts_and_damage_is_recovered() {
     );
 
     // A probe killed mid-write: the file ends inside its last record.
-    let bytes = std::fs::read(&probe).unwrap();
+    let bytes = std::fs::read(probe).unwrap();
     let torn = dir.path().join("torn.sklog");
     std::fs::write(&torn, &bytes[..bytes.len() - 3]).unwrap();
-    let o = run(&["report", agent.to_str().unwrap(), torn.to_str().unwrap()]);
+    let o = run(&[
+        "report",
+        agent.to_str().unwrap(),
+        torn.to_str().unwrap(),
+        other,
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("torn tail"), "{out}");
@@ -133,6 +177,7 @@ fn demo_then_report_gives_the_same_counts_and_damage_is_recovered() {
         "report",
         agent.to_str().unwrap(),
         corrupt.to_str().unwrap(),
+        other,
         "--json",
         "-",
     ]);

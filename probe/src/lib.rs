@@ -108,7 +108,8 @@ pub struct RunningProbe {
     upload_state: watch::Receiver<uploader::UploadState>,
     /// The actor (`--act-at`): done before the log is closed.
     actor: Option<act::Actor>,
-
+    /// The running idea of the agent's clock, from the time exchange.
+    clock: clock_estimate::ClockEstimate,
     /// Uploads of earlier runs' logs left by restarts.
     previous_uploads: Vec<(
         tokio::task::JoinHandle<()>,
@@ -337,7 +338,7 @@ impl RunningProbe {
                 target,
                 config.time_interval,
                 recorder.clone(),
-                clock,
+                clock.clone(),
                 shutdown.clone(),
             ));
         }
@@ -375,7 +376,18 @@ impl RunningProbe {
             upload_state,
             actor,
             previous_uploads,
+            clock,
         })
+    }
+
+    /// How well this probe knows the agent's clock now: the bound of its
+    /// clock model, `None` before an exchange was answered. A caller that
+    /// broadcasts times to act waits for it, so the first actions rest on
+    /// a measured offset.
+    pub fn clock_bound_now(&self) -> Option<std::time::Duration> {
+        self.clock
+            .estimate_at(skewscope_os::clock::mono_ns())
+            .map(|e| std::time::Duration::from_nanos(e.bound_ns))
     }
 
     /// Connections waiting for their handshake's turn at the gate (at most
