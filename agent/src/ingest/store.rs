@@ -100,7 +100,7 @@ impl IngestStore {
     /// and opens its file, cutting a torn tail.
     pub fn open(&self, run_id: u128) -> Result<OpenRun, OpenError> {
         {
-            let mut runs = self.runs.lock().expect("lock");
+            let mut runs = self.statuses();
             let status = runs.entry(run_id).or_insert_with(|| RunStatus {
                 run: format!("{run_id:032x}"),
                 file: format!("{PROBES_DIR}/probe-{run_id:032x}.sklog"),
@@ -138,9 +138,7 @@ impl IngestStore {
     pub fn runs(&self) -> Vec<RunStatus> {
         let now = std::time::Instant::now();
         let mut runs: Vec<RunStatus> = self
-            .runs
-            .lock()
-            .expect("lock")
+            .statuses()
             .values()
             .map(|s| RunStatus {
                 idle_ms: s
@@ -153,8 +151,15 @@ impl IngestStore {
         runs
     }
 
+    /// The runs' statuses. A panic that held the lock (a bug in one
+    /// upload's handling) leaves at most one status half-updated: every
+    /// later upload goes on with them, as the hub goes on with its shards.
+    fn statuses(&self) -> std::sync::MutexGuard<'_, HashMap<u128, RunStatus>> {
+        self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn update(&self, run_id: u128, change: impl FnOnce(&mut RunStatus)) {
-        if let Some(s) = self.runs.lock().expect("lock").get_mut(&run_id) {
+        if let Some(s) = self.statuses().get_mut(&run_id) {
             change(s);
         }
     }
@@ -275,4 +280,32 @@ pub fn record_bytes(dir: &Path) -> u64 {
             .map(|m| m.len())
             .sum()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A panic while the statuses were locked does not end every later
+    /// upload: the run opens, is listed and is released as before.
+    #[test]
+    fn a_panic_under_the_lock_leaves_uploads_working() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = IngestStore::new(dir.path(), u64::MAX, IngestCounters::default()).unwrap();
+        std::thread::scope(|s| {
+            let poisoned = s
+                .spawn(|| {
+                    let _held = store.runs.lock().unwrap();
+                    panic!("a bug while the statuses are locked");
+                })
+                .join();
+            assert!(poisoned.is_err());
+        });
+        assert!(store.runs.is_poisoned());
+        let run = store.open(7).expect("the run opens after the panic");
+        assert_eq!(run.next_seq, 0);
+        assert_eq!(store.runs().len(), 1);
+        store.release(7);
+        assert!(store.open(7).is_ok(), "released, and open again");
+    }
 }
