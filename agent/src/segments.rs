@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use skewscope_core::log::{LogKind, LogWriter};
 use skewscope_core::record::AgentRecord;
+use skewscope_os::log_files::FileLogWriter;
 
 /// Sizes that bound the log.
 #[derive(Clone, Copy, Debug)]
@@ -206,7 +207,7 @@ mod tests {
         assert_eq!(names[0], "agent-1-2-0000.sklog");
         for name in &names {
             let skewscope_core::log::AnyLog::Agent(d) =
-                skewscope_core::log::read_file(&dir.path().join(name)).unwrap()
+                skewscope_os::log_files::read_file(&dir.path().join(name)).unwrap()
             else {
                 panic!()
             };

@@ -106,7 +106,8 @@ fn sighup_starts_a_new_segment_and_sigterm_flushes() {
     names.sort();
     assert_eq!(names.len(), 2);
     for (i, path) in names.iter().enumerate() {
-        let skewscope_core::log::AnyLog::Agent(d) = skewscope_core::log::read_file(path).unwrap()
+        let skewscope_core::log::AnyLog::Agent(d) =
+            skewscope_os::log_files::read_file(path).unwrap()
         else {
             panic!()
         };
@@ -172,7 +173,7 @@ fn wait_for_a_clock_claim_in(data: &std::path::Path) {
     loop {
         let claimed = std::fs::read_dir(data).into_iter().flatten().flatten().any(|e| {
             matches!(
-                skewscope_core::log::read_file(&e.path()),
+                skewscope_os::log_files::read_file(&e.path()),
                 Ok(skewscope_core::log::AnyLog::Agent(d))
                     if d.records.iter().any(|r| matches!(r, skewscope_core::record::AgentRecord::ClockState(_)))
             )

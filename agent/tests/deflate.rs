@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use agent::http_client::{request, start_test};
 use agent::{AgentConfig, RunningAgent};
 use probe::{ProbeConfig, RunningProbe};
-use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::log::AnyLog;
 use skewscope_core::record::{AgentRecord, ProbeRecord};
+use skewscope_os::log_files::read_file;
 
 const LIMIT: Duration = Duration::from_secs(30);
 

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use agent::http_client::request;
 use agent::{AgentConfig, RunningAgent};
 use futures_util::StreamExt;
-use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::log::AnyLog;
 use skewscope_core::record::AgentRecord;
+use skewscope_os::log_files::read_file;
 use skewscope_os::test_namespace::run_in_own_namespace;
 
 const LIMIT: Duration = Duration::from_secs(20);

@@ -9,8 +9,9 @@ use agent::http_client::request;
 use agent::{AgentConfig, RunningAgent};
 use probe::{ProbeConfig, RunningProbe};
 use skewscope_core::act_at::{ActAt, ActUnit};
-use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::log::AnyLog;
 use skewscope_core::record::ProbeRecord;
+use skewscope_os::log_files::read_file;
 
 const LIMIT: Duration = Duration::from_secs(30);
 

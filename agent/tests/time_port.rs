@@ -107,7 +107,7 @@ async fn answers_requests_and_drops_malformed_oversized_and_replayed_packets() {
     );
     let log = agent.log_path.clone();
     agent.shutdown().await.unwrap();
-    let skewscope_core::log::AnyLog::Agent(d) = skewscope_core::log::read_file(&log).unwrap()
+    let skewscope_core::log::AnyLog::Agent(d) = skewscope_os::log_files::read_file(&log).unwrap()
     else {
         panic!()
     };

@@ -12,18 +12,17 @@
 //! waits for as the actor does, on the same kind of socket (one local
 //! datagram and a reader's wake-up, nothing of the probe).
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use anyhow::Context;
 use serde::Serialize;
 use skewscope_core::act_notice::ActNotice;
 use skewscope_core::record::ProbeRecord;
 
-use crate::processes::{Reaped, probe_records, sibling, wait_for};
+use crate::processes::{Reaped, probe_records, sibling, start_agent, wait_for};
 
 /// One socket kind's figures, ns.
 #[derive(Clone, Debug, Serialize)]
@@ -180,17 +179,7 @@ fn run_kind(
     let floor = floor(kind, broadcasts, every)?;
     eprintln!("bench: act-notify: {kind}, a probe");
     let dir = tempfile::tempdir()?;
-    let mut agent = Command::new(sibling("skewscope-agent")?)
-        .args(["--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path().join("agent"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let mut out = std::io::BufReader::new(agent.stdout.take().context("agent stdout")?);
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line)?;
-    let addr: SocketAddr = line.trim().trim_start_matches("listening on ").parse()?;
-    let agent = Reaped(agent);
+    let (agent, addr) = start_agent(dir.path())?;
     let app = App::bind(kind, dir.path())?;
     let log = dir.path().join("probe.sklog");
     let mut probe = Reaped(

@@ -7,8 +7,9 @@ use agent::{AgentConfig, RunningAgent};
 use anyhow::{Context, ensure};
 use skewscope_core::analysis::stats::Summary;
 use skewscope_core::identity::{TestMessage, encode_test_message};
-use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::log::AnyLog;
 use skewscope_os::clock::mono_ns;
+use skewscope_os::log_files::read_file;
 
 use crate::drain::Drain;
 use crate::floor;

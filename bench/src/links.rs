@@ -16,13 +16,12 @@
 //! actions on a bound wider than their time to spare, and late actions.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::processes::{Reaped, faketime, probe_records, sibling, wait_for};
+use crate::processes::{Reaped, faketime, probe_records, sibling, start_agent, wait_for};
 use serde::Serialize;
 use skewscope_core::record::{MessageKey, ProbeRecord};
 use skewscope_linkemu::{Link, Profile, physical_limit_ns};
@@ -107,17 +106,7 @@ fn run_profile(
 ) -> anyhow::Result<LinkFigures> {
     eprintln!("bench: links: {}", profile.name);
     let dir = tempfile::tempdir()?;
-    let mut agent = Command::new(sibling("skewscope-agent")?)
-        .args(["--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path().join("agent"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let mut out = std::io::BufReader::new(agent.stdout.take().context("agent stdout")?);
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line)?;
-    let addr: SocketAddr = line.trim().trim_start_matches("listening on ").parse()?;
-    let agent = Reaped(agent);
+    let (agent, addr) = start_agent(dir.path())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

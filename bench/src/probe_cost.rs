@@ -15,8 +15,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::log::AnyLog;
 use skewscope_core::record::{MessageKey, ProbeRecord};
+use skewscope_os::log_files::read_file;
 
 use crate::processes::{Reaped, sibling, wait_for};
 use crate::upload::{AgentProcess, process_cpu};

@@ -7,8 +7,9 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use anyhow::ensure;
-use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::log::AnyLog;
 use skewscope_core::record::ProbeRecord;
+use skewscope_os::log_files::read_file;
 
 /// A sibling release binary of this benchmark.
 pub fn sibling(name: &str) -> anyhow::Result<PathBuf> {
@@ -52,6 +53,24 @@ pub fn probe_records(path: &Path) -> Vec<ProbeRecord> {
         Ok(AnyLog::Probe(d)) => d.records,
         _ => Vec::new(),
     }
+}
+
+/// The release agent on an ephemeral loopback port, its data under `dir`:
+/// the process and the address it listens on.
+pub fn start_agent(dir: &Path) -> anyhow::Result<(Reaped, std::net::SocketAddr)> {
+    use anyhow::Context;
+    let mut agent = std::process::Command::new(sibling("skewscope-agent")?)
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.join("agent"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let mut out = std::io::BufReader::new(agent.stdout.take().context("agent stdout")?);
+    let agent = Reaped(agent);
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line)?;
+    let addr = line.trim().trim_start_matches("listening on ").parse()?;
+    Ok((agent, addr))
 }
 
 /// Debian's libfaketime, to shift a probe's wall clock (with

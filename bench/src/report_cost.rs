@@ -10,11 +10,12 @@ use anyhow::Context;
 use skewscope_core::Stamp;
 use skewscope_core::analysis::join::join;
 use skewscope_core::analysis::report::Report;
-use skewscope_core::log::{AnyLog, LogKind, LogWriter, read_file};
+use skewscope_core::log::{AnyLog, LogKind, LogWriter};
 use skewscope_core::record::{
     AgentRecord, AgentStarted, BroadcastStarted, MessageKey, ProbeConnectionOpened, ProbeRecord,
     ProbeStarted, Receipt, SendOrder, SendOutcome, SendSlot, ShardSends, TimeSample,
 };
+use skewscope_os::log_files::read_file;
 
 /// Wall-clock origin of the synthetic run.
 const T0: u64 = 1_764_000_000_000_000_000;

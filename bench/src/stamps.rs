@@ -15,7 +15,8 @@ use anyhow::ensure;
 use probe::{ProbeConfig, RunningProbe};
 use skewscope_core::analysis::report::Report;
 use skewscope_core::analysis::stats::Summary;
-use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::log::AnyLog;
+use skewscope_os::log_files::read_file;
 
 /// Longest a stress phase may run, whatever was asked.
 const PHASE_LIMIT: Duration = Duration::from_secs(60);

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 use skewscope_core::analysis::stats::Summary;
-use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::log::AnyLog;
 use skewscope_core::record::AgentRecord;
+use skewscope_os::log_files::read_file;
 
 use crate::drain::Drain;
 use crate::upload::{AgentProcess, process_cpu};

@@ -10,9 +10,10 @@ use skewscope_core::analysis::join::{
 use skewscope_core::analysis::report::{InputSummary, Report, ReportBuilder};
 use skewscope_core::analysis::tapped;
 use skewscope_core::analysis::triggers::TriggerLatencyBuilder;
-use skewscope_core::log::{LogFileReader, LogKind};
+use skewscope_core::log::LogKind;
 use skewscope_core::page_ingest::parse_page_label;
 use skewscope_core::record::{AgentRecord, ProbeRecord};
+use skewscope_os::log_files::LogFileReader;
 
 use crate::log_files::{AgentFiles, LogFiles, ProbeFiles};
 use crate::matching::{Judged, Matcher, PayloadVerdicts};
@@ -448,6 +449,7 @@ pub fn read_triggers(path: &Path) -> anyhow::Result<Vec<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use skewscope_os::log_files::FileLogWriter;
 
     #[test]
     fn an_empty_log_in_a_data_directory_is_skipped_not_fatal() {

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use anyhow::bail;
 use serde::de::DeserializeOwned;
 use skewscope_core::analysis::join::{AgentSource, ProbeSource};
-use skewscope_core::log::LogFileReader;
 use skewscope_core::record::{AgentRecord, ProbeRecord};
+use skewscope_os::log_files::LogFileReader;
 
 /// One run's files (a rotated log's segments, in order).
 #[derive(Default)]

@@ -11,7 +11,10 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{Reaped, count_of, probe_records, sibling_binary, signal, start_agent, wait_until};
+use common::{
+    Reaped, count_of, probe_records, request_ok, sibling_binary, signal, start_agent,
+    trigger_with_lead, wait_until,
+};
 use nix::sys::signal::Signal;
 use nix::time::{ClockId, clock_gettime};
 use skewscope_core::act_notice::ActNotice;
@@ -44,23 +47,6 @@ fn notifying_probe(
             .spawn()
             .unwrap(),
     )
-}
-
-fn request(addr: &str, method: &str, path: &str, body: &[u8]) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let r = runtime
-        .block_on(agent::http_client::request(
-            addr.parse().unwrap(),
-            method,
-            path,
-            body,
-            None,
-        ))
-        .unwrap();
-    assert_eq!(r.status, 200, "{}", r.body);
 }
 
 /// Reads datagrams until `stop`, each with the moment it was read.
@@ -136,8 +122,8 @@ fn each_action_reaches_the_app_at_its_moment_and_a_deaf_app_costs_nothing() {
     // Broadcasts with a time to act, and between them payloads that name
     // none (received, not acted on, nothing to tell).
     for _ in 0..BROADCASTS {
-        request(&addr, "GET", "/start_test?lead=300ms", b"");
-        request(&addr, "POST", "/publish", br#"{"say":"hello"}"#);
+        trigger_with_lead(&addr, "300ms");
+        request_ok(&addr, "POST", "/publish", br#"{"say":"hello"}"#, None);
     }
     for (log, n) in logs.iter().zip(connections) {
         wait_until("every action", || {
@@ -288,7 +274,7 @@ fn the_documented_readers_act_on_every_notice() {
         });
     }
     for _ in 0..3 {
-        request(&addr, "GET", "/start_test?lead=200ms", b"");
+        trigger_with_lead(&addr, "200ms");
     }
     for (log, lines) in logs.iter().zip([&c_lines, &py_lines]) {
         for i in 0..3 {

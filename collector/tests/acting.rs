@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use common::{
     Reaped, SKEWSCOPE, count_of, fastapi, json_report, probe_records, sibling_binary, signal,
-    start_agent, wait_until,
+    start_agent, trigger_with_lead, wait_until,
 };
 use nix::sys::signal::Signal;
 use skewscope_core::record::{MessageKey, ProbeRecord};
@@ -47,25 +47,6 @@ fn wait_ready(logs: &[&Path], exchanges: usize) {
             count_of(log, |r| matches!(r, ProbeRecord::TimeSample(_))) >= exchanges
         });
     }
-}
-
-/// One broadcast through the hub, with its time to act `lead` after it.
-fn trigger_with_lead(addr: &str, lead: &str) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let r = runtime
-        .block_on(agent::http_client::request(
-            addr.parse().unwrap(),
-            "GET",
-            &format!("/start_test?lead={lead}"),
-            b"",
-            None,
-        ))
-        .unwrap();
-    assert_eq!(r.status, 200, "{}", r.body);
-    assert!(r.body.contains("at_ns"), "{}", r.body);
 }
 
 /// Per broadcast: every action's real moment (its wall stamp minus its
@@ -185,7 +166,7 @@ fn probes_with_shifted_clocks_act_together_within_their_own_bounds() {
     // The lead given is each action's time to act less its broadcast's
     // start as the agent recorded it (the message is built just before the
     // start, so a little under the 300 ms asked, by however long that took).
-    let starts: BTreeMap<u64, i64> = match skewscope_core::log::read_file(&agent_log) {
+    let starts: BTreeMap<u64, i64> = match skewscope_os::log_files::read_file(&agent_log) {
         Ok(skewscope_core::log::AnyLog::Agent(d)) => d
             .records
             .iter()

@@ -5,6 +5,7 @@
 
 mod common;
 
+use skewscope_os::log_files::read_file;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -70,21 +71,14 @@ fn json(path: &Path) -> serde_json::Value {
 
 /// The agent's `/audit/status`, for waiting on the probes.
 fn status(addr: &str, token: &str) -> serde_json::Value {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let r = runtime
-        .block_on(agent::http_client::request(
-            addr.parse().unwrap(),
-            "GET",
-            "/audit/status",
-            b"",
-            Some(token),
-        ))
-        .unwrap();
-    assert_eq!(r.status, 200, "{}", r.body);
-    serde_json::from_str(&r.body).unwrap()
+    serde_json::from_str(&common::request_ok(
+        addr,
+        "GET",
+        "/audit/status",
+        b"",
+        Some(token),
+    ))
+    .unwrap()
 }
 
 /// Probe runs uploading to the agent right now.
@@ -437,7 +431,7 @@ fn a_probe_whose_records_stop_arriving_fails_the_audit() {
 #[test]
 fn an_agent_killed_mid_audit_loses_and_doubles_nothing() {
     use nix::sys::signal::Signal;
-    use skewscope_core::log::{AnyLog, read_file};
+    use skewscope_core::log::AnyLog;
     use skewscope_core::record::ProbeRecord;
 
     let dir = tempfile::tempdir().unwrap();

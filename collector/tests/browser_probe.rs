@@ -22,8 +22,9 @@ use std::time::Duration;
 use common::browser::{Browser, http_get, wait_for};
 use common::{Reaped, fastapi, json_report, sibling_binary, signal};
 use nix::sys::signal::Signal;
-use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::log::AnyLog;
 use skewscope_core::record::{MessageKey, ProbeRecord};
+use skewscope_os::log_files::read_file;
 
 /// The agent's wall clock ahead of the real one (and of every page's).
 const AGENT_AHEAD_NS: i64 = 5_000_000;

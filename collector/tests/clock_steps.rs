@@ -17,7 +17,10 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Reaped, count_of, json_report, probe_records, signal, start_agent, wait_until};
+use common::{
+    Reaped, count_of, json_report, probe_records, signal, start_agent, trigger_with_lead,
+    wait_until,
+};
 use nix::sys::signal::Signal;
 use skewscope_core::record::{MessageKey, ProbeRecord};
 
@@ -25,23 +28,6 @@ use skewscope_core::record::{MessageKey, ProbeRecord};
 fn real_level() -> i64 {
     let s = skewscope_os::clock::now();
     s.wall_ns as i64 - s.mono_ns as i64
-}
-
-fn trigger_with_lead(addr: &str) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let r = runtime
-        .block_on(agent::http_client::request(
-            addr.parse().unwrap(),
-            "GET",
-            "/start_test?lead=1s",
-            b"",
-            None,
-        ))
-        .unwrap();
-    assert_eq!(r.status, 200, "{}", r.body);
 }
 
 #[test]
@@ -83,7 +69,7 @@ fn actions_across_wall_clock_steps_land_on_the_agents_time() {
     let mut sent = 0;
     for shift in [None, Some("+0.05\n"), Some("-0.07\n")] {
         for i in 0..4 {
-            trigger_with_lead(&addr);
+            trigger_with_lead(&addr, "1s");
             sent += 1;
             if i == 0
                 && let Some(spec) = shift

@@ -27,8 +27,9 @@ use std::time::{Duration, Instant};
 
 use common::{Reaped, SKEWSCOPE, json_report, sibling_binary, signal};
 use nix::sys::signal::Signal;
-use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::log::AnyLog;
 use skewscope_core::record::ProbeRecord;
+use skewscope_os::log_files::read_file;
 use skewscope_os::test_namespace::{PeerNamespace, SERVER_ADDR, SERVER_LINK, in_own_namespace};
 
 const NAME: &str = "faults_injected_together_lose_and_double_nothing";

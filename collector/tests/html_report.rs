@@ -157,7 +157,7 @@ fn run_probe(url: &str, name: &str, connections: usize, shift: &str, log: &Path)
 }
 
 fn count_in(log: &Path, what: fn(&ProbeRecord) -> bool) -> usize {
-    match skewscope_core::log::read_file(log) {
+    match skewscope_os::log_files::read_file(log) {
         Ok(skewscope_core::log::AnyLog::Probe(d)) => d.records.iter().filter(|r| what(r)).count(),
         _ => 0,
     }

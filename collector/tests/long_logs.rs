@@ -9,10 +9,11 @@ use collector::inputs::{Scope, analyse, join, read_inputs};
 use skewscope_core::Stamp;
 use skewscope_core::analysis::join::join as join_records;
 use skewscope_core::analysis::report::Report;
-use skewscope_core::log::{AnyLog, LogKind, LogWriter, read_file};
+use skewscope_core::log::{AnyLog, LogKind, LogWriter};
 use skewscope_core::record::{
     MessageKey, ProbeConnectionOpened, ProbeRecord, ProbeStarted, Receipt, TimeSample,
 };
+use skewscope_os::log_files::{FileLogWriter, read_file};
 
 const T0: u64 = 1_764_000_000_000_000_000;
 

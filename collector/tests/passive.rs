@@ -21,8 +21,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{Reaped, SKEWSCOPE, fastapi, records_in, sibling_binary, start_agent, wait_until};
-use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::log::AnyLog;
 use skewscope_core::record::ProbeRecord;
+use skewscope_os::log_files::read_file;
 
 /// A probe of 3 connections on `url`, acting at `/at`, uploading to and
 /// timed against the agent at `agent`.

@@ -10,8 +10,9 @@ use std::process::Command;
 use common::proxy::Proxy;
 use common::{Reaped, sibling_binary, signal, start_agent_at, trigger, wait_until};
 use nix::sys::signal::Signal;
-use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::log::AnyLog;
 use skewscope_core::record::ProbeRecord;
+use skewscope_os::log_files::read_file;
 
 fn probe_records(path: &Path) -> Vec<ProbeRecord> {
     match read_file(path) {

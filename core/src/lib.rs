@@ -3,9 +3,9 @@
 //!
 //! Nothing here does I/O of its own or reads a clock: timestamps come in as
 //! arguments ([`Stamp`] is plain data), byte streams as `&[u8]` or
-//! `impl Write`. That keeps the decoders fuzzable, the analysis testable with
-//! hand-built records, and `skewscope report` buildable on any OS. Every
-//! syscall lives in the `skewscope-os` crate.
+//! `impl Write`. That keeps the decoders fuzzable and the analysis testable
+//! with hand-built records. Every syscall, opening a file included, lives in
+//! the `skewscope-os` crate (log files: `skewscope_os::log_files`).
 //!
 //! - records and their framing: [`stamp`], [`record`], [`log`];
 //! - what crosses the network, as bytes: [`identity`] (which broadcast a

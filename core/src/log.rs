@@ -9,10 +9,6 @@
 //! the middle: the reader keeps every record whose length and checksum hold,
 //! resynchronises past anything else, and reports how many bytes it skipped.
 
-#[cfg(feature = "fs")]
-use std::fs::File;
-#[cfg(feature = "fs")]
-use std::io::BufWriter;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
@@ -116,14 +112,12 @@ pub enum LogError {
     },
 }
 
-/// How many leading frames [`read_file`] decodes both ways to check the
+/// How many leading frames [`check_kind`] decodes both ways to check the
 /// header's kind against the records.
-#[cfg(feature = "fs")]
 const KIND_CHECK_FRAMES: usize = 64;
 
 /// Of the first intact frames of `body`, how many decode as `R`, and how
 /// many were looked at.
-#[cfg(feature = "fs")]
 fn decodable_as<R: DeserializeOwned>(body: &[u8]) -> (usize, usize) {
     let (mut ok, mut seen, mut pos) = (0, 0, 0);
     while pos < body.len() && seen < KIND_CHECK_FRAMES {
@@ -137,10 +131,10 @@ fn decodable_as<R: DeserializeOwned>(body: &[u8]) -> (usize, usize) {
     (ok, seen)
 }
 
-/// The header's kind, checked against the first records: a flipped kind
+/// The header's kind, checked against the first records (`body`: the
+/// bytes after the header, at least its first whole frame): a flipped kind
 /// byte must not turn a probe's log into an "agent" log of garbage.
-#[cfg(feature = "fs")]
-fn check_kind(path: &Path, kind: LogKind, body: &[u8]) -> Result<(), LogError> {
+pub fn check_kind(path: &Path, kind: LogKind, body: &[u8]) -> Result<(), LogError> {
     use crate::record::{AgentRecord, ProbeRecord};
     let (as_agent, seen) = decodable_as::<AgentRecord>(body);
     let (as_probe, _) = decodable_as::<ProbeRecord>(body);
@@ -178,71 +172,6 @@ pub struct LogWriter<W: Write> {
     written: u64,
 }
 
-#[cfg(feature = "fs")]
-impl LogWriter<BufWriter<File>> {
-    /// Creates (or truncates) a log file and writes its header.
-    pub fn create(path: &Path, kind: LogKind) -> io::Result<Self> {
-        let file = File::create(path)?;
-        let mut writer = LogWriter::new(BufWriter::with_capacity(256 * 1024, file), kind)?;
-        // On disk at once: a writer killed before its first flush still leaves a
-        // file that reads as an (empty) log rather than as a foreign file. A
-        // header that cannot be written (a full disk) leaves no file at all.
-        if let Err(e) = writer.flush() {
-            let _ = writer.discard_buffered();
-            let _ = std::fs::remove_file(path);
-            return Err(e);
-        }
-        Ok(writer)
-    }
-
-    /// Reopens a log for appending (SIGHUP after a log rotation): appends to
-    /// `path` if it already holds a log of this kind, else creates it afresh.
-    /// Returns the writer and whether the file was created.
-    pub fn reopen(path: &Path, kind: LogKind) -> io::Result<(Self, bool)> {
-        // Only the header is read: a long log is appended to, not loaded.
-        let existing = File::open(path).ok().and_then(|mut file| {
-            let mut head = [0u8; HEADER_LEN];
-            io::Read::read_exact(&mut file, &mut head).ok()?;
-            let len = file.metadata().ok()?.len();
-            (read_header(path, &head).ok() == Some(kind)).then_some(len)
-        });
-        match existing {
-            Some(len) => {
-                let file = std::fs::OpenOptions::new().append(true).open(path)?;
-                Ok((
-                    LogWriter {
-                        out: BufWriter::with_capacity(256 * 1024, file),
-                        scratch: Vec::with_capacity(4096),
-                        written: len,
-                    },
-                    false,
-                ))
-            }
-            None => Ok((LogWriter::create(path, kind)?, true)),
-        }
-    }
-
-    /// Drops what is buffered but not yet written, without writing it:
-    /// after a failed write (a full disk) those records are counted lost,
-    /// and must not reach the file later behind ones written since. The
-    /// file may end in a torn frame, which readers skip.
-    pub fn discard_buffered(&mut self) -> io::Result<()> {
-        let file = self.out.get_ref().try_clone()?;
-        let len = file.metadata()?.len();
-        let old = std::mem::replace(&mut self.out, BufWriter::with_capacity(256 * 1024, file));
-        // into_parts, unlike a drop, writes nothing.
-        let _ = old.into_parts();
-        self.written = len;
-        Ok(())
-    }
-
-    /// Flushes buffered records and asks the OS to make them durable.
-    pub fn sync(&mut self) -> io::Result<()> {
-        self.out.flush()?;
-        self.out.get_ref().sync_data()
-    }
-}
-
 impl<W: Write> LogWriter<W> {
     /// Wraps `out` and writes the header.
     pub fn new(mut out: W, kind: LogKind) -> io::Result<Self> {
@@ -277,6 +206,41 @@ impl<W: Write> LogWriter<W> {
     pub fn into_inner(self) -> W {
         self.out
     }
+
+    /// Appends to `out`, which already holds a log of `written` bytes (its
+    /// header included): a log reopened after a rotation.
+    pub fn resume(out: W, written: u64) -> Self {
+        LogWriter {
+            out,
+            scratch: Vec::with_capacity(4096),
+            written,
+        }
+    }
+
+    /// The inner writer, for what only it can do (sync a file to disk).
+    pub fn writer(&self) -> &W {
+        &self.out
+    }
+
+    /// Puts `out` in place of the inner writer, now `written` bytes long,
+    /// and returns the old one unflushed: what a writer that must drop its
+    /// buffered records after a failed write (a full disk) needs.
+    pub fn replace_writer(&mut self, out: W, written: u64) -> W {
+        self.written = written;
+        std::mem::replace(&mut self.out, out)
+    }
+}
+
+/// Decodes a whole log held in memory (`path` only names it in errors): its
+/// header, checked against its first records, and every record after it.
+pub fn decode_log(path: &Path, bytes: &[u8]) -> Result<AnyLog, LogError> {
+    let kind = read_header(path, bytes)?;
+    let body = &bytes[HEADER_LEN..];
+    check_kind(path, kind, body)?;
+    Ok(match kind {
+        LogKind::Agent => AnyLog::Agent(decode_records(body)),
+        LogKind::Probe => AnyLog::Probe(decode_records(body)),
+    })
 }
 
 /// What a reader recovered from one log.
@@ -340,168 +304,6 @@ pub enum AnyLog {
     Probe(Decoded<crate::record::ProbeRecord>),
 }
 
-/// Reads a log file of either kind. Damage inside the file is recovered and
-/// counted; only a missing or foreign file is an error. Every record is held:
-/// for long logs, read with [`LogFileReader`] instead.
-#[cfg(feature = "fs")]
-pub fn read_file(path: &Path) -> Result<AnyLog, LogError> {
-    fn all<R: DeserializeOwned>(mut reader: LogFileReader) -> Result<Decoded<R>, LogError> {
-        let mut records = Vec::new();
-        while let Some(r) = reader.next_record()? {
-            records.push(r);
-        }
-        Ok(Decoded {
-            records,
-            skipped_bytes: reader.skipped_bytes(),
-            torn_tail: reader.torn_tail(),
-        })
-    }
-    let reader = LogFileReader::open(path)?;
-    Ok(match reader.kind() {
-        LogKind::Agent => AnyLog::Agent(all(reader)?),
-        LogKind::Probe => AnyLog::Probe(all(reader)?),
-    })
-}
-
-/// Bytes read from a log file at a time.
-#[cfg(feature = "fs")]
-const READ_CHUNK: usize = 256 * 1024;
-
-/// A log file's records, read as they come: memory is one chunk plus the
-/// frame being read, whatever the file's size, so a report over a day-long
-/// log does not hold the file.
-#[cfg(feature = "fs")]
-pub struct LogFileReader {
-    path: PathBuf,
-    file: std::io::Take<File>,
-    /// The file's length when opened: what is read, however it grows.
-    len: u64,
-    kind: LogKind,
-    decoder: BodyDecoder,
-    chunk: Vec<u8>,
-    undecodable: u64,
-}
-
-#[cfg(feature = "fs")]
-impl LogFileReader {
-    /// Opens a log: refuses what is not a regular file before opening it, a
-    /// foreign header before reading further, and a header whose kind the
-    /// first records contradict. Reads the file as long as it is now: a log
-    /// still being written ends there for this reader.
-    pub fn open(path: &Path) -> Result<LogFileReader, LogError> {
-        LogFileReader::open_upto(path, u64::MAX)
-    }
-
-    /// [`LogFileReader::open`], reading at most the first `len` bytes: a
-    /// second pass over a growing log reads what the first did.
-    pub fn open_upto(path: &Path, len: u64) -> Result<LogFileReader, LogError> {
-        use std::io::Read;
-        let io = |source| LogError::Io {
-            path: path.to_owned(),
-            source,
-        };
-        let meta = std::fs::metadata(path).map_err(io)?;
-        if !meta.is_file() {
-            return Err(LogError::NotAFile {
-                path: path.to_owned(),
-            });
-        }
-        let len = len.min(meta.len());
-        let mut file = File::open(path).map_err(io)?.take(len);
-        let mut head = Vec::with_capacity(HEADER_LEN);
-        (&mut file)
-            .take(HEADER_LEN as u64)
-            .read_to_end(&mut head)
-            .map_err(io)?;
-        let kind = read_header(path, &head)?;
-        let mut reader = LogFileReader {
-            path: path.to_owned(),
-            file,
-            len,
-            kind,
-            decoder: BodyDecoder::new(),
-            chunk: vec![0; READ_CHUNK],
-            undecodable: 0,
-        };
-        // The first chunk holds the records the kind is checked against,
-        // and at least the first whole frame, however long.
-        let mut first = Vec::new();
-        (&mut reader.file)
-            .take(READ_CHUNK as u64)
-            .read_to_end(&mut first)
-            .map_err(io)?;
-        if first.len() == READ_CHUNK && first.len() >= FRAME_HEADER_LEN {
-            let announced = u32::from_le_bytes(first[..4].try_into().expect("4 bytes")) as usize;
-            if announced <= MAX_RECORD_LEN && FRAME_HEADER_LEN + announced > first.len() {
-                let more = (FRAME_HEADER_LEN + announced - first.len()) as u64;
-                (&mut reader.file)
-                    .take(more)
-                    .read_to_end(&mut first)
-                    .map_err(io)?;
-            }
-        }
-        check_kind(path, kind, &first)?;
-        reader.decoder.push(&first);
-        if (first.len() as u64) + (HEADER_LEN as u64) >= len {
-            reader.decoder.finish();
-        }
-        Ok(reader)
-    }
-
-    /// Which writer the header names (checked against the records).
-    pub fn kind(&self) -> LogKind {
-        self.kind
-    }
-
-    /// How many bytes of the file this reader reads (its length when
-    /// opened): what a later pass passes to [`LogFileReader::open_upto`].
-    pub fn read_len(&self) -> u64 {
-        self.len
-    }
-
-    /// The next record that decodes as `R`; `None` at the end of the file.
-    /// Frames that do not decode are counted as skipped.
-    pub fn next_record<R: DeserializeOwned>(&mut self) -> Result<Option<R>, LogError> {
-        use std::io::Read;
-        loop {
-            match self.decoder.next_frame() {
-                Next::Frame(payload) => match postcard::from_bytes::<R>(payload) {
-                    Ok(r) => return Ok(Some(r)),
-                    Err(_) => self.undecodable += (FRAME_HEADER_LEN + payload.len()) as u64,
-                },
-                Next::End => return Ok(None),
-                Next::NeedMore => {
-                    let n = loop {
-                        match self.file.read(&mut self.chunk) {
-                            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                            other => break other,
-                        }
-                    }
-                    .map_err(|source| LogError::Io {
-                        path: self.path.clone(),
-                        source,
-                    })?;
-                    if n == 0 {
-                        self.decoder.finish();
-                    } else {
-                        self.decoder.push(&self.chunk[..n]);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Bytes so far that were not part of an intact, decodable record.
-    pub fn skipped_bytes(&self) -> u64 {
-        self.decoder.skipped_bytes() + self.undecodable
-    }
-
-    /// Whether the file ended in the middle of a record.
-    pub fn torn_tail(&self) -> bool {
-        self.decoder.torn_tail()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -563,12 +365,10 @@ mod tests {
 
     #[test]
     fn a_flipped_kind_byte_is_an_error_not_a_log_of_garbage() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("probe.sklog");
+        let path = Path::new("probe.sklog");
         let mut bytes = log_of(10);
         bytes[10] = LogKind::Agent.to_byte();
-        std::fs::write(&path, &bytes).unwrap();
-        let err = read_file(&path).unwrap_err();
+        let err = decode_log(path, &bytes).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -582,8 +382,7 @@ mod tests {
         );
         // As written, it reads.
         bytes[10] = LogKind::Probe.to_byte();
-        std::fs::write(&path, &bytes).unwrap();
-        assert!(matches!(read_file(&path), Ok(AnyLog::Probe(d)) if d.records.len() == 10));
+        assert!(matches!(decode_log(path, &bytes), Ok(AnyLog::Probe(d)) if d.records.len() == 10));
 
         // A first record longer than the first read is checked whole too.
         let mut w = LogWriter::new(Vec::new(), LogKind::Agent).unwrap();
@@ -601,9 +400,8 @@ mod tests {
             },
         )))
         .unwrap();
-        std::fs::write(&path, w.into_inner()).unwrap();
         assert!(matches!(
-            read_file(&path),
+            decode_log(path, &w.into_inner()),
             Err(LogError::KindMismatch {
                 header: "an agent",
                 ..
@@ -660,33 +458,6 @@ mod tests {
         let e = read_header(Path::new("future.sklog"), &bytes).unwrap_err();
         assert!(matches!(e, LogError::UnsupportedVersion { found: 99, .. }));
         assert!(e.to_string().contains("future.sklog"));
-    }
-
-    #[cfg(all(feature = "fs", unix))]
-    #[test]
-    fn what_is_not_a_regular_file_or_not_a_log_is_refused_unread() {
-        let e = read_file(Path::new("/dev/zero")).unwrap_err();
-        assert!(matches!(e, LogError::NotAFile { .. }), "{e}");
-        let dir = std::env::temp_dir();
-        let e = read_file(&dir).unwrap_err();
-        assert!(matches!(e, LogError::NotAFile { .. }), "{e}");
-        // A FIFO is refused before it is opened (opening it would block).
-        let fifo = dir.join(format!("skewscope-fifo-{}", std::process::id()));
-        let made = std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap();
-        assert!(made.success());
-        let e = read_file(&fifo).unwrap_err();
-        std::fs::remove_file(&fifo).unwrap();
-        assert!(matches!(e, LogError::NotAFile { .. }), "{e}");
-        // A large sparse file that is not a log: its header is read, not it.
-        let big = dir.join(format!("skewscope-sparse-{}", std::process::id()));
-        let f = std::fs::File::create(&big).unwrap();
-        f.set_len(2 << 30).unwrap();
-        let e = read_file(&big).unwrap_err();
-        std::fs::remove_file(&big).unwrap();
-        assert!(matches!(e, LogError::NotALog { .. }), "{e}");
     }
 
     #[test]

@@ -22,8 +22,14 @@
 use std::path::{Path, PathBuf};
 
 use skewscope_core::Stamp;
-use skewscope_core::log::{AnyLog, LogKind, LogWriter, read_file};
+use skewscope_core::log::{AnyLog, LogKind, LogWriter, decode_log};
 use skewscope_core::record::*;
+
+/// A committed log, decoded (the core reads bytes; files are the OS
+/// layer's, which the core's own tests do not use).
+fn read_file(path: &Path) -> Result<AnyLog, skewscope_core::log::LogError> {
+    decode_log(path, &std::fs::read(path).unwrap())
+}
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -445,11 +451,12 @@ fn logs_of_the_previous_release_read_and_join_in_this_one() {
 
 /// Writes a frozen probe log of `records`.
 fn write_probe_log(file: &str, records: Vec<ProbeRecord>) {
-    let mut probe = LogWriter::create(&data(file), LogKind::Probe).unwrap();
+    let mut probe = LogWriter::new(Vec::new(), LogKind::Probe).unwrap();
+    let probe_path = data(file);
     for r in records {
         probe.append(&r).unwrap();
     }
-    probe.sync().unwrap();
+    std::fs::write(&probe_path, probe.into_inner()).unwrap();
 }
 
 #[test]
@@ -482,16 +489,16 @@ fn write_the_frozen_logs_of_2026_12_06() {
 #[test]
 #[ignore = "writes the frozen files; run once, by hand, for a new format"]
 fn write_the_frozen_logs() {
-    let mut agent =
-        LogWriter::create(&data("records-2026-12-02.agent.sklog"), LogKind::Agent).unwrap();
+    let mut agent = LogWriter::new(Vec::new(), LogKind::Agent).unwrap();
+    let agent_path = data("records-2026-12-02.agent.sklog");
     for r in every_agent_record() {
         agent.append(&r).unwrap();
     }
-    agent.sync().unwrap();
-    let mut probe =
-        LogWriter::create(&data("records-2026-12-02.probe.sklog"), LogKind::Probe).unwrap();
+    std::fs::write(&agent_path, agent.into_inner()).unwrap();
+    let mut probe = LogWriter::new(Vec::new(), LogKind::Probe).unwrap();
+    let probe_path = data("records-2026-12-02.probe.sklog");
     for r in every_probe_record() {
         probe.append(&r).unwrap();
     }
-    probe.sync().unwrap();
+    std::fs::write(&probe_path, probe.into_inner()).unwrap();
 }

@@ -11,6 +11,8 @@
 //!   `chronyc`);
 //! - [`host`]: host name and the kernel's boot id (what names a clock);
 //! - [`files`]: the open-file limit;
+//! - [`log_files`]: record logs on disk, written and read (the format is
+//!   the core's);
 //! - [`priority`]: background threads at the lowest CPU priority;
 //! - [`packet_capture`]: a port's outgoing TCP packets (`AF_PACKET`
 //!   ring and BPF filter), for the tap;
@@ -22,19 +24,34 @@
 //!
 //! [`Stamp`]: skewscope_core::Stamp
 
+// Log files are std::fs alone: they build on any OS, so `skewscope report`
+// (core, this module, the collector without its demo) runs on a
+// technician's laptop. Everything else is Linux's.
+pub mod log_files;
+
+#[cfg(target_os = "linux")]
 pub mod clock;
+#[cfg(target_os = "linux")]
 pub mod clock_claims;
+#[cfg(target_os = "linux")]
 pub mod cpu;
+#[cfg(target_os = "linux")]
 pub mod files;
+#[cfg(target_os = "linux")]
 pub mod host;
-#[cfg(feature = "cli")]
+#[cfg(all(target_os = "linux", feature = "cli"))]
 pub mod logging;
+#[cfg(target_os = "linux")]
 pub mod packet_capture;
+#[cfg(target_os = "linux")]
 pub mod priority;
+#[cfg(target_os = "linux")]
 pub mod rx_stamp;
+#[cfg(target_os = "linux")]
 pub mod settings;
-#[cfg(any(test, feature = "test-support"))]
+#[cfg(all(target_os = "linux", any(test, feature = "test-support")))]
 pub mod test_namespace;
+#[cfg(target_os = "linux")]
 pub mod tx_stamp;
-#[cfg(feature = "uring")]
+#[cfg(all(target_os = "linux", feature = "uring"))]
 pub mod uring;

@@ -57,6 +57,7 @@ use std::sync::Arc;
 
 use skewscope_core::log::{LogKind, LogWriter};
 use skewscope_core::record::{ActPlan, ProbeRecord, ProbeStarted};
+use skewscope_os::log_files::FileLogWriter;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;

@@ -122,6 +122,7 @@ mod tests {
     use super::*;
     use skewscope_core::log::LogWriter;
     use skewscope_core::record::RunIdentity;
+    use skewscope_os::log_files::FileLogWriter;
 
     fn log_of_run(path: &Path, run_id: u128) {
         let mut log = LogWriter::create(path, LogKind::Probe).unwrap();

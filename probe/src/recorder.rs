@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use skewscope_core::log::LogWriter;
 use skewscope_core::record::ProbeRecord;
+use skewscope_os::log_files::FileLogWriter;
 use tokio::sync::oneshot;
 
 use crate::shutdown::{StopHandle, StopReason};
@@ -208,9 +209,9 @@ fn write_all(
 
 #[cfg(test)]
 mod tests {
-
-    use skewscope_core::log::{AnyLog, LogKind, read_file};
+    use skewscope_core::log::{AnyLog, LogKind};
     use skewscope_core::record::{MessageKey, Receipt};
+    use skewscope_os::log_files::read_file;
 
     use super::*;
     use crate::shutdown;

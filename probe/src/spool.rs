@@ -142,6 +142,7 @@ mod tests {
     use super::*;
     use skewscope_core::log::{LogKind, LogWriter, decode_records};
     use skewscope_core::record::ProbeRecord;
+    use skewscope_os::log_files::FileLogWriter;
 
     fn stopped(i: u64) -> ProbeRecord {
         ProbeRecord::Stopped(skewscope_core::Stamp {
@@ -223,7 +224,7 @@ mod tests {
         let all = all_from(&mut spool, 0);
         assert_eq!(all, (0..10).map(stopped).collect::<Vec<_>>());
         // Numbered as the log reader numbers them.
-        let read = skewscope_core::log::read_file(&path).unwrap();
+        let read = skewscope_os::log_files::read_file(&path).unwrap();
         let skewscope_core::log::AnyLog::Probe(decoded) = read else {
             panic!("a probe log");
         };

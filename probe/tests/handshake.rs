@@ -11,8 +11,9 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use skewscope_core::log::{AnyLog, read_file};
+use skewscope_core::log::AnyLog;
 use skewscope_core::record::ProbeRecord;
+use skewscope_os::log_files::read_file;
 
 /// A server as its operators write them: it wants `Authorization` (a
 /// bearer token or Basic `kiosk:pa ss`) and the `chat.v2` subprotocol,

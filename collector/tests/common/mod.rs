@@ -62,7 +62,7 @@ pub fn signal(child: &Child, sig: Signal) {
 
 pub fn records_in(path: &Path) -> usize {
     // A log being created has no header for a moment: count that as empty.
-    match skewscope_core::log::read_file(path) {
+    match skewscope_os::log_files::read_file(path) {
         Ok(skewscope_core::log::AnyLog::Probe(d)) => d.records.len(),
         Ok(skewscope_core::log::AnyLog::Agent(d)) => d.records.len(),
         Err(_) => 0,
@@ -71,7 +71,7 @@ pub fn records_in(path: &Path) -> usize {
 
 /// A probe log's records on disk (none while it has no header).
 pub fn probe_records(path: &Path) -> Vec<skewscope_core::record::ProbeRecord> {
-    match skewscope_core::log::read_file(path) {
+    match skewscope_os::log_files::read_file(path) {
         Ok(skewscope_core::log::AnyLog::Probe(d)) => d.records,
         _ => Vec::new(),
     }
@@ -84,7 +84,7 @@ pub fn count_of(path: &Path, what: fn(&skewscope_core::record::ProbeRecord) -> b
 
 /// Receipts in a probe log on disk (0 while it has no header).
 pub fn receipts_in(path: &Path) -> usize {
-    match skewscope_core::log::read_file(path) {
+    match skewscope_os::log_files::read_file(path) {
         Ok(skewscope_core::log::AnyLog::Probe(d)) => d
             .records
             .iter()
@@ -105,15 +105,40 @@ pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-pub fn trigger(addr: &str) {
+/// One HTTP request to the agent at `addr`, which must answer 200: its body.
+pub fn request_ok(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    token: Option<&str>,
+) -> String {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let r = runtime
-        .block_on(agent::http_client::start_test(addr.parse().unwrap(), None))
+        .block_on(agent::http_client::request(
+            addr.parse().unwrap(),
+            method,
+            path,
+            body,
+            token,
+        ))
         .unwrap();
-    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.status, 200, "{method} {path}: {}", r.body);
+    r.body
+}
+
+/// One test broadcast through the hub.
+pub fn trigger(addr: &str) {
+    request_ok(addr, "GET", "/start_test", b"", None);
+}
+
+/// One test broadcast whose time to act is `lead` (like "300ms") after it.
+pub fn trigger_with_lead(addr: &str, lead: &str) {
+    let body = request_ok(addr, "GET", &format!("/start_test?lead={lead}"), b"", None);
+    assert!(body.contains("at_ns"), "{body}");
 }
 
 /// Starts the agent binary on 127.0.0.1:0 with its data under `dir`; returns

@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use skewscope_core::log::{AnyLog, Decoded, read_file};
+use skewscope_core::log::{AnyLog, Decoded};
 use skewscope_core::record::{ProbeConnectionClosed, ProbeConnectionOpened, ProbeRecord, Receipt};
+use skewscope_os::log_files::read_file;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinSet;
