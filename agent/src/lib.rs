@@ -375,13 +375,7 @@ fn bind_both(config: &AgentConfig) -> anyhow::Result<(TcpListener, Option<std::n
 }
 
 fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
-    socket.set_reuse_address(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(LISTEN_BACKLOG)?;
-    TcpListener::from_std(socket.into())
+    TcpListener::from_std(skewscope_os::sockets::listener(addr, LISTEN_BACKLOG)?)
 }
 
 fn read_token(path: &std::path::Path) -> anyhow::Result<String> {

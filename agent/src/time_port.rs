@@ -53,10 +53,7 @@ impl TimePort {
     /// Stops answering and waits for the thread.
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        // Linux wakes a receive blocked on a UDP socket whose read side is
-        // shut down, connected or not (the call itself reports ENOTCONN
-        // for an unconnected one, and still does it).
-        let _ = socket2::SockRef::from(&*self.socket).shutdown(std::net::Shutdown::Read);
+        skewscope_os::sockets::wake_receiver(&self.socket);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

@@ -19,6 +19,9 @@
 //! - [`rx_stamp`], [`tx_stamp`]: kernel receive and transmit timestamps
 //!   (`SO_TIMESTAMPING`, `recvmsg` control messages);
 //! - [`settings`]: TOML settings files merged under command-line flags;
+//! - [`sockets`]: what std and tokio do not do with a socket (a listener's
+//!   backlog, keepalive and unacknowledged-data timeouts, waking a UDP
+//!   receive);
 //! - `logging` (feature `cli`): the daemons' log lines, under a terminal
 //!   or the journal.
 //!
@@ -49,6 +52,8 @@ pub mod priority;
 pub mod rx_stamp;
 #[cfg(target_os = "linux")]
 pub mod settings;
+#[cfg(target_os = "linux")]
+pub mod sockets;
 #[cfg(all(target_os = "linux", any(test, feature = "test-support")))]
 pub mod test_namespace;
 #[cfg(target_os = "linux")]

@@ -239,7 +239,7 @@ async fn upgrade(mut stream: TcpStream, peer: SocketAddr, request: Request, cont
     let Ok(std_stream) = stream.into_std() else {
         return;
     };
-    if let Err(e) = detect_vanished_peers(&std_stream) {
+    if let Err(e) = skewscope_os::sockets::detect_vanished_peers(&std_stream) {
         tracing::warn!(target: "agent::server", "cannot set keepalive on {peer}: {e}");
     }
     let label = request.query_param("probe").map(sanitize_label);
@@ -325,29 +325,6 @@ async fn ingest(mut stream: TcpStream, request: Request, context: &Context) {
     .await;
 }
 
-/// TCP keepalive probes after this long without traffic...
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
-/// ...this far apart...
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
-/// ...this many before the connection is given up.
-const KEEPALIVE_PROBES: u32 = 3;
-/// Sent data unacknowledged this long ends the connection too.
-const UNACKED_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A device that vanished without closing (power cut, Wi-Fi gone) is found
-/// out: an idle connection within 30 s + 3 × 10 s of keepalive probes, one
-/// with unacknowledged broadcasts within 60 s. The socket then fails, and
-/// the shard closes the client and records why.
-fn detect_vanished_peers(stream: &std::net::TcpStream) -> std::io::Result<()> {
-    let socket = socket2::SockRef::from(stream);
-    let keepalive = socket2::TcpKeepalive::new()
-        .with_time(KEEPALIVE_IDLE)
-        .with_interval(KEEPALIVE_INTERVAL)
-        .with_retries(KEEPALIVE_PROBES);
-    socket.set_tcp_keepalive(&keepalive)?;
-    socket.set_tcp_user_timeout(Some(UNACKED_TIMEOUT))
-}
-
 async fn authorized(stream: &mut TcpStream, request: &Request, context: &Context) -> bool {
     authorized_by(stream, request, context.token.as_deref()).await
 }
@@ -363,20 +340,6 @@ fn sanitize_label(raw: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn clients_sockets_find_out_a_vanished_peer() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (server, _) = listener.accept().unwrap();
-        detect_vanished_peers(&server).unwrap();
-        let s = socket2::SockRef::from(&server);
-        assert!(s.keepalive().unwrap());
-        assert_eq!(s.tcp_keepalive_time().unwrap(), KEEPALIVE_IDLE);
-        assert_eq!(s.tcp_keepalive_interval().unwrap(), KEEPALIVE_INTERVAL);
-        assert_eq!(s.tcp_keepalive_retries().unwrap(), KEEPALIVE_PROBES);
-        assert_eq!(s.tcp_user_timeout().unwrap(), Some(UNACKED_TIMEOUT));
-    }
 
     #[test]
     fn labels_are_printable_and_short() {
