@@ -152,8 +152,13 @@ fn actions_across_wall_clock_steps_land_on_the_agents_time() {
     assert_eq!(by_seq.len(), 12);
     assert!(by_seq.values().all(|v| v.len() == 3), "{by_seq:?}");
     // The bound around each step: the widest after it within twice the
-    // widest acted on before it (a loaded host's round trips vary more
-    // than one epoch's few actions show).
+    // widest acted on before it. On loopback these bounds are tens of µs
+    // and a loaded host's round trips alone move them threefold (measured:
+    // 36 µs, then 114 µs with the suite running beside it), so the rule is
+    // held above a floor of 0.5 ms: what it catches here is a step that
+    // widens the bound (the model before this one left 2.24 s after two
+    // +50 ms steps). The exact 2x rule is the clock model's property test
+    // (core/src/clock/device.rs), on streams where noise is the seed's.
     let epoch = |shift: i64| (shift / 25_000_000).signum();
     let widest = |e: i64| {
         bounds
@@ -163,10 +168,11 @@ fn actions_across_wall_clock_steps_land_on_the_agents_time() {
             .max()
             .unwrap()
     };
+    const FLOOR_NS: u64 = 500_000;
     let (first, ahead, behind) = (widest(0), widest(1), widest(-1));
-    assert!(ahead <= 2 * first.max(1), "{first} then {ahead}");
+    assert!(ahead <= 2 * first.max(FLOOR_NS), "{first} then {ahead}");
     assert!(
-        behind <= 2 * first.max(ahead),
+        behind <= 2 * first.max(ahead).max(FLOOR_NS),
         "{first}, {ahead} then {behind}"
     );
     eprintln!(
