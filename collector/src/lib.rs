@@ -15,6 +15,7 @@ pub mod inputs;
 pub mod log_files;
 pub mod matching;
 pub mod reference;
+pub mod sentences;
 pub mod table;
 pub mod verdict_lines;
 

@@ -10,6 +10,7 @@ use collector::audit::{self, AuditOptions};
 #[cfg(feature = "demo")]
 use collector::demo::{self, DemoOptions};
 use collector::matching::Matcher;
+use collector::sentences;
 use collector::{inputs, table, verdict_lines};
 use skewscope_core::analysis::join::Window;
 use skewscope_core::analysis::verdict::Thresholds;
@@ -220,9 +221,8 @@ fn main() -> std::process::ExitCode {
         Ok(code) => std::process::ExitCode::from(code),
         Err(e) => {
             eprintln!("skewscope: {e:#}");
-            // An audit that cannot run exits 2, like every other failure
-            // before a verdict.
-            std::process::ExitCode::from(2)
+            // Every failure before a verdict: for an audit, it could not run.
+            std::process::ExitCode::from(audit::exit::CANNOT_AUDIT)
         }
     }
 }
@@ -367,7 +367,7 @@ fn audit(args: AuditArgs) -> anyhow::Result<u8> {
         Ok(o) => o,
         Err(e) => {
             eprintln!("skewscope audit: cannot audit: {e}");
-            return Ok(2);
+            return Ok(audit::exit::CANNOT_AUDIT);
         }
     };
     print!("{}", table::render(&outcome.report));
@@ -377,12 +377,12 @@ fn audit(args: AuditArgs) -> anyhow::Result<u8> {
     if !a.complete {
         println!(
             "  (not every receipt had arrived {} after the last broadcast: those count missing)",
-            table::duration(options.settle.as_nanos() as i64)
+            sentences::duration(options.settle.as_nanos() as i64)
         );
     }
     println!(
         "  verdict {} after the last broadcast; reproduce: skewscope {}",
-        table::duration(a.last_broadcast_to_verdict_ms as i64 * 1_000_000),
+        sentences::duration(a.last_broadcast_to_verdict_ms as i64 * 1_000_000),
         a.reproduce.replace(
             "DIR",
             a.kept
@@ -403,9 +403,8 @@ fn audit(args: AuditArgs) -> anyhow::Result<u8> {
             Some(&outcome.verdict),
         )?;
     }
-    if outcome.report.skew_ns.is_none() {
-        eprintln!("skewscope audit: cannot audit: no broadcast reached two connections");
-        return Ok(2);
+    if let Some(why) = outcome.nothing_to_judge() {
+        eprintln!("skewscope audit: cannot audit: {why}");
     }
     Ok(outcome.exit_code())
 }

@@ -2,29 +2,17 @@
 
 use std::fmt::Write;
 
-use skewscope_core::analysis::actions::{ActionFigures, LeadAdvice};
+use skewscope_core::analysis::actions::ActionFigures;
 use skewscope_core::analysis::clock_figures::{BoundedSummary, ClaimCheck};
 use skewscope_core::analysis::diagnosis::{Diagnosis, LATE_EVERY_TIME_PLACE};
 use skewscope_core::analysis::join::RunEnd;
-use skewscope_core::analysis::report::{
-    ClockBasis, ClockNaming, MatchCounts, ProbeSummary, Reference, ReferenceKind, Report,
-};
+use skewscope_core::analysis::report::{ClockBasis, ClockNaming, ProbeSummary, Report};
 use skewscope_core::analysis::stats::Summary;
 
-/// Formats nanoseconds at a readable scale.
-pub fn duration(ns: i64) -> String {
-    let a = ns.unsigned_abs() as f64;
-    let sign = if ns < 0 { "-" } else { "" };
-    if a < 1_000.0 {
-        format!("{ns} ns")
-    } else if a < 1_000_000.0 {
-        format!("{sign}{:.1} µs", a / 1e3)
-    } else if a < 1_000_000_000.0 {
-        format!("{sign}{:.2} ms", a / 1e6)
-    } else {
-        format!("{sign}{:.3} s", a / 1e9)
-    }
-}
+use crate::sentences::{
+    claim_text, duration, lead_line, match_line, page_text, pruned_text, reference_line,
+    spare_sentence,
+};
 
 fn row(out: &mut String, name: &str, s: &Option<Summary>, absent: &str) {
     let _ = match s {
@@ -124,18 +112,6 @@ fn tap_paragraph(out: &mut String, t: &skewscope_core::analysis::tapped::TapSumm
 /// How many of the clients sent to latest the table names.
 const LATEST_CLIENTS: usize = 5;
 
-/// What a clock claims about its own error: `claims ±1.00 ms`, `NOT
-/// synchronised`, or `state unknown`.
-pub fn claim_text(claim: Option<&skewscope_core::record::ClockState>) -> String {
-    match claim {
-        None => "state unknown".to_owned(),
-        Some(state) => match state.claimed_bound_ns() {
-            Some(b) => format!("claims ±{}", duration(b as i64)),
-            None => "NOT synchronised".to_owned(),
-        },
-    }
-}
-
 /// One line per probe: its offset to the agent, what its clock claims, steps.
 fn probe_clock_line(p: &ProbeSummary) -> String {
     let c = &p.clock;
@@ -231,42 +207,6 @@ fn clocks_paragraph(out: &mut String, r: &Report) {
                 a.clock_steps.len()
             );
         }
-    }
-}
-
-/// The lead to give a broadcast's time to act, from the latencies measured.
-pub fn lead_line(lead: &LeadAdvice) -> String {
-    let bound = if lead.worst_bound_ns > 0 {
-        format!(
-            " (p99.9 of latency plus the worst clock bound, {})",
-            duration(lead.worst_bound_ns as i64)
-        )
-    } else if lead.from == "trigger" {
-        " (p99.9 of latency from the triggers)".to_owned()
-    } else {
-        " (p99.9 of latency; one clock)".to_owned()
-    };
-    format!(
-        "  lead: act {} after the {}: 99.9 % of copies arrive by then{bound};\n        every one of the {} copies by {}",
-        duration(lead.p999_ns),
-        lead.from,
-        lead.copies,
-        duration(lead.every_copy_ns)
-    )
-}
-
-/// What the least time to spare says about the lead, on any server.
-pub fn spare_sentence(least_spare_ns: i64) -> String {
-    if least_spare_ns >= 0 {
-        format!(
-            "every copy was read at least {} before its time to act: the same lead less that (plus the worst clock bound, for safety) would have put every action in time",
-            duration(least_spare_ns)
-        )
-    } else {
-        format!(
-            "a copy was read {} after its time to act: the lead needed that much more (plus the worst clock bound, for safety)",
-            duration(-least_spare_ns)
-        )
     }
 }
 
@@ -443,28 +383,19 @@ pub fn why_paragraph(out: &mut String, w: &Diagnosis) {
     }
 }
 
-/// What `--match` judged and left out, in one line.
-pub fn match_line(m: &MatchCounts) -> String {
-    format!(
-        "--match {}: {} broadcast(s) judged; left out {} that did not match and {} whose payload no probe recorded whole enough to tell",
-        m.expression, m.matched, m.left_out, m.unknown
-    )
+/// Why a figure that needs the agent's sends is absent. With an agent log
+/// but no broadcasts of its own joined, the probes listened to another
+/// server (the agent was their clock reference).
+fn without_agent_sends(r: &Report) -> &'static str {
+    if r.agent.is_some() && r.fanout_ns.is_none() {
+        "the probes' server is not the agent: tap it (--tap-port) for its sends"
+    } else {
+        "needs the agent's log: give its data directory too"
+    }
 }
 
-/// Which reference the report used, and why, in one line.
-pub fn reference_line(reference: &Reference) -> String {
-    let kind = match reference.kind {
-        ReferenceKind::Hub => "the agent's hub",
-        ReferenceKind::Tap => "the agent's tap",
-        ReferenceKind::Clock => "the agent's clock only",
-        ReferenceKind::None => "none",
-    };
-    format!("reference: {kind} ({})", reference.why)
-}
-
-/// Renders the whole report.
-pub fn render(r: &Report) -> String {
-    let mut out = String::new();
+/// What was read, and what it is measured against.
+fn inputs_paragraph(out: &mut String, r: &Report) {
     let _ = writeln!(out, "skewscope report");
     for i in &r.inputs {
         let damage = if i.skipped_bytes > 0 {
@@ -499,6 +430,10 @@ pub fn render(r: &Report) -> String {
     if let Some(m) = &r.matched {
         let _ = writeln!(out, "  {}", match_line(m));
     }
+}
+
+/// Broadcasts, connections, receipts and what is missing.
+fn counts_paragraph(out: &mut String, r: &Report) {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
@@ -512,36 +447,34 @@ pub fn render(r: &Report) -> String {
             r.reconnects
         );
     }
+}
+
+/// The figures as measured (raw), p50 to max.
+fn figures_table(out: &mut String, r: &Report) {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
         "  {:<16} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "", "p50", "p90", "p99", "p99.9", "max"
     );
-    // With an agent log but no broadcasts of its own joined, the probes
-    // listened to another server (the agent was their clock reference).
-    let agent_log = if r.agent.is_some() && r.fanout_ns.is_none() {
-        "the probes' server is not the agent: tap it (--tap-port) for its sends"
-    } else {
-        "needs the agent's log: give its data directory too"
-    };
+    let agent_log = without_agent_sends(r);
     row(
-        &mut out,
+        out,
         "skew (raw)",
         &r.skew_ns,
         "no broadcast reached two connections",
     );
-    row(&mut out, "  at userspace", &r.skew_userspace_ns, "-");
+    row(out, "  at userspace", &r.skew_userspace_ns, "-");
     row(
-        &mut out,
+        out,
         "skew in-device",
         &r.skew_intra_device_ns,
         "no probe had two connections",
     );
-    row(&mut out, "latency (raw)", &r.latency_ns, agent_log);
+    row(out, "latency (raw)", &r.latency_ns, agent_log);
     if let Some(t) = &r.latency_from_trigger {
         row(
-            &mut out,
+            out,
             "  from trigger",
             &t.latency_ns,
             "no broadcast after a trigger",
@@ -554,14 +487,18 @@ pub fn render(r: &Report) -> String {
             );
         }
     }
-    row(&mut out, "fan-out span", &r.fanout_ns, agent_log);
-    row(&mut out, "  position", &r.fanout_position_ns, agent_log);
+    row(out, "fan-out span", &r.fanout_ns, agent_log);
+    row(out, "  position", &r.fanout_position_ns, agent_log);
     row(
-        &mut out,
+        out,
         "  delivery",
         &r.delivery_ns,
         "no kernel receive stamps: the devices' kernels gave none (SO_TIMESTAMPING)",
     );
+}
+
+/// The figures in the agent's timebase, each with the interval that holds the truth.
+fn corrected_table(out: &mut String, r: &Report) {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
@@ -569,14 +506,14 @@ pub fn render(r: &Report) -> String {
     );
     let no_offsets =
         "no offset estimates: no time exchange with an agent (give the probes --time-server)";
-    bounded_row(&mut out, "skew corrected", &r.skew_corrected_ns, no_offsets);
+    bounded_row(out, "skew corrected", &r.skew_corrected_ns, no_offsets);
     let no_starts = if r.skew_corrected_ns.is_some() {
-        agent_log
+        without_agent_sends(r)
     } else {
         no_offsets
     };
-    bounded_row(&mut out, "latency", &r.latency_corrected_ns, no_starts);
-    bounded_row(&mut out, "  network", &r.network_ns, no_starts);
+    bounded_row(out, "latency", &r.latency_corrected_ns, no_starts);
+    bounded_row(out, "  network", &r.network_ns, no_starts);
     if r.network_acausal > 0 {
         let _ = writeln!(
             out,
@@ -584,23 +521,10 @@ pub fn render(r: &Report) -> String {
             r.network_acausal
         );
     }
-    if let Some(w) = &r.why {
-        let _ = writeln!(out);
-        why_paragraph(&mut out, w);
-    }
-    if let Some(lead) = &r.lead {
-        let _ = writeln!(out);
-        let _ = writeln!(out, "{}", lead_line(lead));
-    }
-    if let Some(a) = &r.actions {
-        let _ = writeln!(out);
-        let one_clock = r.clock_basis == ClockBasis::SingleHost;
-        let receive_corrected = r.skew_corrected_ns.as_ref().filter(|_| !one_clock);
-        actions_paragraph(&mut out, a, receive_corrected, one_clock);
-    }
-    let _ = writeln!(out);
-    clocks_paragraph(&mut out, r);
-    let _ = writeln!(out);
+}
+
+/// Each probe's clock and what else it said, then the probes side by side.
+fn probes_paragraph(out: &mut String, r: &Report) {
     for p in &r.probes {
         let _ = writeln!(out, "{}", probe_clock_line(p));
         if p.tls_unverified > 0 {
@@ -658,9 +582,10 @@ pub fn render(r: &Report) -> String {
             );
         }
     }
-    if let Some(t) = &r.tap {
-        tap_paragraph(&mut out, t);
-    }
+}
+
+/// The broadcasts with the largest raw skew, each with its split.
+fn worst_broadcasts(out: &mut String, r: &Report) {
     if r.worst_broadcasts.iter().any(|b| b.skew_ns.is_some()) {
         let _ = writeln!(out);
         let _ = writeln!(out, "  worst broadcasts by raw skew:");
@@ -686,45 +611,38 @@ pub fn render(r: &Report) -> String {
             );
         }
     }
+}
+
+/// Renders the whole report.
+pub fn render(r: &Report) -> String {
+    let mut out = String::new();
+    inputs_paragraph(&mut out, r);
+    counts_paragraph(&mut out, r);
+    figures_table(&mut out, r);
+    corrected_table(&mut out, r);
+    if let Some(w) = &r.why {
+        let _ = writeln!(out);
+        why_paragraph(&mut out, w);
+    }
+    if let Some(lead) = &r.lead {
+        let _ = writeln!(out);
+        let _ = writeln!(out, "{}", lead_line(lead));
+    }
+    if let Some(a) = &r.actions {
+        let _ = writeln!(out);
+        let one_clock = r.clock_basis == ClockBasis::SingleHost;
+        let receive_corrected = r.skew_corrected_ns.as_ref().filter(|_| !one_clock);
+        actions_paragraph(&mut out, a, receive_corrected, one_clock);
+    }
+    let _ = writeln!(out);
+    clocks_paragraph(&mut out, r);
+    let _ = writeln!(out);
+    probes_paragraph(&mut out, r);
+    if let Some(t) = &r.tap {
+        tap_paragraph(&mut out, t);
+    }
+    worst_broadcasts(&mut out, r);
     out
-}
-
-/// What a probe deleted from and kept in its `--out-dir`, for people: one
-/// line (the text report and the HTML say the same).
-pub fn pruned_text(p: &skewscope_core::record::LogsPruned) -> String {
-    let mib = |b: u64| {
-        if b < 1024 * 1024 {
-            format!("{:.1} KiB", b as f64 / 1024.0)
-        } else {
-            format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
-        }
-    };
-    let limit = |n: u64, what: String| {
-        if n == 0 { "no limit".to_owned() } else { what }
-    };
-    format!(
-        "--out-dir: deleted {} earlier run log(s) ({}) the agent had in full; kept {} ({}); limits {} runs, {}",
-        p.runs,
-        mib(p.bytes),
-        p.kept_runs,
-        mib(p.kept_bytes),
-        limit(u64::from(p.max_runs), p.max_runs.to_string()),
-        limit(p.max_bytes, mib(p.max_bytes)),
-    )
-}
-
-/// What a browser probe's stamps are, for people: one line.
-pub fn page_text(page: &skewscope_core::record::PageProbe) -> String {
-    let isolated = if page.isolated {
-        "cross-origin isolated"
-    } else {
-        "not cross-origin isolated"
-    };
-    format!(
-        "a page in a browser: userspace stamps of the page's clock (steps of {}, {isolated}), bound by the WebSocket time exchange; {}",
-        duration(page.clock_step_ns as i64),
-        page.user_agent.chars().take(120).collect::<String>()
-    )
 }
 
 #[cfg(test)]

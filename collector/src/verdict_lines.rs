@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use skewscope_core::analysis::verdict::{Check, Unit, Verdict};
 
-use crate::table::duration;
+use crate::sentences::duration;
 
 /// A threshold's figure as people read it: a duration or a count.
 pub fn figure(unit: Unit, value: i64) -> String {

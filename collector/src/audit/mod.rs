@@ -158,10 +158,36 @@ pub struct AuditFacts {
     pub kept: Option<String>,
 }
 
+/// The audit's exit status, the whole policy (docs/audit.md, `--help`).
+pub mod exit {
+    /// Every threshold passes.
+    pub const PASS: u8 = 0;
+    /// A threshold fails (the report and the failing lines are printed).
+    pub const FAIL: u8 = 1;
+    /// The audit could not run, or ran and had nothing to judge.
+    pub const CANNOT_AUDIT: u8 = 2;
+}
+
 impl AuditOutcome {
-    /// 0 when every threshold passes, 1 otherwise.
+    /// Why the audit ran but has nothing to judge, when so: no broadcast
+    /// reached two connections, so there is no skew to hold a threshold to.
+    pub fn nothing_to_judge(&self) -> Option<&'static str> {
+        self.report
+            .skew_ns
+            .is_none()
+            .then_some("no broadcast reached two connections")
+    }
+
+    /// [`exit::PASS`] when every threshold passes, [`exit::FAIL`] when one
+    /// fails, [`exit::CANNOT_AUDIT`] when there was nothing to judge.
     pub fn exit_code(&self) -> u8 {
-        if self.verdict.pass { 0 } else { 1 }
+        if self.nothing_to_judge().is_some() {
+            exit::CANNOT_AUDIT
+        } else if self.verdict.pass {
+            exit::PASS
+        } else {
+            exit::FAIL
+        }
     }
 }
 
@@ -459,7 +485,7 @@ fn observe(
             if inputs.probes.iter().any(|p| p.hub_side || p.foreign_side) {
                 let (_, reference) =
                     crate::reference::infer(&inputs.agents, &inputs.probes, Scope::default());
-                let line = crate::table::reference_line(&reference);
+                let line = crate::sentences::reference_line(&reference);
                 if said.as_ref() != Some(&line) {
                     progress.say(&format!("audit: {line}"));
                     said = Some(line);

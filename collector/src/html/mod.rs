@@ -18,7 +18,7 @@ use skewscope_core::analysis::report::{ClockBasis, Report};
 use skewscope_core::analysis::stats::Summary;
 use skewscope_core::analysis::verdict::Verdict;
 
-use crate::table::duration;
+use crate::sentences::duration;
 use svg::escape;
 
 /// What a page is about, for its heading.
@@ -321,14 +321,14 @@ fn summary(out: &mut String, r: &Report) {
         let _ = write!(
             out,
             r#"<p class="lead">{}</p>"#,
-            escape(crate::table::lead_line(lead).trim())
+            escape(crate::sentences::lead_line(lead).trim())
         );
     }
     if let Some(spare) = r.actions.as_ref().and_then(|a| a.spare_ns.as_ref()) {
         let _ = write!(
             out,
             r#"<p class="lead">{}</p>"#,
-            escape(&crate::table::spare_sentence(spare.min))
+            escape(&crate::sentences::spare_sentence(spare.min))
         );
     }
     if let Some(reference) = &r.reference {
@@ -340,7 +340,7 @@ fn summary(out: &mut String, r: &Report) {
         let _ = write!(
             out,
             r#"<p class="reference">{}.{}</p>"#,
-            escape(&crate::table::reference_line(reference)),
+            escape(&crate::sentences::reference_line(reference)),
             escape(&left_out)
         );
     }
@@ -396,7 +396,7 @@ fn probes(out: &mut String, r: &Report) {
             (Some(o), Some(b)) => format!("{} ± {}", duration(o), duration(b as i64)),
             _ => "not measured".to_owned(),
         };
-        let claim = crate::table::claim_text(c.claim.as_ref());
+        let claim = crate::sentences::claim_text(c.claim.as_ref());
         let check = match c.offset_vs_claim {
             ClaimCheck::Exceeds => r#"<b class="bad">exceeds the claims</b>"#,
             ClaimCheck::Consistent => "within the claims",
@@ -422,12 +422,12 @@ fn probes(out: &mut String, r: &Report) {
         let page = p
             .page
             .as_ref()
-            .map(|page| format!("; {}", escape(&crate::table::page_text(page))))
+            .map(|page| format!("; {}", escape(&crate::sentences::page_text(page))))
             .unwrap_or_default();
         let pruned = p
             .logs_pruned
             .as_ref()
-            .map(|l| format!("; {}", escape(&crate::table::pruned_text(l))))
+            .map(|l| format!("; {}", escape(&crate::sentences::pruned_text(l))))
             .unwrap_or_default();
         let ended = match p.ended {
             RunEnd::Stopped => "stopped",

@@ -6,7 +6,7 @@
 use skewscope_core::analysis::figures::Figures;
 
 use super::svg::{Chart, TimeUnit};
-use crate::table::duration;
+use crate::sentences::duration;
 
 /// Colours for probes, by index (CSS classes `s0`…`s7`).
 pub const PROBE_COLOURS: usize = 8;

@@ -1,0 +1,126 @@
+//! The report's sentences that more than one output says alike: the text
+//! report (`table`), the HTML page and the audit's lines take them from
+//! here, so a figure reads the same wherever it is printed.
+
+use skewscope_core::analysis::actions::LeadAdvice;
+use skewscope_core::analysis::report::{MatchCounts, Reference, ReferenceKind};
+
+/// Formats nanoseconds at a readable scale.
+pub fn duration(ns: i64) -> String {
+    let a = ns.unsigned_abs() as f64;
+    let sign = if ns < 0 { "-" } else { "" };
+    if a < 1_000.0 {
+        format!("{ns} ns")
+    } else if a < 1_000_000.0 {
+        format!("{sign}{:.1} µs", a / 1e3)
+    } else if a < 1_000_000_000.0 {
+        format!("{sign}{:.2} ms", a / 1e6)
+    } else {
+        format!("{sign}{:.3} s", a / 1e9)
+    }
+}
+
+/// What a clock claims about its own error: `claims ±1.00 ms`, `NOT
+/// synchronised`, or `state unknown`.
+pub fn claim_text(claim: Option<&skewscope_core::record::ClockState>) -> String {
+    match claim {
+        None => "state unknown".to_owned(),
+        Some(state) => match state.claimed_bound_ns() {
+            Some(b) => format!("claims ±{}", duration(b as i64)),
+            None => "NOT synchronised".to_owned(),
+        },
+    }
+}
+
+/// The lead to give a broadcast's time to act, from the latencies measured.
+pub fn lead_line(lead: &LeadAdvice) -> String {
+    let bound = if lead.worst_bound_ns > 0 {
+        format!(
+            " (p99.9 of latency plus the worst clock bound, {})",
+            duration(lead.worst_bound_ns as i64)
+        )
+    } else if lead.from == "trigger" {
+        " (p99.9 of latency from the triggers)".to_owned()
+    } else {
+        " (p99.9 of latency; one clock)".to_owned()
+    };
+    format!(
+        "  lead: act {} after the {}: 99.9 % of copies arrive by then{bound};\n        every one of the {} copies by {}",
+        duration(lead.p999_ns),
+        lead.from,
+        lead.copies,
+        duration(lead.every_copy_ns)
+    )
+}
+
+/// What the least time to spare says about the lead, on any server.
+pub fn spare_sentence(least_spare_ns: i64) -> String {
+    if least_spare_ns >= 0 {
+        format!(
+            "every copy was read at least {} before its time to act: the same lead less that (plus the worst clock bound, for safety) would have put every action in time",
+            duration(least_spare_ns)
+        )
+    } else {
+        format!(
+            "a copy was read {} after its time to act: the lead needed that much more (plus the worst clock bound, for safety)",
+            duration(-least_spare_ns)
+        )
+    }
+}
+
+/// What `--match` judged and left out, in one line.
+pub fn match_line(m: &MatchCounts) -> String {
+    format!(
+        "--match {}: {} broadcast(s) judged; left out {} that did not match and {} whose payload no probe recorded whole enough to tell",
+        m.expression, m.matched, m.left_out, m.unknown
+    )
+}
+
+/// Which reference the report used, and why, in one line.
+pub fn reference_line(reference: &Reference) -> String {
+    let kind = match reference.kind {
+        ReferenceKind::Hub => "the agent's hub",
+        ReferenceKind::Tap => "the agent's tap",
+        ReferenceKind::Clock => "the agent's clock only",
+        ReferenceKind::None => "none",
+    };
+    format!("reference: {kind} ({})", reference.why)
+}
+
+/// What a probe deleted from and kept in its `--out-dir`, for people: one
+/// line (the text report and the HTML say the same).
+pub fn pruned_text(p: &skewscope_core::record::LogsPruned) -> String {
+    let mib = |b: u64| {
+        if b < 1024 * 1024 {
+            format!("{:.1} KiB", b as f64 / 1024.0)
+        } else {
+            format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
+        }
+    };
+    let limit = |n: u64, what: String| {
+        if n == 0 { "no limit".to_owned() } else { what }
+    };
+    format!(
+        "--out-dir: deleted {} earlier run log(s) ({}) the agent had in full; kept {} ({}); limits {} runs, {}",
+        p.runs,
+        mib(p.bytes),
+        p.kept_runs,
+        mib(p.kept_bytes),
+        limit(u64::from(p.max_runs), p.max_runs.to_string()),
+        limit(p.max_bytes, mib(p.max_bytes)),
+    )
+}
+
+/// What a browser probe's stamps are, for people: one line.
+pub fn page_text(page: &skewscope_core::record::PageProbe) -> String {
+    let isolated = if page.isolated {
+        "cross-origin isolated"
+    } else {
+        "not cross-origin isolated"
+    };
+    format!(
+        "a page in a browser: userspace stamps of the page's clock (steps of {}, {isolated}), bound by the WebSocket time exchange; {}",
+        duration(page.clock_step_ns as i64),
+        page.user_agent.chars().take(120).collect::<String>()
+    )
+}
