@@ -70,6 +70,9 @@ pub fn start_agent(dir: &Path) -> anyhow::Result<(Reaped, std::net::SocketAddr)>
     let mut line = String::new();
     std::io::BufRead::read_line(&mut out, &mut line)?;
     let addr = line.trim().trim_start_matches("listening on ").parse()?;
+    // The rest of what it prints, read to the end: a closed pipe would
+    // end the agent at its next line.
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
     Ok((agent, addr))
 }
 
