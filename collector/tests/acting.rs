@@ -258,7 +258,10 @@ fn audit(agent: &str, trigger: &str, json: &Path) -> Output {
         .args(["--trigger", trigger])
         .args(["--broadcasts", "5", "--interval", "50ms", "--settle", "20s"])
         .args(["--require-probes", "2", "--max-skew-p99", "1s"])
-        .args(["--max-late", "0", "--max-action-skew-p99", "5ms", "--json"])
+        // The action-skew threshold is not what this test is about (field_links.rs
+        // holds one the truth meets and one it does not): under two busy loops
+        // the actors' timers alone were once 7 ms late, so it is set far out.
+        .args(["--max-late", "0", "--max-action-skew-p99", "1s", "--json"])
         .arg(json)
         .output()
         .unwrap()
