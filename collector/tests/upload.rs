@@ -8,18 +8,11 @@ use std::path::Path;
 use std::process::Command;
 
 use common::proxy::Proxy;
-use common::{Reaped, sibling_binary, signal, start_agent_at, trigger, wait_until};
+use common::{Reaped, probe_records, sibling_binary, signal, start_agent_at, trigger, wait_until};
 use nix::sys::signal::Signal;
 use skewscope_core::log::AnyLog;
 use skewscope_core::record::ProbeRecord;
 use skewscope_os::log_files::read_file;
-
-fn probe_records(path: &Path) -> Vec<ProbeRecord> {
-    match read_file(path) {
-        Ok(AnyLog::Probe(d)) => d.records,
-        other => panic!("{}: not a probe log: {other:?}", path.display()),
-    }
-}
 
 fn uploaded_runs(data: &Path) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(data.join("probes"))
@@ -223,8 +216,10 @@ fn a_probe_killed_mid_upload_resumes_that_run_when_started_again() {
         .path()
         .join("agent/probes")
         .join(format!("probe-{run_id:032x}.sklog"));
+    // (The agent creates the file a moment before it writes the header: a
+    // file that is not a log yet reads as no records.)
     wait_until("the killed run stored", || {
-        stored.exists() && probe_records(&stored).len() == killed.len()
+        probe_records(&stored).len() == killed.len()
     });
     signal(&second.0, Signal::SIGTERM);
     let output = second.0.wait_with_output_after_take();
