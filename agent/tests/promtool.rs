@@ -27,6 +27,17 @@ async fn agent_with_a_probe(dir: &Path) -> RunningAgent {
     config.upload = Some(format!("http://{}", agent.addr));
     let probe = RunningProbe::start(config).await.unwrap();
     assert_eq!(probe.connected().await.opened, 1);
+    // A time exchange answered before the run's one receipt ends it: the
+    // offset and its bound are then in its upload (on a loaded host a run
+    // could end first, and /metrics would have no offset to serve).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while probe.clock_bound_now().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no time exchange answered"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     assert_eq!(start_test(agent.addr, None).await.unwrap().status, 200);
     let summary = tokio::time::timeout(std::time::Duration::from_secs(60), probe.finish())
         .await
@@ -38,7 +49,7 @@ async fn agent_with_a_probe(dir: &Path) -> RunningAgent {
     while !scrape(agent.addr, None)
         .await
         .1
-        .contains("skewscope_probe_clock_synced{probe=\"lobby\"}")
+        .contains("skewscope_probe_clock_offset_bound_seconds{probe=\"lobby\"}")
     {
         assert!(
             std::time::Instant::now() < deadline,
