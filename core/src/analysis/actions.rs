@@ -21,9 +21,10 @@
 
 use serde::Serialize;
 
-use crate::analysis::clock_figures::{BoundedSummary, BoundedSummaryBuilder, corrected_spread};
+use crate::analysis::clock_figures::{BoundedSummary, BoundedSummaryBuilder};
 use crate::analysis::join::{Joined, JoinedBroadcast};
 use crate::analysis::stats::{Summary, SummaryBuilder};
+use crate::analysis::timebase::{place, spread_of_all};
 use crate::clock::DeviceClock;
 
 /// Late actions listed at most (the worst).
@@ -120,14 +121,11 @@ pub fn broadcast_actions(
     b: &JoinedBroadcast,
     clocks: &[DeviceClock],
 ) -> BroadcastActions {
-    let mut corrected = Vec::with_capacity(b.actions.len());
-    let mut all = true;
-    for a in &b.actions {
-        match clocks[joined.connections[a.connection].probe].at(a.done) {
-            Some(c) => corrected.push((a.done.wall_ns as i64 + c.theta_ns, c.bound_ns as i64)),
-            None => all = false,
-        }
-    }
+    let corrected = b.actions.iter().map(|a| {
+        clocks[joined.connections[a.connection].probe]
+            .at(a.done)
+            .map(|c| place(c, a.done.wall_ns))
+    });
     let walls = b.actions.iter().map(|a| a.done.wall_ns);
     let skew_ns =
         (b.actions.len() >= 2).then(|| walls.clone().max().unwrap_or(0) - walls.min().unwrap_or(0));
@@ -135,7 +133,7 @@ pub fn broadcast_actions(
         actions: b.actions.len() as u32,
         late: b.actions.iter().filter(|a| a.late_ns > 0).count() as u32,
         skew_ns,
-        corrected_ns: all.then(|| corrected_spread(&corrected)).flatten(),
+        corrected_ns: spread_of_all(corrected),
     }
 }
 

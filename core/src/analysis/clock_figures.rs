@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::analysis::join::{Joined, JoinedBroadcast, JoinedReceipt};
 use crate::analysis::stats::{Summary, SummaryBuilder};
+use crate::analysis::timebase::{Placed, place, spread_of_all};
 use crate::clock::{Correction, DeviceClock, MAX_DRIFT, find_steps};
 use crate::record::ClockState;
 
@@ -218,8 +219,8 @@ impl TimingBuilder {
             };
             clocks[joined.connections[r.connection].probe].at(stamp)
         };
-        // (corrected arrival, bound) of every receipt that has a correction.
-        let mut corrected: Vec<(i64, i64)> = Vec::new();
+        // Every receipt's arrival in the agent's clock, where its clock says.
+        let mut corrected: Vec<Option<Placed>> = Vec::with_capacity(b.receipts.len());
         if let Some(a) = b.agent {
             for r in &b.receipts {
                 self.read_latency_raw
@@ -233,17 +234,17 @@ impl TimingBuilder {
             }
             let Some(c) = correction(r) else {
                 self.uncorrected += 1;
+                corrected.push(None);
                 continue;
             };
-            let at = r.arrival_wall_ns() as i64 + c.theta_ns;
-            let e = c.bound_ns as i64;
-            corrected.push((at, e));
+            let (at, e) = place(c, r.arrival_wall_ns());
+            corrected.push(Some((at, e)));
             if let Some(a) = b.agent {
                 let start = a.start.wall_ns as i64;
                 self.latency_corrected
                     .add((at - start, at - e - start, at + e - start));
                 self.worst_bound = self.worst_bound.max(c.bound_ns);
-                let read = r.wall_ns as i64 + c.theta_ns - start;
+                let read = place(c, r.wall_ns).0 - start;
                 self.read_latency.add((read, read - e, read + e));
                 if let Some((sent, floor)) = causal_send(r, start) {
                     let (lo, hi) = (at - e - sent, at + e - sent);
@@ -260,7 +261,7 @@ impl TimingBuilder {
                 self.fanout_position.add(t as i64 - a.start.wall_ns as i64);
             }
         }
-        if let Some(spread) = corrected_spread(&corrected) {
+        if let Some(spread) = spread_of_all(corrected) {
             self.skew_corrected.add(spread);
         }
         // Per probe: (min, max, count) of its arrivals.
@@ -357,21 +358,6 @@ fn causal_send(r: &JoinedReceipt, start_wall_ns: i64) -> Option<(i64, i64)> {
         (None, Some(done)) => Some((done as i64, start_wall_ns - done as i64)),
         (None, None) => None,
     }
-}
-
-/// The skew of one broadcast from its (corrected arrival, bound) pairs:
-/// (estimate, lower bound, upper bound); `None` with fewer than two.
-pub(crate) fn corrected_spread(corrected: &[(i64, i64)]) -> Option<(i64, i64, i64)> {
-    if corrected.len() < 2 {
-        return None;
-    }
-    let max_at = corrected.iter().map(|c| c.0).max()?;
-    let min_at = corrected.iter().map(|c| c.0).min()?;
-    let max_lo = corrected.iter().map(|c| c.0 - c.1).max()?;
-    let min_hi = corrected.iter().map(|c| c.0 + c.1).min()?;
-    let max_hi = corrected.iter().map(|c| c.0 + c.1).max()?;
-    let min_lo = corrected.iter().map(|c| c.0 - c.1).min()?;
-    Some((max_at - min_at, (max_lo - min_hi).max(0), max_hi - min_lo))
 }
 
 fn summarise_steps(steps: &[crate::clock::ClockStep]) -> Vec<StepSummary> {

@@ -10,8 +10,9 @@
 //! counted in the figures, so the page can say what it left out.
 
 use crate::Stamp;
-use crate::analysis::clock_figures::{corrected_spread, device_clocks, device_summaries};
+use crate::analysis::clock_figures::{device_clocks, device_summaries};
 use crate::analysis::join::{Joined, JoinedBroadcast, JoinedReceipt};
+use crate::analysis::timebase::{place, spread_of_all};
 use crate::clock::DeviceClock;
 
 /// Most receipts the latency scatter draws (one mark each).
@@ -161,7 +162,7 @@ impl FiguresBuilder {
             };
             clocks[joined.connections[r.connection].probe]
                 .at(stamp)
-                .map(|c| (r.arrival_wall_ns() as i64 + c.theta_ns, c.bound_ns as i64))
+                .map(|c| place(c, r.arrival_wall_ns()))
         };
         let arrivals: Vec<Arrival> = b
             .receipts
@@ -172,14 +173,13 @@ impl FiguresBuilder {
                 raw: r.arrival_wall_ns() as i64,
             })
             .collect();
-        let corrected: Vec<(i64, i64)> = arrivals.iter().filter_map(|a| a.corrected).collect();
         let first_wall = b.receipts.iter().map(|r| r.wall_ns).min();
         let at_wall_ns = b.agent.map(|a| a.start.wall_ns).or(first_wall).unwrap_or(0);
         self.broadcasts.offer(BroadcastPoint {
             label: b.key.describe(),
             at_wall_ns,
             skew_ns: b.skew_ns(),
-            corrected_ns: corrected_spread(&corrected),
+            corrected_ns: spread_of_all(arrivals.iter().map(|a| a.corrected)),
             missing: b.missing.len() as u32,
             actions: (!b.actions.is_empty())
                 .then(|| crate::analysis::actions::broadcast_actions(joined, b, clocks)),
@@ -187,7 +187,7 @@ impl FiguresBuilder {
 
         // Lateness in one timebase per broadcast: corrected when every
         // receipt is, else raw (mixing the two would invent lateness).
-        let all_corrected = corrected.len() == arrivals.len();
+        let all_corrected = arrivals.iter().all(|a| a.corrected.is_some());
         let at = |a: &Arrival| match a.corrected {
             Some((t, _)) if all_corrected => t,
             _ => a.raw,

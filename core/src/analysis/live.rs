@@ -15,18 +15,20 @@
 //! caught up; a target whose probe had not is *unjudged*, never counted
 //! missing on no evidence.
 //!
-//! A receipt is matched as the report matches it: a test message by its
-//! sequence number and hash; any other payload by the agent's connection id
-//! and hash, in order of occurrence on that connection. Only pending
-//! broadcasts are candidates, so a receipt uploaded after its broadcast was
-//! final (or before the agent's record of it) is counted unmatched.
+//! A receipt is matched by the report's own rule ([`crate::analysis::matching`]):
+//! a test message by its sequence number and hash; any other payload by the
+//! agent's connection id and hash, by its occurrence on that connection.
+//! Only pending broadcasts are candidates, so a receipt uploaded after its
+//! broadcast was final is counted unmatched (one uploaded before the
+//! agent's record of it waits, up to [`MAX_EARLY`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::Stamp;
-use crate::analysis::clock_figures::corrected_spread;
 use crate::analysis::fanout::{Fanout, FanoutTracker};
+use crate::analysis::matching::{CopyNumbers, copy_of};
 use crate::analysis::settled::moved_past;
+use crate::analysis::timebase::{place, spread_of_all};
 use crate::clock::{ClockModel, Correction, Exchange, HORIZON_NS};
 use crate::page_ingest::parse_page_label;
 use crate::record::{AgentRecord, ClockState, MessageKey, ProbeRecord, TimeSample};
@@ -50,6 +52,10 @@ pub const MAX_RUNS: usize = 256;
 /// How far a device clock may be off the agent's for its records to count
 /// as this agent run's (earlier runs' come from probes uploading old logs).
 pub const CLOCK_TOLERANCE_NS: u64 = 60_000_000_000;
+/// Payload counts per probe connection kept at most (the matching rule's
+/// occurrence numbers, [`CopyNumbers`]): about 100 bytes each. Past it, the
+/// counts of payloads sent longest ago are dropped, and counted.
+pub const MAX_COPY_COUNTS: usize = 65_536;
 /// A run silent this long is forgotten.
 pub const RUN_FORGOTTEN_AFTER_NS: u64 = 600_000_000_000;
 
@@ -209,6 +215,9 @@ pub struct LiveCounts {
     /// largest seen before, plus [`crate::analysis::settled::SETTLE_MARGIN_NS`]),
     /// or that matched none.
     pub unmatched_actions: u64,
+    /// Payload counts dropped past [`MAX_COPY_COUNTS`]: a later copy of
+    /// such a payload on that connection is unmatched (counted above).
+    pub copy_counts_dropped: u64,
 }
 
 /// The live join.
@@ -216,10 +225,8 @@ pub struct LiveCounts {
 pub struct LiveJoin {
     pending: BTreeMap<u64, Pending>,
     by_seq: HashMap<u64, u64>,
-    /// Payload hash → pending broadcasts with it, in id order.
-    by_hash: HashMap<u64, Vec<u64>>,
-    /// (agent conn, hash) → (occurrence, broadcast) of its last matched receipt.
-    last_match: HashMap<(u64, u64), (u32, u64)>,
+    /// Each payload's copies on each probe connection, numbered.
+    copies: CopyNumbers,
     /// Agent connection → the probe connection holding it.
     holder: HashMap<u64, Holder>,
     /// Agent connections that said they are a probe's (`?probe=NAME`): a
@@ -294,7 +301,6 @@ impl LiveJoin {
                 if let Some(seq) = b.seq {
                     self.by_seq.insert(seq, b.id);
                 }
-                self.by_hash.entry(b.hash).or_default().push(b.id);
             }
             AgentRecord::ShardSends(s) => {
                 self.agent_progress += 1;
@@ -302,12 +308,15 @@ impl LiveJoin {
                     // Only probes' connections: memory follows the probes,
                     // not the audience.
                     let labelled = &self.labelled;
-                    p.targets.extend(
-                        s.slots
-                            .iter()
-                            .filter(|slot| labelled.contains_key(&slot.conn))
-                            .map(|slot| slot.conn),
-                    );
+                    let probes = s
+                        .slots
+                        .iter()
+                        .filter(|slot| labelled.contains_key(&slot.conn))
+                        .map(|slot| slot.conn);
+                    p.targets.extend(probes.clone());
+                    for conn in probes {
+                        self.copies.sent(conn, p.hash, p.id);
+                    }
                 }
             }
             AgentRecord::ConnectionOpened(o) => {
@@ -495,35 +504,12 @@ impl LiveJoin {
         }
     }
 
-    fn match_receipt(&mut self, key: MessageKey, hash: u64, conn: Option<u64>) -> Option<u64> {
-        let conn = conn?;
-        match key {
-            MessageKey::Seq(seq) => self
-                .by_seq
-                .get(&seq)
-                .copied()
-                .filter(|id| self.pending.get(id).is_some_and(|p| p.hash == hash)),
-            MessageKey::Hash { hash, occurrence } => {
-                let last = self.last_match.get(&(conn, hash)).copied();
-                let candidates = self
-                    .by_hash
-                    .get(&hash)?
-                    .iter()
-                    .copied()
-                    .filter(|id| self.pending.get(id).is_some_and(|p| p.targets.awaits(conn)));
-                // After the last match on this connection, as many further
-                // occurrences on as the probe counted.
-                let id = match last {
-                    Some((k, after)) if occurrence > k => candidates
-                        .filter(|&id| id > after)
-                        .nth((occurrence - k - 1) as usize),
-                    Some(_) => None,
-                    None => candidates.into_iter().next(),
-                }?;
-                self.last_match.insert((conn, hash), (occurrence, id));
-                Some(id)
-            }
-        }
+    fn match_receipt(&self, key: MessageKey, hash: u64, conn: Option<u64>) -> Option<u64> {
+        let by_seq = |seq| {
+            let id = *self.by_seq.get(&seq)?;
+            Some((id, self.pending.get(&id)?.hash))
+        };
+        copy_of(key, hash, conn, by_seq, &self.copies).filter(|id| self.pending.contains_key(id))
     }
 
     /// Judges every broadcast that is final at agent wall time `now_wall_ns`.
@@ -563,14 +549,8 @@ impl LiveJoin {
             if let Some(seq) = p.seq {
                 self.by_seq.remove(&seq);
             }
-            if let Some(ids) = self.by_hash.get_mut(&p.hash) {
-                ids.retain(|&other| other != id);
-                if ids.is_empty() {
-                    self.by_hash.remove(&p.hash);
-                }
-            }
-            self.last_match
-                .retain(|&(_, hash), &mut (_, last)| hash != p.hash || last != id);
+            self.copies
+                .forget(p.targets.iter().map(|(conn, _)| conn), p.hash, id);
             for key in &p.placed_keys {
                 self.placed.remove(key);
             }
@@ -622,17 +602,13 @@ impl LiveJoin {
     fn judge_one(&mut self, id: u64, p: &Pending) -> Judged {
         let mut raw = Vec::new();
         let mut corrected = Vec::new();
-        let mut all_corrected = true;
         let (mut missing, mut unjudged) = (0u32, 0u32);
         for (conn, arrival) in p.targets.iter() {
             if let Some(a) = arrival {
-                let wall = a.at.wall_ns.saturating_sub(a.kernel_delay_ns) as i64;
-                raw.push(wall);
+                let wall = a.at.wall_ns.saturating_sub(a.kernel_delay_ns);
+                raw.push(wall as i64);
                 let correction = self.runs.get(&a.run).and_then(|r| r.correction(a.at));
-                match correction {
-                    Some(c) => corrected.push((wall + c.theta_ns, c.bound_ns as i64)),
-                    None => all_corrected = false,
-                }
+                corrected.push(correction.map(|c| place(c, wall)));
                 continue;
             }
             match self.holder.get(&conn) {
@@ -647,23 +623,14 @@ impl LiveJoin {
         }
         let skew_ns = (raw.len() >= 2)
             .then(|| (raw.iter().max().unwrap_or(&0) - raw.iter().min().unwrap_or(&0)) as u64);
-        let skew_upper_ns = all_corrected
-            .then(|| corrected_spread(&corrected))
-            .flatten()
-            .map(|(_, _, hi)| hi.max(0) as u64);
+        let skew_upper_ns = spread_of_all(corrected).map(|(_, _, hi)| hi.max(0) as u64);
         // Actions, in the agent's timebase as receipts are.
-        let mut acted = Vec::with_capacity(p.actions.len());
-        let mut all_acted_corrected = true;
-        for (_, a) in &p.actions {
-            match self.runs.get(&a.run).and_then(|r| r.correction(a.done)) {
-                Some(c) => acted.push((a.done.wall_ns as i64 + c.theta_ns, c.bound_ns as i64)),
-                None => all_acted_corrected = false,
-            }
-        }
-        let action_skew_upper_ns = all_acted_corrected
-            .then(|| corrected_spread(&acted))
-            .flatten()
-            .map(|(_, _, hi)| hi.max(0) as u64);
+        let acted = p.actions.iter().map(|(_, a)| {
+            let run = self.runs.get(&a.run);
+            run.and_then(|r| r.correction(a.done))
+                .map(|c| place(c, a.done.wall_ns))
+        });
+        let action_skew_upper_ns = spread_of_all(acted).map(|(_, _, hi)| hi.max(0) as u64);
         Judged {
             id,
             skew_ns,
@@ -698,6 +665,11 @@ impl LiveJoin {
         self.runs.retain(|_, r| {
             now_wall_ns.saturating_sub(r.last_upload_wall_ns) < RUN_FORGOTTEN_AFTER_NS
         });
+        let (holder, labelled) = (&self.holder, &self.labelled);
+        self.copies
+            .retain_conns(|conn| holder.contains_key(&conn) || labelled.contains_key(&conn));
+        self.copies.cap(MAX_COPY_COUNTS);
+        self.counts.copy_counts_dropped = self.copies.dropped();
     }
 
     /// Every probe followed, by name (of runs with one name, the latest to
@@ -753,5 +725,7 @@ fn before_run(agent_started_wall_ns: u64, probe_wall_ns: u64) -> bool {
     probe_wall_ns.saturating_add(CLOCK_TOLERANCE_NS) < agent_started_wall_ns
 }
 
+#[cfg(test)]
+mod agreement_tests;
 #[cfg(test)]
 mod tests;

@@ -18,6 +18,7 @@ use super::model::{
 use super::probes::{Episodes, StampThinner, collect_probes};
 use super::source::{AgentSource, ProbeSource};
 use crate::analysis::fanout::{Fanout, FanoutTracker};
+use crate::analysis::matching::{CopyNumbers, copy_of};
 use crate::page_ingest::parse_page_label;
 use crate::record::{AgentRecord, MessageKey, ProbeRecord, Receipt, SendOutcome, TxKind};
 
@@ -25,9 +26,8 @@ use crate::record::{AgentRecord, MessageKey, ProbeRecord, Receipt, SendOutcome, 
 struct AgentIndex {
     broadcasts: BTreeMap<u64, AgentBroadcast>,
     by_seq: HashMap<u64, u64>,
-    /// (agent conn, hash) → the broadcasts with that payload sent to that
-    /// conn, in order.
-    by_conn_hash: HashMap<(u64, u64), Vec<u64>>,
+    /// Each payload's copies on each agent connection, numbered.
+    copies: CopyNumbers,
     /// An agent's connection ids start again at 1 when it restarts, so a
     /// probe that reconnected to a later run has episodes with the same id.
     by_agent_conn: HashMap<u64, Vec<usize>>,
@@ -176,18 +176,11 @@ fn target(
         return Some(Target::Message(key));
     };
     let agent_conn = joined.connections.get(connection)?.agent_conn;
-    let id = match key {
-        MessageKey::Seq(seq) => ix
-            .by_seq
-            .get(&seq)
-            .copied()
-            .filter(|id| ix.broadcasts.get(id).is_some_and(|b| b.hash == hash)),
-        MessageKey::Hash { hash, occurrence } => agent_conn.and_then(|a| {
-            ix.by_conn_hash
-                .get(&(a, hash))
-                .and_then(|ids| ids.get(occurrence as usize).copied())
-        }),
+    let by_seq = |seq| {
+        let id = *ix.by_seq.get(&seq)?;
+        Some((id, ix.broadcasts.get(&id)?.hash))
     };
+    let id = copy_of(key, hash, agent_conn, by_seq, &ix.copies);
     // A broadcast already handed over takes no more (only if a log grew
     // between the passes): its late receipts are unmatched, and counted.
     id.filter(|id| ix.broadcasts.contains_key(id))
@@ -672,21 +665,19 @@ fn index_agent(
         .filter_map(|(&id, b)| b.seq.map(|s| (s, id)))
         .collect();
     // Only receipts known by payload hash are matched through it.
-    let mut by_conn_hash: HashMap<(u64, u64), Vec<u64>> = HashMap::new();
+    let mut copies = CopyNumbers::default();
     if by_hash {
+        // In id order: the map iterates so.
         for (&id, b) in &broadcasts {
             for &conn in b.slots.keys() {
-                by_conn_hash.entry((conn, b.hash)).or_default().push(id);
+                copies.sent(conn, b.hash, id);
             }
         }
-    }
-    for ids in by_conn_hash.values_mut() {
-        ids.sort_unstable();
     }
     AgentIndex {
         broadcasts,
         by_seq,
-        by_conn_hash,
+        copies,
         by_agent_conn,
     }
 }

@@ -78,6 +78,7 @@ impl Targets {
     }
 
     /// Whether `conn` was sent this broadcast and its receipt has not come.
+    #[cfg(test)]
     pub(super) fn awaits(&self, conn: u64) -> bool {
         self.index(conn)
             .is_some_and(|i| self.arrivals.get(i).is_none_or(Option::is_none))

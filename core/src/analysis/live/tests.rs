@@ -247,9 +247,10 @@ fn late_duplicate_and_previous_run_receipts_are_counted_unmatched() {
     live.probe(1, &receipt(0, 5, 0, 101 * S + 100_000), now);
     live.probe(1, &receipt(0, 5, 0, 101 * S + 200_000), now); // a duplicate
     live.probe(1, &receipt(0, 6, 0, 101 * S + 300_000), now); // never sent
-    // The old run's at once; the duplicate and the one never sent wait
-    // (the agent's records could be late) until they are stale.
-    assert_eq!(live.counts().unmatched, 1);
+    // The old run's and the duplicate (its copy number is taken) at once;
+    // the one never sent waits (the agent's records could be late) until
+    // it is stale.
+    assert_eq!(live.counts().unmatched, 2);
     let judged = live.judge(T0 + 102 * S + FINAL_TIMEOUT_NS);
     assert_eq!(judged[0].receipts, 1);
     assert_eq!(live.counts().unmatched, 3);
