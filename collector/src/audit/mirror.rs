@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use crate::audit::agent_api::{AgentApi, ApiError};
+use crate::audit::agent_api::{AgentApi, ApiError, Status};
 
 /// Most fetches of one log in one sync: a log growing faster than the audit
 /// reads it is caught up on the next sync instead of holding this one.
@@ -21,6 +21,29 @@ pub struct Mirror {
 }
 
 impl Mirror {
+    /// Copies what is new of this agent run's segments and of every probe
+    /// run it stores; returns the local copies to read and the bytes fetched.
+    pub fn sync_run(
+        &self,
+        api: &AgentApi,
+        status: &Status,
+    ) -> Result<(Vec<PathBuf>, u64), SyncError> {
+        let prefix = format!("{}-", status.segment_stem);
+        let wanted = status.logs.iter().filter(|l| {
+            l.name.starts_with(&prefix) || status.probes.iter().any(|p| p.file == l.name)
+        });
+        let (mut files, mut fetched) = (Vec::new(), 0);
+        for log in wanted {
+            fetched += self.sync(api, &log.name, log.bytes)?;
+            let path = self.path_of(&log.name);
+            if path.exists() {
+                files.push(path);
+            }
+        }
+        files.sort();
+        Ok((files, fetched))
+    }
+
     /// A mirror in `dir` (created); logs already there are continued.
     pub fn new(dir: &Path) -> anyhow::Result<Mirror> {
         std::fs::create_dir_all(dir.join("probes"))

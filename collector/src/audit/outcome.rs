@@ -1,0 +1,145 @@
+//! What an audit found and how it ends: the outcome printed and written as
+//! JSON, the whole exit-status policy, and the two judgements only the
+//! audit can make (whether every uploading probe reported, and the report
+//! command that reproduces its figures).
+
+use serde::Serialize;
+use skewscope_core::analysis::join::Window;
+use skewscope_core::analysis::report::Report;
+use skewscope_core::analysis::verdict::{Check, Unit, Verdict};
+
+/// What the audit found.
+#[derive(Debug, Serialize)]
+pub struct AuditOutcome {
+    /// The audit itself: what it did and how long it waited.
+    pub audit: AuditFacts,
+    /// The thresholds, judged.
+    pub verdict: Verdict,
+    /// The full report of the audited broadcasts.
+    pub report: Report,
+    /// Its plot series, when [`AuditOptions::figures`] asked for them.
+    #[serde(skip)]
+    pub figures: Option<skewscope_core::analysis::figures::Figures>,
+}
+
+/// What the audit did.
+#[derive(Debug, Serialize)]
+pub struct AuditFacts {
+    /// The agent asked.
+    pub agent: String,
+    /// The foreign trigger, when the agent was not the server.
+    pub trigger: Option<String>,
+    /// Broadcasts triggered (0 for a passive audit).
+    pub triggered: u64,
+    /// A passive audit: it triggered nothing and judged the site's own
+    /// broadcasts in its window.
+    pub passive: bool,
+    /// Probe runs uploading when the audit started.
+    pub probes_uploading: usize,
+    /// Every connection reported every audited broadcast before `--settle`.
+    pub complete: bool,
+    /// Milliseconds from the last trigger to the verdict.
+    pub last_broadcast_to_verdict_ms: u64,
+    /// `skewscope report` arguments that reproduce this report from the
+    /// logs (`DIR` is the copy, or the agent's data directory).
+    pub reproduce: String,
+    /// Where the copy of the agent's logs is, when kept.
+    pub kept: Option<String>,
+}
+
+/// The audit's exit status, the whole policy (docs/audit.md, `--help`).
+pub mod exit {
+    /// Every threshold passes.
+    pub const PASS: u8 = 0;
+    /// A threshold fails (the report and the failing lines are printed).
+    pub const FAIL: u8 = 1;
+    /// The audit could not run, or ran and had nothing to judge.
+    pub const CANNOT_AUDIT: u8 = 2;
+}
+
+impl AuditOutcome {
+    /// Why the audit ran but has nothing to judge, when so: no broadcast
+    /// reached two connections, so there is no skew to hold a threshold to.
+    pub fn nothing_to_judge(&self) -> Option<&'static str> {
+        self.report
+            .skew_ns
+            .is_none()
+            .then_some("no broadcast reached two connections")
+    }
+
+    /// [`exit::PASS`] when every threshold passes, [`exit::FAIL`] when one
+    /// fails, [`exit::CANNOT_AUDIT`] when there was nothing to judge.
+    pub fn exit_code(&self) -> u8 {
+        if self.nothing_to_judge().is_some() {
+            exit::CANNOT_AUDIT
+        } else if self.verdict.pass {
+            exit::PASS
+        } else {
+            exit::FAIL
+        }
+    }
+}
+
+/// The check only the audit can make: which probes were uploading when it
+/// began and whose records since the last broadcast never arrived (one
+/// that sent nothing would otherwise just be absent from the report).
+pub(super) fn probes_reported(lagging: &[String]) -> Check {
+    Check {
+        check: "probes-reported",
+        unit: Unit::Count,
+        limit: 0,
+        measured: Some(lagging.len() as i64),
+        pass: lagging.is_empty(),
+        basis: if lagging.is_empty() {
+            "uploading probes whose records since the last broadcast had not arrived".into()
+        } else {
+            format!(
+                "records since the last broadcast had not arrived within --settle from: {}",
+                lagging.join(", ")
+            )
+        },
+    }
+}
+
+/// The `skewscope report` arguments that give the same report from the
+/// logs: the audit's window, and its `--match`.
+pub(super) fn reproduce_line(window: Option<Window>, matching: Option<&str>) -> String {
+    let line = match window {
+        Some(Window::AgentIds { first, last }) => format!("report DIR --broadcasts {first}-{last}"),
+        Some(Window::FirstReceiptBetween {
+            from_wall_ns,
+            to_wall_ns,
+        }) => format!("report DIR --agent-as-reference --between {from_wall_ns}-{to_wall_ns}"),
+        None => "report DIR".to_owned(),
+    };
+    match matching {
+        Some(expression) => format!("{line} --match '{expression}'"),
+        None => line,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reproduce_line_names_the_window_and_the_match() {
+        let ids = Some(Window::AgentIds { first: 3, last: 7 });
+        assert_eq!(reproduce_line(ids, None), "report DIR --broadcasts 3-7");
+        let between = Some(Window::FirstReceiptBetween {
+            from_wall_ns: 1,
+            to_wall_ns: 2,
+        });
+        assert_eq!(
+            reproduce_line(between, Some("type=go")),
+            "report DIR --agent-as-reference --between 1-2 --match 'type=go'"
+        );
+    }
+
+    #[test]
+    fn a_lagging_probe_fails_the_check_by_name() {
+        let c = probes_reported(&["kiosk-2".into()]);
+        assert!(!c.pass && c.basis.contains("kiosk-2"), "{c:?}");
+        assert!(probes_reported(&[]).pass);
+    }
+}
