@@ -27,6 +27,7 @@ mod clock_watch;
 pub mod config;
 mod counters;
 mod engine;
+pub mod error;
 mod exposition;
 pub mod http_client;
 mod ingest;
@@ -58,12 +59,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use skewscope_core::record::{AgentRecord, AgentStarted};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use config::AgentConfig;
+pub use error::{ShutdownError, StartError};
 
 use crate::counters::AgentCounters;
 use crate::engine::hub::{self, Hub, HubConfig};
@@ -117,7 +118,7 @@ pub struct RunningAgent {
 impl RunningAgent {
     /// Binds, starts the shards and the recorder, and serves on the current
     /// tokio runtime.
-    pub async fn start(config: AgentConfig) -> anyhow::Result<RunningAgent> {
+    pub async fn start(config: AgentConfig) -> Result<RunningAgent, StartError> {
         let token = match &config.token_file {
             Some(path) => Some(read_token(path)?),
             None => None,
@@ -127,21 +128,24 @@ impl RunningAgent {
             None => None,
         };
         // Every client is a socket: make the whole hard limit available.
-        skewscope_os::files::raise_open_file_limit().context("cannot raise the open-file limit")?;
+        skewscope_os::files::raise_open_file_limit()
+            .map_err(StartError::os("raise the open-file limit"))?;
         let (listener, time_socket) = bind_both(&config)?;
-        let addr = listener.local_addr()?;
+        let addr = listener
+            .local_addr()
+            .map_err(StartError::os("read the listener's address"))?;
         if token.is_none() && !addr.ip().is_loopback() {
             tracing::warn!(
                 target: "agent",
                 "no --token-file: /publish, /start_test, /ingest and /audit/* on {addr} are open to anyone who can reach it (they can make every screen show what they like, read the logs and upload invented probe runs); give --token-file FILE, as the package does"
             );
         }
-        anyhow::ensure!(
-            config.max_data_bytes >= 2 * config.segment_bytes,
-            "max_data_bytes ({}) must be at least twice segment_bytes ({}): the open segment is never removed",
-            config.max_data_bytes,
-            config.segment_bytes
-        );
+        if config.max_data_bytes < 2 * config.segment_bytes {
+            return Err(StartError::DataLimits {
+                max_data_bytes: config.max_data_bytes,
+                segment_bytes: config.segment_bytes,
+            });
+        }
         let limits = segments::Limits {
             segment_bytes: config.segment_bytes,
             max_data_bytes: config.max_data_bytes,
@@ -152,18 +156,16 @@ impl RunningAgent {
         let figures = LiveFigures::new();
         let metrics = metrics::Metrics::new(&counters, &figures);
         let (live, feed) = LiveThread::start(figures, skewscope_os::clock::now().wall_ns, shards)
-            .context("cannot start the live join's thread")?;
+            .map_err(StartError::os("start the live join's thread"))?;
         let recorder = RecorderThread::start(
             &config.data_dir,
             limits,
             counters.records_lost.clone(),
             Box::new(feed.clone()),
         )
-        .with_context(|| {
-            format!(
-                "cannot create a record log in {}",
-                config.data_dir.display()
-            )
+        .map_err(|source| StartError::RecordLog {
+            dir: config.data_dir.clone(),
+            source,
         })?;
         let order = config.order.into();
         recorder.handle().record(AgentRecord::Started(AgentStarted {
@@ -175,37 +177,40 @@ impl RunningAgent {
             per_client_times: !config.no_send_times,
         }));
         let identity = skewscope_os::host::new_run_identity()
-            .context("cannot draw a run id from /dev/urandom")?;
+            .map_err(StartError::os("draw a run id from /dev/urandom"))?;
         let audit = server::audit::AuditSource {
             data_dir: config.data_dir.clone(),
             segment_stem: segments::stem_of(&recorder.path),
             run_id: identity.run_id,
         };
         recorder.handle().record(AgentRecord::Identity(identity));
-        let hub = Arc::new(Hub::start(
-            HubConfig {
-                shards,
-                pin_shards: config.pin_shards,
-                deflate: !config.no_deflate,
-                shard: ShardConfig {
-                    order,
-                    record_send_times: !config.no_send_times,
-                    max_frame: config.max_frame,
-                    max_queue_bytes: config.max_queue_bytes,
-                    tx_timestamps: config.tx_timestamps,
-                    close_wait: std::time::Duration::from_millis(config.close_wait_ms),
-                    #[cfg(any(test, feature = "test-hooks"))]
-                    stall_shard: stall_shard_test_hook(),
+        let hub = Arc::new(
+            Hub::start(
+                HubConfig {
+                    shards,
+                    pin_shards: config.pin_shards,
+                    deflate: !config.no_deflate,
+                    shard: ShardConfig {
+                        order,
+                        record_send_times: !config.no_send_times,
+                        max_frame: config.max_frame,
+                        max_queue_bytes: config.max_queue_bytes,
+                        tx_timestamps: config.tx_timestamps,
+                        close_wait: std::time::Duration::from_millis(config.close_wait_ms),
+                        #[cfg(any(test, feature = "test-hooks"))]
+                        stall_shard: stall_shard_test_hook(),
+                    },
                 },
-            },
-            recorder.handle(),
-            counters.clients.clone(),
-            counters.broadcasts.clone(),
-        )?);
+                recorder.handle(),
+                counters.clients.clone(),
+                counters.broadcasts.clone(),
+            )
+            .map_err(StartError::os("start the hub's shards"))?,
+        );
         let time_port = match (time_socket, &counters.time_port) {
             (Some(socket), Some(port_counters)) => Some(
                 time_port::TimePort::serve_on(socket, port_counters.clone())
-                    .context("cannot serve the time exchange")?,
+                    .map_err(StartError::os("serve the time exchange"))?,
             ),
             _ => None,
         };
@@ -217,7 +222,7 @@ impl RunningAgent {
                     config.tap_ring_bytes,
                     recorder.handle(),
                 )
-                .with_context(|| format!("cannot tap port {port}"))?,
+                .map_err(|source| StartError::Tap { port, source })?,
             ),
             None => None,
         };
@@ -227,10 +232,13 @@ impl RunningAgent {
                 config.max_data_bytes,
                 counters.ingest.clone(),
             )
-            .with_context(|| format!("cannot create {}/probes", config.data_dir.display()))?,
+            .map_err(|source| StartError::ProbeRuns {
+                dir: config.data_dir.clone(),
+                source,
+            })?,
         );
         let ingest_worker = ingest::Worker::start(ingest.clone(), feed)
-            .context("cannot start the ingest thread")?;
+            .map_err(StartError::os("start the ingest thread"))?;
         let publish_budget_bytes = config
             .max_publish_in_flight
             .min(tokio::sync::Semaphore::MAX_PERMITS);
@@ -263,7 +271,7 @@ impl RunningAgent {
         let (stop, stopped) = watch::channel(false);
         let clock_watch =
             clock_watch::ClockWatch::start(recorder.handle(), counters.time_port.clone())
-                .context("cannot start the clock watch")?;
+                .map_err(StartError::os("start the clock watch"))?;
         let server = tokio::spawn(server::serve(listener, context, stopped));
         Ok(RunningAgent {
             addr,
@@ -311,7 +319,7 @@ impl RunningAgent {
     }
 
     /// Stops accepting, closes every client, and flushes and syncs the log.
-    pub async fn shutdown(self) -> anyhow::Result<()> {
+    pub async fn shutdown(self) -> Result<(), ShutdownError> {
         let _ = self.stop.send(true);
         let _ = self.server.await;
         let hub = self.hub;
@@ -337,12 +345,10 @@ impl RunningAgent {
             lost
         })
         .await
-        .context("agent shutdown panicked")
+        .map_err(ShutdownError::Panicked)
         .and_then(|lost| match lost {
             0 => Ok(()),
-            n => anyhow::bail!(
-                "{n} records were lost because the record log could not be written (a full disk?); the log says when and how many"
-            ),
+            n => Err(ShutdownError::RecordsLost(n)),
         })
     }
 }
@@ -351,23 +357,31 @@ impl RunningAgent {
 /// same port number. With an ephemeral port (`:0`), a UDP port of that
 /// number already taken (by some other program's ephemeral socket) is not
 /// an error: another TCP port is drawn, a bounded number of times.
-fn bind_both(config: &AgentConfig) -> anyhow::Result<(TcpListener, Option<std::net::UdpSocket>)> {
+fn bind_both(
+    config: &AgentConfig,
+) -> Result<(TcpListener, Option<std::net::UdpSocket>), StartError> {
     const ATTEMPTS: usize = 32;
     let drawn = config.listen.port() == 0 && config.time_port.is_none();
     for attempt in 1..=ATTEMPTS {
-        let listener =
-            bind(config.listen).with_context(|| format!("cannot listen on {}", config.listen))?;
+        let listener = bind(config.listen).map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })?;
         if config.no_time_exchange {
             return Ok((listener, None));
         }
-        let addr = listener.local_addr()?;
+        let addr = listener
+            .local_addr()
+            .map_err(StartError::os("read the listener's address"))?;
         let time_addr = SocketAddr::new(addr.ip(), config.time_port.unwrap_or(addr.port()));
         match std::net::UdpSocket::bind(time_addr) {
             Ok(socket) => return Ok((listener, Some(socket))),
             Err(e) if drawn && e.kind() == std::io::ErrorKind::AddrInUse && attempt < ATTEMPTS => {}
-            Err(e) => {
-                return Err(anyhow::Error::new(e)
-                    .context(format!("cannot serve the time exchange on udp {time_addr}")));
+            Err(source) => {
+                return Err(StartError::TimePort {
+                    addr: time_addr,
+                    source,
+                });
             }
         }
     }
@@ -378,14 +392,16 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::from_std(skewscope_os::sockets::listener(addr, LISTEN_BACKLOG)?)
 }
 
-fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
-    let token = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read --token-file {}", path.display()))?;
+fn read_token(path: &std::path::Path) -> Result<String, StartError> {
+    let token = std::fs::read_to_string(path).map_err(|source| StartError::TokenFile {
+        path: path.to_owned(),
+        source,
+    })?;
     let token = token.trim().to_owned();
-    anyhow::ensure!(
-        !token.is_empty(),
-        "--token-file {} is empty; put the bearer token in it",
-        path.display()
-    );
+    if token.is_empty() {
+        return Err(StartError::EmptyToken {
+            path: path.to_owned(),
+        });
+    }
     Ok(token)
 }

@@ -67,7 +67,8 @@ fn run(config: AgentConfig) -> anyhow::Result<()> {
         }
         let _ = sd_notify::notify(&[NotifyState::Stopping]);
         tracing::info!(target: "agent", "stopping; flushing records");
-        agent.shutdown().await
+        agent.shutdown().await?;
+        Ok(())
     })
 }
 
