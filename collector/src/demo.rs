@@ -49,9 +49,11 @@ const DEVICES: [&str; 2] = ["demo-a", "demo-b"];
 
 /// Runs the demo and returns the paths of the logs it wrote: the agent's
 /// and each probe's. The agent is shut down (its log flushed and synced)
-/// whatever happened.
+/// whatever happened. What it is doing goes to `say`, a line at a time (the
+/// binary writes them to stderr; the report is the output).
 pub async fn run(
     options: &DemoOptions,
+    say: &dyn Fn(&str),
 ) -> anyhow::Result<(PathBuf, Vec<PathBuf>, Option<tempfile::TempDir>)> {
     let (dir, temp) = match &options.keep {
         Some(dir) => {
@@ -72,10 +74,10 @@ pub async fn run(
         Some(lead) => format!(", each to be acted on {lead:?} after its start"),
         None => String::new(),
     };
-    eprintln!(
+    say(&format!(
         "demo: agent on {}, {} probe connections on {devices} device(s), {} broadcasts every {:?}{acting}",
         agent.addr, options.clients, options.broadcasts, options.interval
-    );
+    ));
     let probes: Vec<(&str, u32, PathBuf)> = DEVICES[..devices]
         .iter()
         .enumerate()
@@ -86,7 +88,7 @@ pub async fn run(
             (*name, share, dir.join(format!("probe-{name}.sklog")))
         })
         .collect();
-    let measured = measure(&agent, options, &probes).await;
+    let measured = measure(&agent, options, &probes, say).await;
     let agent_log = agent.log_path.clone();
     let stopped = agent.shutdown().await;
     measured?;
@@ -99,6 +101,7 @@ async fn measure(
     agent: &RunningAgent,
     options: &DemoOptions,
     devices: &[(&str, u32, PathBuf)],
+    say: &dyn Fn(&str),
 ) -> anyhow::Result<()> {
     let mut probes = Vec::new();
     for (name, connections, log) in devices {
@@ -167,17 +170,17 @@ async fn measure(
         let summary = match tokio::time::timeout(DRAIN_WAIT, &mut finish).await {
             Ok(summary) => summary?,
             Err(_) => {
-                eprintln!(
+                say(&format!(
                     "demo: not every connection received every broadcast within {DRAIN_WAIT:?}; \
                      stopping them: the report counts what is missing"
-                );
+                ));
                 stop.stop();
                 tokio::time::timeout(STOP_WAIT, finish)
                     .await
                     .with_context(|| format!("the probe did not stop within {STOP_WAIT:?}"))??
             }
         };
-        eprintln!("demo: probe {summary}");
+        say(&format!("demo: probe {summary}"));
     }
     Ok(())
 }

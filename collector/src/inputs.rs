@@ -42,11 +42,38 @@ pub struct Matching {
     pub verdicts: PayloadVerdicts,
 }
 
+/// The record logs a report reads, and the files it passed over.
+#[derive(Debug, Default, PartialEq)]
+pub struct Expanded {
+    /// The logs to read, in order.
+    pub files: Vec<PathBuf>,
+    /// Empty `.sklog` files of a directory: a writer killed (or out of
+    /// disk) before its header; nothing of a run is in them.
+    pub empty: Vec<PathBuf>,
+}
+
+impl Expanded {
+    /// The report's inputs table says each empty file passed over (as an
+    /// `"empty"` input of no records), so no file named is left unsaid.
+    pub fn note_in(&self, report: &mut skewscope_core::analysis::report::Report) {
+        report.inputs.extend(self.empty.iter().map(|p| {
+            skewscope_core::analysis::report::InputSummary {
+                file: p.display().to_string(),
+                kind: "empty",
+                records: 0,
+                skipped_bytes: 0,
+                torn_tail: false,
+            }
+        }));
+    }
+}
+
 /// The record logs named: files as given, and for a directory (an agent's
 /// data directory) every `.sklog` in it and in its `probes/` (uploaded runs),
-/// sorted by name; an empty file there is skipped, with a line that says so.
-pub fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+/// sorted by name; an empty file there is passed over ([`Expanded::empty`]).
+pub fn expand(paths: &[PathBuf]) -> anyhow::Result<Expanded> {
     let mut files = Vec::new();
+    let mut empty = Vec::new();
     for path in paths {
         if !path.is_dir() {
             files.push(path.clone());
@@ -67,16 +94,13 @@ pub fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
                 // and writing the header leaves an empty one: nothing of the
                 // run is in it, and it must not refuse the whole directory.
                 if std::fs::metadata(&p).is_ok_and(|m| m.len() == 0) {
-                    eprintln!(
-                        "skewscope: skipping {}: empty (its writer never wrote a header)",
-                        p.display()
-                    );
+                    empty.push(p);
                     continue;
                 }
                 found.push(p);
             }
         }
-        if found.is_empty() {
+        if found.is_empty() && empty.is_empty() {
             bail!(
                 "{}: a directory with no record logs (*.sklog) in it",
                 path.display()
@@ -85,7 +109,8 @@ pub fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
         found.sort();
         files.extend(found);
     }
-    Ok(files)
+    empty.sort();
+    Ok(Expanded { files, empty })
 }
 
 /// Reads every file through once; damage inside a file is recovered and
@@ -459,7 +484,15 @@ mod tests {
         LogWriter::create(&kept, LogKind::Agent).unwrap();
         // What an agent killed (or out of disk) before its header leaves.
         std::fs::write(dir.path().join("agent-2.sklog"), b"").unwrap();
-        assert_eq!(expand(&[dir.path().to_owned()]).unwrap(), vec![kept]);
+        let expanded = expand(&[dir.path().to_owned()]).unwrap();
+        assert_eq!(expanded.files, vec![kept.clone()]);
+        assert_eq!(expanded.empty, vec![dir.path().join("agent-2.sklog")]);
+        // The report says so in its inputs.
+        let inputs = read_inputs(&expanded.files).unwrap();
+        let (mut report, _) = analyse(inputs, None, Scope::default(), false).unwrap();
+        expanded.note_in(&mut report);
+        let noted = report.inputs.iter().find(|i| i.kind == "empty").unwrap();
+        assert!(noted.file.ends_with("agent-2.sklog"), "{noted:?}");
         // Named on its own, it is still an error that says what it is.
         let empty = dir.path().join("agent-2.sklog");
         assert!(read_inputs(&[empty]).is_err());
@@ -507,7 +540,7 @@ mod tests {
         for name in ["agent-1-0000.sklog", "notes.txt", "probes/probe-ab.sklog"] {
             std::fs::write(dir.path().join(name), b"not empty").unwrap();
         }
-        let files = expand(&[dir.path().to_owned()]).unwrap();
+        let files = expand(&[dir.path().to_owned()]).unwrap().files;
         assert_eq!(
             files,
             vec![

@@ -240,7 +240,7 @@ fn run(command: Command) -> anyhow::Result<u8> {
             matching,
         } => {
             let triggers = triggers.as_deref().map(inputs::read_triggers).transpose()?;
-            let files = inputs::expand(&files)?;
+            let expanded = inputs::expand(&files)?;
             let window = match (broadcasts, between) {
                 (Some((first, last)), _) => Some(Window::AgentIds { first, last }),
                 (None, Some((from_wall_ns, to_wall_ns))) => Some(Window::FirstReceiptBetween {
@@ -254,12 +254,13 @@ fn run(command: Command) -> anyhow::Result<u8> {
                 agent_as_reference,
             };
             let matcher = matching.as_ref().map(|(e, m)| (e.as_str(), m));
-            let (report, figures) = inputs::analyse(
-                inputs::read_inputs_matching(&files, matcher)?,
+            let (mut report, figures) = inputs::analyse(
+                inputs::read_inputs_matching(&expanded.files, matcher)?,
                 triggers.as_deref(),
                 scope,
                 html.is_some(),
             )?;
+            expanded.note_in(&mut report);
             print!("{}", table::render(&report));
             write_json(&report, json.as_deref())?;
             if let (Some(out), Some(figures)) = (&html, &figures) {
@@ -295,7 +296,8 @@ fn run(command: Command) -> anyhow::Result<u8> {
                 .worker_threads(2)
                 .enable_all()
                 .build()?;
-            let (agent_log, probe_logs, _temp) = runtime.block_on(demo::run(&options))?;
+            let (agent_log, probe_logs, _temp) =
+                runtime.block_on(demo::run(&options, &|line| eprintln!("{line}")))?;
             let mut logs = vec![agent_log];
             logs.extend(probe_logs);
             let (report, figures) = inputs::analyse(

@@ -398,6 +398,14 @@ fn without_agent_sends(r: &Report) -> &'static str {
 fn inputs_paragraph(out: &mut String, r: &Report) {
     let _ = writeln!(out, "skewscope report");
     for i in &r.inputs {
+        if i.kind == "empty" {
+            let _ = writeln!(
+                out,
+                "  passed over {}: empty (its writer never wrote a header)",
+                i.file
+            );
+            continue;
+        }
         let damage = if i.skipped_bytes > 0 {
             let torn = if i.torn_tail {
                 " (torn tail: writer stopped mid-record)"

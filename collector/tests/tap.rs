@@ -41,7 +41,7 @@ async fn finish_and_report(
     for from in [log, dir.join("a.sklog"), dir.join("b.sklog")] {
         std::fs::copy(&from, copies.join(from.file_name().unwrap())).unwrap();
     }
-    let files = expand(&[copies]).unwrap();
+    let files = expand(&[copies]).unwrap().files;
     report_within(read_inputs(&files).unwrap(), None, Scope::default()).unwrap()
 }
 
