@@ -42,7 +42,7 @@ impl ClockWatch {
                 while !stopping.load(Ordering::Acquire) {
                     recorder.record(AgentRecord::ClockState(skewscope_os::clock_claims::read()));
                     if let Some(c) = &counters {
-                        recorder.record(AgentRecord::TimeService(c.snapshot()));
+                        recorder.record(AgentRecord::TimePort(c.snapshot()));
                     }
                     let until = Instant::now() + EVERY;
                     while !stopping.load(Ordering::Acquire) {

@@ -18,7 +18,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
-use skewscope_core::record::{CloseReason, TimeServiceCounters};
+use skewscope_core::record::{CloseReason, TimePortTotals};
 
 /// A label set of fixed names and values.
 pub type Labels = Vec<(&'static str, &'static str)>;
@@ -205,7 +205,7 @@ pub struct Health {
     /// Shards stuck at the last health check.
     pub shards_stuck: i64,
     /// The time port's packets; `null` when it does not run.
-    pub time: Option<TimeServiceCounters>,
+    pub time: Option<TimePortTotals>,
     /// Uploads.
     pub ingest: IngestHealth,
     /// `/clock`.
@@ -268,8 +268,8 @@ impl TimePortCounters {
     }
 
     /// The counts as the log records them.
-    pub fn snapshot(&self) -> TimeServiceCounters {
-        TimeServiceCounters {
+    pub fn snapshot(&self) -> TimePortTotals {
+        TimePortTotals {
             answered: self.answered.get(),
             malformed: self.malformed.get(),
             oversized: self.oversized.get(),

@@ -337,7 +337,7 @@ impl RunningAgent {
                 port.stop();
                 recorder
                     .handle()
-                    .record(AgentRecord::TimeService(port.counters.snapshot()));
+                    .record(AgentRecord::TimePort(port.counters.snapshot()));
             }
             hub.shutdown();
             let lost = recorder.finish();

@@ -295,7 +295,7 @@ fn run(mut join: LiveJoin, queue: &Receiver<Event>, figures: &LiveFigures) {
     let mut shown = Shown::default();
     loop {
         // Ticks only while something can become final by time alone.
-        let wait = if join.pending() > 0 {
+        let wait = if join.pending_broadcasts() > 0 {
             Some(TICK)
         } else if join.followed_runs() > 0 {
             Some(IDLE_TICK)
@@ -315,12 +315,12 @@ fn run(mut join: LiveJoin, queue: &Receiver<Event>, figures: &LiveFigures) {
         };
         match event {
             Some(Event::Agent(record)) => {
-                for (_, fanout) in join.agent(&record) {
+                for (_, fanout) in join.add_agent_record(&record) {
                     if let Some(span) = fanout.span_ns() {
                         figures.fanout_span.observe(span as f64 / 1e9);
                     }
                 }
-                figures.pending.set(join.pending() as i64);
+                figures.pending.set(join.pending_broadcasts() as i64);
                 continue;
             }
             Some(Event::Uploaded {
@@ -329,13 +329,13 @@ fn run(mut join: LiveJoin, queue: &Receiver<Event>, figures: &LiveFigures) {
                 at_wall_ns,
             }) => {
                 for r in &records {
-                    join.probe(run_id, r, at_wall_ns);
+                    join.add_probe_record(run_id, r, at_wall_ns);
                 }
             }
             Some(Event::Stop) => return,
             None => {}
         }
-        let judged = join.judge(skewscope_os::clock::now().wall_ns);
+        let judged = join.judge_final(skewscope_os::clock::now().wall_ns);
         count(&judged, figures);
         shown.update(&mut join, figures);
     }
@@ -382,7 +382,7 @@ struct Shown {
 
 impl Shown {
     fn update(&mut self, join: &mut LiveJoin, figures: &LiveFigures) {
-        figures.pending.set(join.pending() as i64);
+        figures.pending.set(join.pending_broadcasts() as i64);
         let unmatched = join.counts().unmatched;
         figures
             .unmatched
@@ -393,7 +393,7 @@ impl Shown {
             .actions_unmatched
             .inc_by(unmatched_actions.saturating_sub(self.unmatched_actions));
         self.unmatched_actions = unmatched_actions;
-        let probes: Vec<ProbeHealth> = join.probes();
+        let probes: Vec<ProbeHealth> = join.probe_health();
         let label = |name: &str| vec![("probe", name.to_owned())];
         for gone in self
             .probes
@@ -530,7 +530,7 @@ mod tests {
         let mut live = LiveJoin::since(0, 2);
         let mut settled: Vec<(u64, u64)> = records
             .iter()
-            .flat_map(|r| live.agent(r))
+            .flat_map(|r| live.add_agent_record(r))
             .map(|(id, f)| (id, f.span_ns().unwrap()))
             .collect();
         settled.sort_unstable();

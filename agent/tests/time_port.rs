@@ -112,7 +112,7 @@ async fn answers_requests_and_drops_malformed_oversized_and_replayed_packets() {
         panic!()
     };
     let last_counters = d.records.iter().rev().find_map(|r| match r {
-        skewscope_core::record::AgentRecord::TimeService(c) => Some(*c),
+        skewscope_core::record::AgentRecord::TimePort(c) => Some(*c),
         _ => None,
     });
     assert_eq!(

@@ -129,7 +129,7 @@ fn live(run: &Run, probes: usize) -> (Duration, usize) {
     let opens = probes * run.batches[0][0].len().saturating_sub(1);
     let (opened, rest) = run.agent.split_at(opens);
     for r in opened {
-        live.agent(r);
+        live.add_agent_record(r);
     }
     let mut judged = 0;
     let mut agent = rest.chunks(2);
@@ -138,18 +138,18 @@ fn live(run: &Run, probes: usize) -> (Duration, usize) {
             && let Some(records) = agent.next()
         {
             for r in records {
-                live.agent(r);
+                live.add_agent_record(r);
             }
         }
         for (p, probe) in run.batches.iter().enumerate() {
             let now = T0 + 1_000_000_000 * round as u64 + 600_000_000;
             for r in &probe[round] {
-                live.probe(p as u128 + 1, r, now);
+                live.add_probe_record(p as u128 + 1, r, now);
             }
-            judged += live.judge(now).len();
+            judged += live.judge_final(now).len();
         }
     }
-    judged += live.judge(u64::MAX).len();
+    judged += live.judge_final(u64::MAX).len();
     (started.elapsed(), judged)
 }
 
@@ -160,11 +160,11 @@ fn waiting(run: &Run) -> Duration {
     let started = Instant::now();
     let mut live = LiveJoin::since(T0, 1);
     for r in &run.agent {
-        live.agent(r);
+        live.add_agent_record(r);
         if let AgentRecord::Broadcast(_) = r {
             // Judged at the first broadcast's moment: none has timed out,
             // as when broadcasts come faster than probes upload.
-            std::hint::black_box(live.judge(T0 + 1_000_000_000));
+            std::hint::black_box(live.judge_final(T0 + 1_000_000_000));
         }
     }
     let took = started.elapsed();

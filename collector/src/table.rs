@@ -172,7 +172,7 @@ fn clocks_paragraph(out: &mut String, r: &Report) {
     }
     if let Some(a) = &r.agent {
         let unfinished = a.ended == RunEnd::NoStopRecord;
-        if let Some(t) = a.time_service {
+        if let Some(t) = a.time_port {
             let _ = writeln!(
                 out,
                 "  agent time port (as last recorded, every 10 s{}): {} answered; dropped {} malformed, {} oversized, {} replayed",

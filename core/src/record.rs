@@ -41,8 +41,10 @@ pub enum AgentRecord {
     Stopped(Stamp),
     /// The server clock's own claim about its error, at start and periodically.
     ClockState(ClockState),
-    /// Counters of the UDP time exchange, written periodically and at shutdown.
-    TimeService(TimeServiceCounters),
+    /// The time port's totals (the UDP time exchange), written periodically
+    /// and at shutdown. (Its place in this enum is its tag in the log: it
+    /// was `TimeService` and reads the same.)
+    TimePort(TimePortTotals),
     /// A kernel transmit timestamp for one client's copy of a broadcast
     /// (`--tx-timestamps`).
     TxStamp(TxStamp),
@@ -759,7 +761,7 @@ pub struct TimeSample {
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
 )]
-pub struct TimeServiceCounters {
+pub struct TimePortTotals {
     /// Requests answered.
     pub answered: u64,
     /// Dropped: shorter than a request, or not a request.

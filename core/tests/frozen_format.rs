@@ -125,7 +125,7 @@ fn every_agent_record() -> Vec<AgentRecord> {
         }),
         AgentRecord::Stopped(at(99)),
         AgentRecord::ClockState(claim()),
-        AgentRecord::TimeService(TimeServiceCounters {
+        AgentRecord::TimePort(TimePortTotals {
             answered: 10,
             malformed: 1,
             oversized: 2,
@@ -308,7 +308,7 @@ fn every_variant_is_frozen(a: &AgentRecord, p: &ProbeRecord) {
         | AgentRecord::SendCompleted(_)
         | AgentRecord::Stopped(_)
         | AgentRecord::ClockState(_)
-        | AgentRecord::TimeService(_)
+        | AgentRecord::TimePort(_)
         | AgentRecord::TxStamp(_)
         | AgentRecord::Identity(_)
         | AgentRecord::TapStarted(_)

@@ -209,7 +209,7 @@ impl TimingBuilder {
     /// Adds one broadcast of `joined`.
     ///
     /// The network interval is intersected with causality: a copy cannot
-    /// reach the device before it was sent. See [`causal_send`].
+    /// reach the device before it was sent. See `causal_send`.
     pub fn add(&mut self, joined: &Joined, b: &JoinedBroadcast) {
         let clocks = &self.clocks;
         let correction = |r: &JoinedReceipt| -> Option<Correction> {

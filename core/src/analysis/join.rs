@@ -148,7 +148,7 @@ pub fn join_runs_sources(
             (Some(mut earlier), Some(later)) => {
                 earlier.clock_states.extend(later.clock_states);
                 earlier.stamps.extend(later.stamps);
-                earlier.time_service = later.time_service.or(earlier.time_service);
+                earlier.time_port = later.time_port.or(earlier.time_port);
                 Some(earlier)
             }
             (earlier, None) => earlier,

@@ -15,7 +15,7 @@
 //! caught up; a target whose probe had not is *unjudged*, never counted
 //! missing on no evidence.
 //!
-//! A receipt is matched by the report's own rule ([`crate::analysis::matching`]):
+//! A receipt is matched by the report's own rule (`analysis::matching`):
 //! a test message by its sequence number and hash; any other payload by the
 //! agent's connection id and hash, by its occurrence on that connection.
 //! Only pending broadcasts are candidates, so a receipt uploaded after its
@@ -53,7 +53,7 @@ pub const MAX_RUNS: usize = 256;
 /// as this agent run's (earlier runs' come from probes uploading old logs).
 pub const CLOCK_TOLERANCE_NS: u64 = 60_000_000_000;
 /// Payload counts per probe connection kept at most (the matching rule's
-/// occurrence numbers, [`CopyNumbers`]): about 100 bytes each. Past it, the
+/// occurrence numbers, `CopyNumbers`): about 100 bytes each. Past it, the
 /// counts of payloads sent longest ago are dropped, and counted.
 pub const MAX_COPY_COUNTS: usize = 65_536;
 /// A run silent this long is forgotten.
@@ -277,7 +277,7 @@ impl LiveJoin {
     /// Takes in one of the agent's own records; returns the broadcasts
     /// whose fan-out it settled (for `/metrics`' span, as the report
     /// counts it).
-    pub fn agent(&mut self, record: &AgentRecord) -> Vec<(u64, Fanout)> {
+    pub fn add_agent_record(&mut self, record: &AgentRecord) -> Vec<(u64, Fanout)> {
         let settled = self.fanouts.observe(record);
         match record {
             AgentRecord::Started(s) => {
@@ -352,7 +352,7 @@ impl LiveJoin {
 
     /// Takes in one record uploaded by probe run `run_id`, at agent wall
     /// time `now_wall_ns`.
-    pub fn probe(&mut self, run_id: u128, record: &ProbeRecord, now_wall_ns: u64) {
+    pub fn add_probe_record(&mut self, run_id: u128, record: &ProbeRecord, now_wall_ns: u64) {
         if !self.runs.contains_key(&run_id) {
             if self.runs.len() >= MAX_RUNS {
                 self.counts.runs_refused += 1;
@@ -513,7 +513,7 @@ impl LiveJoin {
     }
 
     /// Judges every broadcast that is final at agent wall time `now_wall_ns`.
-    pub fn judge(&mut self, now_wall_ns: u64) -> Vec<Judged> {
+    pub fn judge_final(&mut self, now_wall_ns: u64) -> Vec<Judged> {
         // Receipts that came before their broadcast's record, first; tried
         // again only when the agent's records have moved on.
         let waiting = if self.agent_progress != self.early_tried_at {
@@ -674,7 +674,7 @@ impl LiveJoin {
 
     /// Every probe followed, by name (of runs with one name, the latest to
     /// upload): its clock against the agent's now.
-    pub fn probes(&mut self) -> Vec<ProbeHealth> {
+    pub fn probe_health(&mut self) -> Vec<ProbeHealth> {
         let mut out: Vec<ProbeHealth> = self
             .runs
             .values_mut()
@@ -713,7 +713,7 @@ impl LiveJoin {
     }
 
     /// Broadcasts waiting to be final.
-    pub fn pending(&self) -> usize {
+    pub fn pending_broadcasts(&self) -> usize {
         self.pending.len()
     }
 }

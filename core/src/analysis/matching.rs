@@ -132,13 +132,9 @@ impl CopyNumbers {
     }
 
     /// Counts held.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.by_conn_hash.len()
-    }
-
-    /// Whether no count is held.
-    pub fn is_empty(&self) -> bool {
-        self.by_conn_hash.is_empty()
     }
 
     /// Counts dropped by [`CopyNumbers::cap`] so far.

@@ -2,13 +2,13 @@
 //! runs them:
 //!
 //! - [`join`]: which receipt belongs to which broadcast (the rule of
-//!   [`matching`], which the live join follows too) and which send, each
-//!   broadcast's [`fanout`] (span, queued, dropped) defined once;
+//!   `matching`, which the live join follows too) and which send, each
+//!   broadcast's `fanout` (span, queued, dropped) defined once;
 //! - [`crate::clock`] (beside the analysis, since the probe acts on it too):
 //!   each device's clock against the agent's, with a bound that holds;
 //! - [`clock_figures`]: skew and latency moved into the agent's timebase with
 //!   intervals that contain the truth, and the latency split;
-//! - [`timebase`]: one rule for moving a moment into the agent's clock and
+//! - `timebase`: one rule for moving a moment into the agent's clock and
 //!   for a broadcast whose copies are not all there, every join's skew uses it;
 //! - [`tapped`]: a server the agent taps, joined like the hub's own records;
 //! - [`triggers`]: latency from trigger times, for servers that record nothing;
@@ -26,15 +26,15 @@
 pub mod actions;
 pub mod clock_figures;
 pub mod diagnosis;
-pub mod fanout;
+pub(crate) mod fanout;
 pub mod figures;
 pub mod join;
 pub mod live;
-pub mod matching;
+pub(crate) mod matching;
 pub mod report;
 pub mod settled;
 pub mod stats;
 pub mod tapped;
-pub mod timebase;
+pub(crate) mod timebase;
 pub mod triggers;
 pub mod verdict;

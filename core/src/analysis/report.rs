@@ -10,7 +10,7 @@ use crate::analysis::clock_figures::{
 use crate::analysis::diagnosis::{Diagnosis, DiagnosisBuilder, SkewSplit};
 use crate::analysis::join::{BroadcastKey, ClockIdentity, Joined, JoinedBroadcast};
 use crate::analysis::stats::{Summary, SummaryBuilder};
-use crate::record::{ClockState, SendOrder, TimeServiceCounters};
+use crate::record::{ClockState, SendOrder, TimePortTotals};
 
 /// How much a log file contributed, and what was lost reading it.
 #[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
@@ -115,8 +115,11 @@ pub struct AgentSummary {
     pub dropped: u64,
     /// The server clock's last claim about itself.
     pub claim: Option<ClockState>,
-    /// The time port's counters (answered and dropped packets).
-    pub time_service: Option<TimeServiceCounters>,
+    /// The time port's counters (answered and dropped packets). Named
+    /// `time_service` in the JSON, as it was before the code called it the
+    /// time port everywhere: readers of the JSON keep working.
+    #[serde(rename = "time_service")]
+    pub time_port: Option<TimePortTotals>,
     /// Steps of the server's wall clock during the run.
     pub clock_steps: Vec<StepSummary>,
     /// How its log ends: without a stop record, its counters (the time
@@ -479,7 +482,7 @@ impl ReportBuilder {
             queued: self.queued,
             dropped: self.dropped,
             claim: a.clock_states.last().cloned(),
-            time_service: a.time_service,
+            time_port: a.time_port,
             clock_steps: timing.agent_steps.clone(),
             ended: a.ended,
             records_lost: a.records_lost,

@@ -7,20 +7,20 @@
 //! (`clients/clock-vectors/`). docs/measurements.md says what the bound
 //! means and what no two-way exchange can know.
 //!
-//! - [`exchange`]: one exchange as two causality constraints;
-//! - [`region`]: every clock consistent with them, and its extent at a moment;
-//! - [`model`]: the exchanges of a run, segments and windows, queries;
-//! - [`device`]: a whole run's model with its wall-clock steps, for reports;
-//! - [`steps`]: where a wall clock stepped;
+//! - `exchange`: one exchange as two causality constraints;
+//! - `region`: every clock consistent with them, and its extent at a moment;
+//! - `model`: the exchanges of a run, segments and windows, queries;
+//! - `device`: a whole run's model with its wall-clock steps, for reports;
+//! - `steps`: where a wall clock stepped;
 //! - [`schedule`]: when to exchange, so the bound converges fast and stays.
 
-pub mod device;
-pub mod exchange;
+pub(crate) mod device;
+pub(crate) mod exchange;
 mod hull;
-pub mod model;
-pub mod region;
+pub(crate) mod model;
+pub(crate) mod region;
 pub mod schedule;
-pub mod steps;
+pub(crate) mod steps;
 
 pub use device::DeviceClock;
 pub use exchange::Exchange;

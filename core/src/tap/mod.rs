@@ -4,7 +4,7 @@
 //! (`AF_PACKET`) and hands them here with their kernel stamps.
 //!
 //! - [`segment`]: an IP packet read as a TCP segment;
-//! - [`reassembly`]: one direction put back in order (resends, reordering);
+//! - `reassembly`: one direction put back in order (resends, reordering);
 //! - [`crate::server_frames`]: the server's WebSocket frames, as whole messages;
 //! - [`broadcasts`]: copies of one payload to many clients, as broadcasts.
 //!
@@ -15,7 +15,7 @@
 //! skipped, never decoded into nonsense.
 
 pub mod broadcasts;
-pub mod reassembly;
+pub(crate) mod reassembly;
 pub mod segment;
 
 use std::collections::HashMap;

@@ -45,6 +45,7 @@ impl Reassembler {
     }
 
     /// Bytes delivered in order so far.
+    #[cfg(test)]
     pub fn delivered(&self) -> u64 {
         self.next_offset
     }

@@ -11,8 +11,7 @@ use serde::Serialize;
 use crate::Stamp;
 use crate::analysis::fanout::Fanout;
 use crate::record::{
-    ClockState, MessageKey, RunIdentity, SendOrder, TapCountersRecord, TimeSample,
-    TimeServiceCounters,
+    ClockState, MessageKey, RunIdentity, SendOrder, TapCountersRecord, TimePortTotals, TimeSample,
 };
 
 /// One probe connection, as the report numbers them.
@@ -126,7 +125,7 @@ pub struct Agent {
     /// What the server clock claimed, over the run.
     pub clock_states: Vec<ClockState>,
     /// The time port's last counters.
-    pub time_service: Option<TimeServiceCounters>,
+    pub time_port: Option<TimePortTotals>,
     /// Broadcast start stamps, for finding steps of the server's clock.
     pub stamps: Vec<Stamp>,
     /// How its log ends.

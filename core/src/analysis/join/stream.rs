@@ -546,7 +546,7 @@ fn index_agent(
                     order: s.order,
                     per_client_times: s.per_client_times,
                     clock_states: Vec::new(),
-                    time_service: None,
+                    time_port: None,
                     stamps: Vec::new(),
                     ended: RunEnd::NoStopRecord,
                     records_lost: 0,
@@ -610,9 +610,9 @@ fn index_agent(
                     a.clock_states.push(c);
                 }
             }
-            AgentRecord::TimeService(t) => {
+            AgentRecord::TimePort(t) => {
                 if let Some(a) = joined.agent.as_mut() {
-                    a.time_service = Some(t);
+                    a.time_port = Some(t);
                 }
             }
             AgentRecord::Identity(i) => {

@@ -239,15 +239,15 @@ fn the_live_join_and_the_report_agree_on_random_runs() {
 
         let mut live = LiveJoin::since(T0, 1);
         for r in &run.agent {
-            live.agent(r);
+            live.add_agent_record(r);
         }
         let now = T0 + 10_000 * MS;
         for (i, log) in logs.iter().enumerate() {
             for r in log.iter() {
-                live.probe(i as u128 + 1, r, now);
+                live.add_probe_record(i as u128 + 1, r, now);
             }
         }
-        let judged = live.judge(now);
+        let judged = live.judge_final(now);
         assert_eq!(judged.len(), joined.broadcasts.len(), "seed {seed}");
         assert_eq!(live.counts().unmatched, 0, "seed {seed}");
         for ((j, b), point) in judged.iter().zip(&joined.broadcasts).zip(&points) {

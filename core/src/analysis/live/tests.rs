@@ -14,7 +14,7 @@ const T0: u64 = 1_764_000_000_000_000_000;
 /// join follows only those).
 fn announce(live: &mut LiveJoin, conns: &[u64]) {
     for &conn in conns {
-        live.agent(&AgentRecord::ConnectionOpened(AgentConnectionOpened {
+        live.add_agent_record(&AgentRecord::ConnectionOpened(AgentConnectionOpened {
             conn,
             label: Some("probe".into()),
             peer: "127.0.0.1:1".into(),
@@ -30,11 +30,11 @@ fn announce(live: &mut LiveJoin, conns: &[u64]) {
 fn feed(live: &mut LiveJoin, agent: &[AgentRecord], probes: &[&[ProbeRecord]], now: u64) {
     announce(live, &[10, 11, 20, 21]);
     for r in agent {
-        live.agent(r);
+        live.add_agent_record(r);
     }
     for (i, records) in probes.iter().enumerate() {
         for r in records.iter() {
-            live.probe(i as u128 + 1, r, now);
+            live.add_probe_record(i as u128 + 1, r, now);
         }
     }
 }
@@ -49,7 +49,7 @@ fn live_skews_equal_the_reports_own() {
         &[&a.records, &b.records],
         T0 + 2_000_000_000,
     );
-    let judged = live.judge(T0 + 2_000_000_000);
+    let judged = live.judge_final(T0 + 2_000_000_000);
     let batch = figures(&join(Some(&agent), &[&a.records, &b.records]));
     assert_eq!(judged.len(), 2);
     for ((j, f), &true_skew) in judged.iter().zip(&batch.broadcasts).zip(&truth) {
@@ -60,8 +60,8 @@ fn live_skews_equal_the_reports_own() {
         assert_eq!((j.receipts, j.missing, j.unjudged), (4, 0, 0));
     }
     assert_eq!(live.counts(), LiveCounts::default());
-    assert_eq!(live.pending(), 0);
-    let probes = live.probes();
+    assert_eq!(live.pending_broadcasts(), 0);
+    let probes = live.probe_health();
     let names: Vec<&str> = probes.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, vec!["dev-a", "dev-b"]);
     for (p, truth) in probes.iter().zip([5_000_000i64, -3_000_000]) {
@@ -83,13 +83,13 @@ fn a_broadcast_waits_until_nothing_more_can_come_for_it() {
         .rposition(|r| matches!(r, ProbeRecord::Receipt(rc) if rc.key == MessageKey::Seq(1)))
         .unwrap();
     feed(&mut live, &agent, &[&a.records[..a_upto], &b.records], T0);
-    let first = live.judge(T0 + 1_000_000_000);
+    let first = live.judge_final(T0 + 1_000_000_000);
     assert_eq!(first.iter().map(|j| j.id).collect::<Vec<_>>(), vec![1]);
-    assert!(live.judge(T0 + 1_000_000_000).is_empty());
+    assert!(live.judge_final(T0 + 1_000_000_000).is_empty());
     for r in &a.records[a_upto..] {
-        live.probe(1, r, T0 + 2_000_000_000);
+        live.add_probe_record(1, r, T0 + 2_000_000_000);
     }
-    let second = live.judge(T0 + 2_000_000_000);
+    let second = live.judge_final(T0 + 2_000_000_000);
     assert_eq!(second.iter().map(|j| j.id).collect::<Vec<_>>(), vec![2]);
     assert!(
         first
@@ -124,11 +124,14 @@ fn a_stopped_probe_misses_and_a_silent_one_is_unjudged() {
         .collect();
     let mut live = LiveJoin::new();
     feed(&mut live, &agent, &[&a_records, &b_records], T0);
-    let first = live.judge(T0 + 2_000_000_000);
+    let first = live.judge_final(T0 + 2_000_000_000);
     assert_eq!(first.len(), 1, "broadcast 1 has every receipt");
     // Broadcast 2 waits for dev-b until it times out.
-    assert!(live.judge(T0 + 599_000_000 + FINAL_TIMEOUT_NS).is_empty());
-    let judged = live.judge(T0 + 600_000_000 + FINAL_TIMEOUT_NS);
+    assert!(
+        live.judge_final(T0 + 599_000_000 + FINAL_TIMEOUT_NS)
+            .is_empty()
+    );
+    let judged = live.judge_final(T0 + 600_000_000 + FINAL_TIMEOUT_NS);
     let second = judged[0];
     assert_eq!(second.id, 2);
     assert_eq!(
@@ -158,7 +161,7 @@ fn stamp(ns: u64) -> Stamp {
 
 fn published(live: &mut LiveJoin, id: u64, hash: u64, at_ns: u64, conns: &[u64]) {
     announce(live, conns);
-    live.agent(&AgentRecord::Broadcast(BroadcastStarted {
+    live.add_agent_record(&AgentRecord::Broadcast(BroadcastStarted {
         id,
         seq: None,
         hash,
@@ -166,7 +169,7 @@ fn published(live: &mut LiveJoin, id: u64, hash: u64, at_ns: u64, conns: &[u64])
         text: true,
         at: stamp(at_ns),
     }));
-    live.agent(&crate::analysis::join::tests::shard_sends(
+    live.add_agent_record(&crate::analysis::join::tests::shard_sends(
         id,
         stamp(at_ns),
         1_000,
@@ -205,19 +208,19 @@ fn a_repeated_payload_is_matched_by_its_occurrence_on_each_connection() {
     published(&mut live, 1, 77, 1_000_000, &[7]);
     published(&mut live, 2, 77, 2_000_000, &[7, 8]);
     published(&mut live, 3, 77, 3_000_000, &[7, 8]);
-    live.probe(1, &started("p", stamp(0)), now);
-    live.probe(1, &opened(0, 7), now);
-    live.probe(1, &opened(1, 8), now);
+    live.add_probe_record(1, &started("p", stamp(0)), now);
+    live.add_probe_record(1, &opened(0, 7), now);
+    live.add_probe_record(1, &opened(1, 8), now);
     // Connection 7 got all three; connection 8 got its occurrences 0 and 1,
     // i.e. broadcasts 2 and 3, 40 µs after connection 7.
     for (occurrence, t) in [(0, 1_100_000), (1, 2_100_000), (2, 3_100_000)] {
-        live.probe(1, &receipt(0, 77, occurrence, t), now);
+        live.add_probe_record(1, &receipt(0, 77, occurrence, t), now);
     }
     for (occurrence, t) in [(0, 2_140_000), (1, 3_140_000)] {
-        live.probe(1, &receipt(1, 77, occurrence, t), now);
+        live.add_probe_record(1, &receipt(1, 77, occurrence, t), now);
     }
-    live.probe(1, &ProbeRecord::Stopped(stamp(5_000_000_000)), now);
-    let judged = live.judge(now);
+    live.add_probe_record(1, &ProbeRecord::Stopped(stamp(5_000_000_000)), now);
+    let judged = live.judge_final(now);
     let got: Vec<(u64, u32, Option<u64>)> = judged
         .iter()
         .map(|j| (j.id, j.receipts, j.skew_ns))
@@ -238,25 +241,25 @@ fn late_duplicate_and_previous_run_receipts_are_counted_unmatched() {
     let mut live = LiveJoin::since(T0 + 100 * S, 1);
     published(&mut live, 1, 5, 101 * S, &[3]);
     let now = T0 + 101 * S;
-    live.probe(1, &started("p", stamp(100 * S)), now);
-    live.probe(1, &opened_at(0, 3, 100 * S), now);
+    live.add_probe_record(1, &started("p", stamp(100 * S)), now);
+    live.add_probe_record(1, &opened_at(0, 3, 100 * S), now);
     // An earlier agent run's connection 3, from an old log being uploaded.
-    live.probe(2, &started("p", stamp(S)), now);
-    live.probe(2, &opened_at(0, 3, S), now);
-    live.probe(2, &receipt(0, 5, 0, 2 * S), now);
-    live.probe(1, &receipt(0, 5, 0, 101 * S + 100_000), now);
-    live.probe(1, &receipt(0, 5, 0, 101 * S + 200_000), now); // a duplicate
-    live.probe(1, &receipt(0, 6, 0, 101 * S + 300_000), now); // never sent
+    live.add_probe_record(2, &started("p", stamp(S)), now);
+    live.add_probe_record(2, &opened_at(0, 3, S), now);
+    live.add_probe_record(2, &receipt(0, 5, 0, 2 * S), now);
+    live.add_probe_record(1, &receipt(0, 5, 0, 101 * S + 100_000), now);
+    live.add_probe_record(1, &receipt(0, 5, 0, 101 * S + 200_000), now); // a duplicate
+    live.add_probe_record(1, &receipt(0, 6, 0, 101 * S + 300_000), now); // never sent
     // The old run's and the duplicate (its copy number is taken) at once;
     // the one never sent waits (the agent's records could be late) until
     // it is stale.
     assert_eq!(live.counts().unmatched, 2);
-    let judged = live.judge(T0 + 102 * S + FINAL_TIMEOUT_NS);
+    let judged = live.judge_final(T0 + 102 * S + FINAL_TIMEOUT_NS);
     assert_eq!(judged[0].receipts, 1);
     assert_eq!(live.counts().unmatched, 3);
     // After it is judged, its receipts have nothing to match.
-    live.probe(1, &receipt(0, 5, 0, 101 * S + 100_000), now);
-    live.judge(T0 + 103 * S + FINAL_TIMEOUT_NS);
+    live.add_probe_record(1, &receipt(0, 5, 0, 101 * S + 100_000), now);
+    live.judge_final(T0 + 103 * S + FINAL_TIMEOUT_NS);
     assert_eq!(live.counts().unmatched, 4);
 }
 
@@ -267,15 +270,15 @@ fn receipts_uploaded_before_the_agents_records_are_joined_when_they_come() {
     let now = T0 + 2_000_000_000;
     for (run, records) in [(1, &a.records), (2, &b.records)] {
         for r in records.iter() {
-            live.probe(run, r, now);
+            live.add_probe_record(run, r, now);
         }
     }
-    assert!(live.judge(now).is_empty());
+    assert!(live.judge_final(now).is_empty());
     announce(&mut live, &[10, 11, 20, 21]);
     for r in &agent {
-        live.agent(r);
+        live.add_agent_record(r);
     }
-    let judged = live.judge(now);
+    let judged = live.judge_final(now);
     assert_eq!(judged.len(), 2);
     assert!(
         judged
@@ -289,26 +292,29 @@ fn receipts_uploaded_before_the_agents_records_are_joined_when_they_come() {
 fn a_broadcast_waits_for_every_shards_record() {
     let mut live = LiveJoin::since(T0, 2);
     // Its one probe has stopped: only the shards' records are awaited.
-    live.probe(1, &started("probe", stamp(0)), T0);
-    live.probe(1, &ProbeRecord::Stopped(stamp(1_000)), T0);
+    live.add_probe_record(1, &started("probe", stamp(0)), T0);
+    live.add_probe_record(1, &ProbeRecord::Stopped(stamp(1_000)), T0);
     published(&mut live, 1, 5, 1_000_000, &[1]);
-    assert!(live.judge(T0 + 2_000_000).is_empty(), "one of two shards");
-    live.agent(&crate::analysis::join::tests::shard_sends(
+    assert!(
+        live.judge_final(T0 + 2_000_000).is_empty(),
+        "one of two shards"
+    );
+    live.add_agent_record(&crate::analysis::join::tests::shard_sends(
         1,
         stamp(1_000_000),
         1_000,
         &[2],
     ));
-    assert_eq!(live.judge(T0 + 2_000_000).len(), 1);
+    assert_eq!(live.judge_final(T0 + 2_000_000).len(), 1);
 }
 
 #[test]
 fn a_connection_closed_before_a_broadcast_does_not_miss_it() {
     let mut live = LiveJoin::new();
     let now = T0 + 10_000_000_000;
-    live.probe(1, &started("p", stamp(0)), now);
-    live.probe(1, &opened(0, 3), now);
-    live.probe(
+    live.add_probe_record(1, &started("p", stamp(0)), now);
+    live.add_probe_record(1, &opened(0, 3), now);
+    live.add_probe_record(
         1,
         &ProbeRecord::ConnectionClosed(ProbeConnectionClosed {
             conn: 0,
@@ -319,8 +325,8 @@ fn a_connection_closed_before_a_broadcast_does_not_miss_it() {
     );
     // The agent had not yet seen it go.
     published(&mut live, 1, 5, 2_000_000, &[3]);
-    live.probe(1, &ProbeRecord::Stopped(stamp(5_000_000_000)), now);
-    let judged = live.judge(now);
+    live.add_probe_record(1, &ProbeRecord::Stopped(stamp(5_000_000_000)), now);
+    let judged = live.judge_final(now);
     assert_eq!((judged[0].missing, judged[0].unjudged), (0, 0));
 }
 
@@ -328,22 +334,22 @@ fn a_connection_closed_before_a_broadcast_does_not_miss_it() {
 fn memory_is_bounded_by_pending_broadcasts_and_runs() {
     let mut live = LiveJoin::new();
     // A probe holds connection 1 and never uploads past the broadcasts.
-    live.probe(0, &started("p", stamp(0)), T0);
-    live.probe(0, &opened(0, 1), T0);
+    live.add_probe_record(0, &started("p", stamp(0)), T0);
+    live.add_probe_record(0, &opened(0, 1), T0);
     for id in 0..(MAX_PENDING as u64 + 10) {
         published(&mut live, id, id, id * 1_000, &[1]);
     }
-    let judged = live.judge(T0);
+    let judged = live.judge_final(T0);
     assert_eq!(judged.len(), 10);
     assert_eq!(live.counts().judged_early, 10);
-    assert_eq!(live.pending(), MAX_PENDING);
+    assert_eq!(live.pending_broadcasts(), MAX_PENDING);
     for run in 1..(MAX_RUNS as u128 + 3) {
-        live.probe(run, &started("p", stamp(0)), T0);
+        live.add_probe_record(run, &started("p", stamp(0)), T0);
     }
     assert_eq!(live.counts().runs_refused, 3);
     // Runs silent for ten minutes are forgotten.
-    live.judge(T0 + RUN_FORGOTTEN_AFTER_NS + 1);
-    assert!(live.probes().is_empty());
+    live.judge_final(T0 + RUN_FORGOTTEN_AFTER_NS + 1);
+    assert!(live.probe_health().is_empty());
 }
 
 #[test]
@@ -351,7 +357,7 @@ fn a_probe_connection_not_yet_uploaded_is_waited_for() {
     let mut live = LiveJoin::new();
     // The agent saw connection 4 arrive with ?probe=p and sent it a
     // broadcast before the probe uploaded anything.
-    live.agent(&AgentRecord::ConnectionOpened(AgentConnectionOpened {
+    live.add_agent_record(&AgentRecord::ConnectionOpened(AgentConnectionOpened {
         conn: 4,
         label: Some("p".into()),
         peer: "127.0.0.1:5000".into(),
@@ -360,25 +366,28 @@ fn a_probe_connection_not_yet_uploaded_is_waited_for() {
     }));
     published(&mut live, 1, 5, 1_000_000, &[4]);
     assert!(
-        live.judge(T0 + 2_000_000).is_empty(),
+        live.judge_final(T0 + 2_000_000).is_empty(),
         "connection 4 is a probe's"
     );
     // The probe stops and the agent sees its connection go; its upload
     // comes after.
-    live.agent(&AgentRecord::ConnectionClosed(AgentConnectionClosed {
+    live.add_agent_record(&AgentRecord::ConnectionClosed(AgentConnectionClosed {
         conn: 4,
         at: stamp(1_500_000),
         reason: CloseReason::ClientClosed,
     }));
-    assert!(live.judge(T0 + 2_000_000).is_empty(), "its upload may lag");
+    assert!(
+        live.judge_final(T0 + 2_000_000).is_empty(),
+        "its upload may lag"
+    );
     let now = T0 + 3_000_000;
-    live.probe(1, &started("p", stamp(0)), now);
-    live.probe(1, &opened(0, 4), now);
-    live.probe(1, &receipt(0, 5, 0, 1_100_000), now);
-    let judged = live.judge(now);
+    live.add_probe_record(1, &started("p", stamp(0)), now);
+    live.add_probe_record(1, &opened(0, 4), now);
+    live.add_probe_record(1, &receipt(0, 5, 0, 1_100_000), now);
+    let judged = live.judge_final(now);
     assert_eq!((judged[0].receipts, judged[0].unjudged), (1, 0));
     // A probe connection that never uploads is unjudged at the timeout.
-    live.agent(&AgentRecord::ConnectionOpened(AgentConnectionOpened {
+    live.add_agent_record(&AgentRecord::ConnectionOpened(AgentConnectionOpened {
         conn: 5,
         label: Some("q".into()),
         peer: "127.0.0.1:5001".into(),
@@ -386,8 +395,8 @@ fn a_probe_connection_not_yet_uploaded_is_waited_for() {
         at: stamp(0),
     }));
     published(&mut live, 2, 6, 2_000_000, &[5]);
-    assert!(live.judge(T0 + 3_000_000).is_empty());
-    let judged = live.judge(T0 + 2_000_000 + FINAL_TIMEOUT_NS);
+    assert!(live.judge_final(T0 + 3_000_000).is_empty());
+    let judged = live.judge_final(T0 + 2_000_000 + FINAL_TIMEOUT_NS);
     assert_eq!((judged[0].receipts, judged[0].unjudged), (0, 1));
 }
 
@@ -395,7 +404,7 @@ fn a_probe_connection_not_yet_uploaded_is_waited_for() {
 fn receipts_that_can_never_match_are_counted_at_once_not_held() {
     let mut live = LiveJoin::new();
     // The agent opened connection 2 without ?probe= (an ordinary client).
-    live.agent(&AgentRecord::ConnectionOpened(AgentConnectionOpened {
+    live.add_agent_record(&AgentRecord::ConnectionOpened(AgentConnectionOpened {
         conn: 2,
         label: None,
         peer: "127.0.0.1:1".into(),
@@ -403,10 +412,10 @@ fn receipts_that_can_never_match_are_counted_at_once_not_held() {
         at: stamp(0),
     }));
     let now = T0 + 1_000;
-    live.probe(1, &started("p", stamp(0)), now);
+    live.add_probe_record(1, &started("p", stamp(0)), now);
     // A connection to another server (no agent id) and one the agent
     // knows is not a probe's.
-    live.probe(
+    live.add_probe_record(
         1,
         &ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
             conn: 0,
@@ -415,10 +424,10 @@ fn receipts_that_can_never_match_are_counted_at_once_not_held() {
         }),
         now,
     );
-    live.probe(1, &opened(1, 2), now);
+    live.add_probe_record(1, &opened(1, 2), now);
     for _ in 0..3 {
-        live.probe(1, &receipt(0, 5, 0, 1_000), now);
-        live.probe(1, &receipt(1, 5, 0, 1_000), now);
+        live.add_probe_record(1, &receipt(0, 5, 0, 1_000), now);
+        live.add_probe_record(1, &receipt(1, 5, 0, 1_000), now);
     }
     assert_eq!(live.counts().unmatched, 6);
     assert!(live.early.is_empty());
@@ -479,24 +488,24 @@ fn live_action_skews_equal_the_reports_and_a_receipt_waits_for_its_action() {
     let mut live = LiveJoin::new();
     announce(&mut live, &[10, 11, 20, 21]);
     for r in &agent {
-        live.agent(r);
+        live.add_agent_record(r);
     }
     let through = receipts_only
         .iter()
         .rposition(|r| matches!(r, ProbeRecord::Receipt(rc) if rc.key == MessageKey::Seq(1)))
         .unwrap();
     for r in &receipts_only[..=through] {
-        live.probe(1, r, T0);
+        live.add_probe_record(1, r, T0);
     }
     for r in &b {
-        live.probe(2, r, T0);
+        live.add_probe_record(2, r, T0);
     }
-    let early = live.judge(T0);
+    let early = live.judge_final(T0);
     assert!(early.is_empty(), "waits for dev-a's actions: {early:?}");
 
     let mut live = LiveJoin::new();
     feed(&mut live, &agent, &[&a, &b], T0 + 2_000_000_000);
-    let judged = live.judge(T0 + 2_000_000_000);
+    let judged = live.judge_final(T0 + 2_000_000_000);
     let joined = join(Some(&agent), &[&a, &b]);
     let clocks = crate::analysis::clock_figures::device_clocks(&joined);
     assert_eq!(judged.len(), joined.broadcasts.len());
@@ -521,14 +530,14 @@ fn a_pages_connection_is_found_by_its_label() {
     let mut live = LiveJoin::new();
     let now = T0 + 10_000_000_000;
     let run = 0xfeed_u128;
-    live.agent(&AgentRecord::ConnectionOpened(AgentConnectionOpened {
+    live.add_agent_record(&AgentRecord::ConnectionOpened(AgentConnectionOpened {
         conn: 9,
         label: Some(crate::page_ingest::page_label(run, 0)),
         peer: "127.0.0.1:1".into(),
         shard: 0,
         at: stamp(0),
     }));
-    live.agent(&AgentRecord::Broadcast(BroadcastStarted {
+    live.add_agent_record(&AgentRecord::Broadcast(BroadcastStarted {
         id: 1,
         seq: None,
         hash: 77,
@@ -536,14 +545,14 @@ fn a_pages_connection_is_found_by_its_label() {
         text: true,
         at: stamp(1_000_000),
     }));
-    live.agent(&crate::analysis::join::tests::shard_sends(
+    live.add_agent_record(&crate::analysis::join::tests::shard_sends(
         1,
         stamp(1_000_000),
         1_000,
         &[9],
     ));
-    live.probe(run, &started("lobby-tv", stamp(0)), now);
-    live.probe(
+    live.add_probe_record(run, &started("lobby-tv", stamp(0)), now);
+    live.add_probe_record(
         run,
         &ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
             conn: 0,
@@ -552,9 +561,9 @@ fn a_pages_connection_is_found_by_its_label() {
         }),
         now,
     );
-    live.probe(run, &receipt(0, 77, 0, 1_200_000), now);
-    live.probe(run, &ProbeRecord::Stopped(stamp(5_000_000_000)), now);
-    let judged = live.judge(now);
+    live.add_probe_record(run, &receipt(0, 77, 0, 1_200_000), now);
+    live.add_probe_record(run, &ProbeRecord::Stopped(stamp(5_000_000_000)), now);
+    let judged = live.judge_final(now);
     assert_eq!(judged.len(), 1);
     assert_eq!((judged[0].receipts, judged[0].missing), (1, 0));
     assert_eq!(live.counts().unmatched, 0);
@@ -586,7 +595,7 @@ fn an_action_a_second_and_a_half_after_its_receipt_is_judged_with_its_broadcast(
     let mut live = LiveJoin::new();
     announce(&mut live, &[10, 11, 20, 21]);
     for r in &agent {
-        live.agent(r);
+        live.add_agent_record(r);
     }
     // Each probe's records in the order it writes them: receipts, then a
     // clock claim 1.4 s in (past the old margin, before the actions), then
@@ -617,10 +626,10 @@ fn an_action_a_second_and_a_half_after_its_receipt_is_judged_with_its_broadcast(
     records.sort_by_key(|(wall, run, _)| (*wall, *run));
     let mut judged = Vec::new();
     for (wall, run, r) in &records {
-        live.probe(*run, r, (*wall).max(T0));
-        judged.extend(live.judge((*wall).max(T0)));
+        live.add_probe_record(*run, r, (*wall).max(T0));
+        judged.extend(live.judge_final((*wall).max(T0)));
     }
-    judged.extend(live.judge(T0 + 60_000_000_000));
+    judged.extend(live.judge_final(T0 + 60_000_000_000));
     assert_eq!(judged.len(), 2, "{judged:?}");
     assert!(judged.iter().all(|j| j.actions == 4), "{judged:?}");
     assert_eq!(live.counts().unmatched_actions, 0);
