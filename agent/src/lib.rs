@@ -207,9 +207,14 @@ impl RunningAgent {
             )
             .map_err(StartError::os("start the hub's shards"))?,
         );
+        // The time exchange's tag key, derived from the token once for the
+        // UDP port and `/clock` alike.
+        let time_key = token
+            .as_deref()
+            .map(skewscope_core::time_exchange::TimeKey::from_token);
         let time_port = match (time_socket, &counters.time_port) {
             (Some(socket), Some(port_counters)) => Some(
-                time_port::TimePort::serve_on(socket, port_counters.clone())
+                time_port::TimePort::serve_on(socket, port_counters.clone(), time_key.clone())
                     .map_err(StartError::os("serve the time exchange"))?,
             ),
             _ => None,
@@ -245,6 +250,7 @@ impl RunningAgent {
         let context = Arc::new(Context {
             hub: hub.clone(),
             token,
+            time_key,
             max_publish: config.max_publish,
             max_clients: config.max_clients,
             subprotocols: config.subprotocols.clone(),

@@ -4,14 +4,19 @@
 //! It runs on its own thread with a blocking socket so the receive stamp (t2)
 //! is taken the moment the request is read, not when an async task gets round
 //! to it. Malformed, oversized and replayed packets are dropped and counted; a
-//! reply is exactly the size of the request it answers.
+//! reply is exactly the size of the request it answers. With a token, every
+//! version-2 reply is tagged under the key derived from it (once, at start),
+//! so probes holding the token refuse replies altered on the way. The tag is
+//! computed after t3 is read (about a microsecond): the reply leaves later
+//! than t3 says, which the exchange's bound already allows for (t3 is before
+//! the send, the truth inside [t3, t4]).
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
-use skewscope_core::time_exchange::{Invalid, PACKET_LEN, ReplayGuard, Reply, Request};
+use skewscope_core::time_exchange::{Invalid, PACKET_LEN, ReplayGuard, Reply, Request, TimeKey};
 
 use crate::counters::TimePortCounters;
 
@@ -32,15 +37,20 @@ pub struct TimePort {
 }
 
 impl TimePort {
-    /// Starts answering on a socket already bound, counting into `counters`.
-    pub fn serve_on(socket: UdpSocket, counters: TimePortCounters) -> std::io::Result<TimePort> {
+    /// Starts answering on a socket already bound, counting into
+    /// `counters`, tagging replies under `key` when there is one.
+    pub fn serve_on(
+        socket: UdpSocket,
+        counters: TimePortCounters,
+        key: Option<TimeKey>,
+    ) -> std::io::Result<TimePort> {
         let addr = socket.local_addr()?;
         let socket = Arc::new(socket);
         let stop = Arc::new(AtomicBool::new(false));
         let (c, s, sock) = (counters.clone(), stop.clone(), socket.clone());
         let thread = std::thread::Builder::new()
             .name("time-port".into())
-            .spawn(move || serve(&sock, &c, &s))?;
+            .spawn(move || serve(&sock, &c, &s, key.as_ref()))?;
         Ok(TimePort {
             addr,
             counters,
@@ -66,7 +76,12 @@ impl Drop for TimePort {
     }
 }
 
-fn serve(socket: &UdpSocket, counters: &TimePortCounters, stop: &AtomicBool) {
+fn serve(
+    socket: &UdpSocket,
+    counters: &TimePortCounters,
+    stop: &AtomicBool,
+    key: Option<&TimeKey>,
+) {
     // Larger than a packet, so an oversized datagram is seen as such.
     let mut buf = [0u8; PACKET_LEN + 16];
     let mut guard = ReplayGuard::new(REPLAY_WINDOW);
@@ -88,11 +103,12 @@ fn serve(socket: &UdpSocket, counters: &TimePortCounters, stop: &AtomicBool) {
                     t3_wall_ns: skewscope_os::clock::now().wall_ns,
                 };
                 // A lost reply is a lost sample; the probe asks again.
-                let _ = socket.send_to(&reply.encode(), peer);
+                let _ = socket.send_to(&reply.encode(&request, key), peer);
                 &counters.answered
             }
             Ok(_) => &counters.replayed,
-            Err(Invalid::Malformed) => &counters.malformed,
+            // Untagged and BadTag are a probe's verdicts on replies.
+            Err(Invalid::Malformed | Invalid::Untagged | Invalid::BadTag) => &counters.malformed,
             Err(Invalid::Oversized) => &counters.oversized,
         };
         counter.inc();

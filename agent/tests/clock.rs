@@ -182,3 +182,35 @@ async fn hostile_clock_clients_are_answered_or_closed_and_broadcasts_go_on() {
     assert_eq!(next_text(&mut ws).await["t1"], 6);
     agent.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_token_every_clock_reply_carries_a_tag_that_binds_its_request() {
+    use skewscope_core::time_exchange::json::check_reply;
+    use skewscope_core::time_exchange::{Invalid, TimeKey};
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "site-secret\n").unwrap();
+    let mut config = AgentConfig::local(dir.path().join("agent"));
+    config.token_file = Some(token_file);
+    let agent = RunningAgent::start(config).await.unwrap();
+    let mut ws = clock(&agent).await;
+    let key = TimeKey::from_token("site-secret");
+    let t1 = wall_ns();
+    let text = format!(r#"{{"id":1,"t1":{t1}}}"#);
+    ws.send(Message::Text(text.clone().into())).await.unwrap();
+    let reply = next_text(&mut ws).await;
+    let t4 = wall_ns();
+    let (t2, t3) = check_reply(&key, &text, &reply).unwrap();
+    assert_eq!(
+        (reply["t2_ns"].as_u64(), reply["t3_ns"].as_u64()),
+        (Some(t2), Some(t3)),
+        "the tagged times are the reply's"
+    );
+    assert!(t1 <= t2 && t2 <= t3 && t3 <= t4, "{t1} {t2} {t3} {t4}");
+    // Checked against another request's text, or under another token: refused.
+    let other = format!(r#"{{"id":2,"t1":{t1}}}"#);
+    assert_eq!(check_reply(&key, &other, &reply), Err(Invalid::BadTag));
+    let guess = TimeKey::from_token("guess");
+    assert_eq!(check_reply(&guess, &text, &reply), Err(Invalid::BadTag));
+    agent.shutdown().await.unwrap();
+}

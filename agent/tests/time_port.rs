@@ -5,7 +5,7 @@ use std::net::UdpSocket;
 use std::time::Duration;
 
 use agent::{AgentConfig, RunningAgent};
-use skewscope_core::time_exchange::{PACKET_LEN, Reply, Request};
+use skewscope_core::time_exchange::{Invalid, PACKET_LEN, Reply, Request, TimeKey, V1_PACKET_LEN};
 
 fn exchange(socket: &UdpSocket, bytes: &[u8]) -> Option<Vec<u8>> {
     socket.send(bytes).unwrap();
@@ -36,10 +36,7 @@ async fn answers_requests_and_drops_malformed_oversized_and_replayed_packets() {
             .set_read_timeout(Some(Duration::from_millis(300)))
             .unwrap();
         let before = skewscope_os::clock::now().wall_ns;
-        let request = Request {
-            id: 42,
-            t1_wall_ns: before,
-        };
+        let request = Request::new(42, before);
         let reply = exchange(&socket, &request.encode()).expect("a reply");
         let after = skewscope_os::clock::now().wall_ns;
         assert_eq!(
@@ -47,7 +44,7 @@ async fn answers_requests_and_drops_malformed_oversized_and_replayed_packets() {
             PACKET_LEN,
             "a reply is exactly the size of the request"
         );
-        let reply = Reply::decode(&reply).unwrap();
+        let reply = Reply::decode(&reply, None).unwrap();
         assert_eq!((reply.id, reply.t1_wall_ns), (42, before));
         assert!(
             before <= reply.t2_wall_ns
@@ -55,12 +52,7 @@ async fn answers_requests_and_drops_malformed_oversized_and_replayed_packets() {
                 && reply.t3_wall_ns <= after
         );
 
-        let mut big = Request {
-            id: 43,
-            t1_wall_ns: 1,
-        }
-        .encode()
-        .to_vec();
+        let mut big = Request::new(43, 1).encode();
         big.resize(1200, 0);
         let reflected = Reply {
             id: 1,
@@ -68,7 +60,7 @@ async fn answers_requests_and_drops_malformed_oversized_and_replayed_packets() {
             t2_wall_ns: 1,
             t3_wall_ns: 1,
         }
-        .encode();
+        .encode(&request, None);
         let dropped = vec![
             // Replayed: the same id again.
             exchange(&socket, &request.encode()),
@@ -79,14 +71,7 @@ async fn answers_requests_and_drops_malformed_oversized_and_replayed_packets() {
             exchange(&socket, &big),
         ];
         // Still serving.
-        let fresh = exchange(
-            &socket,
-            &Request {
-                id: 44,
-                t1_wall_ns: 5,
-            }
-            .encode(),
-        );
+        let fresh = exchange(&socket, &Request::new(44, 5).encode());
         (dropped, fresh)
     })
     .await
@@ -124,4 +109,40 @@ async fn answers_requests_and_drops_malformed_oversized_and_replayed_packets() {
             .iter()
             .any(|r| matches!(r, skewscope_core::record::AgentRecord::ClockState(_)))
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_token_every_reply_is_tagged_and_an_old_probe_is_answered_in_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").unwrap();
+    let mut config = AgentConfig::local(dir.path().join("data"));
+    config.token_file = Some(token_file);
+    let agent = RunningAgent::start(config).await.unwrap();
+    let time_addr = agent.time_addr.unwrap();
+    tokio::task::spawn_blocking(move || {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket.connect(time_addr).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let key = TimeKey::from_token("s3cret");
+        let request = Request::new(1, 100);
+        let reply = exchange(&socket, &request.encode()).expect("a reply");
+        assert_eq!(Reply::decode(&reply, Some(&key)).map(|r| r.id), Ok(1));
+        // Another token's key refuses it; the token itself is never sent.
+        let other = TimeKey::from_token("guess");
+        assert_eq!(Reply::decode(&reply, Some(&other)), Err(Invalid::BadTag));
+        assert!(!reply.windows(6).any(|w| w == b"s3cret"));
+        // A probe from before the tag: 48 bytes in, 48 untagged out.
+        let mut old = Request::new(2, 100);
+        old.version = 1;
+        let reply = exchange(&socket, &old.encode()).expect("a reply to version 1");
+        assert_eq!(reply.len(), V1_PACKET_LEN);
+        assert_eq!(&reply[..4], b"SKTM");
+        assert_eq!((reply[4], reply[6]), (1, 0), "version 1, untagged");
+    })
+    .await
+    .unwrap();
+    agent.shutdown().await.unwrap();
 }

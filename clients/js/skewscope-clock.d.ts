@@ -85,8 +85,12 @@ export function scheduleAt(
 
 /** The server's clock over the agent's /clock. Events: "exchange" (event.exchange), "bound" (event.bound), "jump", "close". */
 export class Clock extends EventTarget implements TimeSource {
-  constructor(url: string, options?: { every?: number; WebSocketImpl?: typeof WebSocket; env?: object });
+  constructor(url: string, options?: { every?: number; token?: string | null; WebSocketImpl?: typeof WebSocket; env?: object });
   readonly model: ClockModel;
+  /** Whether only replies tagged under the token are used. */
+  readonly authenticated: boolean;
+  /** Replies refused for their tag so far (never used). */
+  readonly refused: number;
   /** The server's clock at page time `at` (ms), or null before the first exchange. */
   estimate(at: number): Estimate | null;
   /** Asks for a burst of exchanges now; whether one starts. */
@@ -102,4 +106,10 @@ export class Clock extends EventTarget implements TimeSource {
 }
 
 /** A Clock on `url` (ws://server:port/clock), once it has synced. */
-export function connectClock(url: string, options?: { every?: number }): Promise<Clock>;
+export function connectClock(url: string, options?: { every?: number; token?: string | null }): Promise<Clock>;
+
+/** The time exchange's key from the agent's token, as the agent derives it (WebCrypto). */
+export function timeKey(token: string, subtle: SubtleCrypto): Promise<CryptoKey>;
+
+/** A reply's tagged t2 and t3 (ms) when its tag verifies for the request's exact text; else null. */
+export function checkReply(key: CryptoKey, text: string, reply: object, subtle: SubtleCrypto): Promise<{ t2: number; t3: number } | null>;

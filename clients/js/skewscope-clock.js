@@ -509,6 +509,38 @@ export function scheduleAt(clock, at, fn, { spinMs = 4, env = globalThis } = {})
 /** How long a reply may take before the exchange counts as lost, ms. */
 export const ANSWER_WAIT_MS = 300;
 
+/** What the agent binds its token to for the time exchange's key. */
+const KEY_LABEL = "skewscope time exchange tag v2";
+/** Bytes of the tag kept. */
+const TAG_LEN = 16;
+
+/**
+ * The time exchange's key from the agent's token (`--token-file`), as the
+ * agent derives it: HMAC-SHA-256 keyed with HMAC-SHA-256(token, label).
+ * `subtle` is WebCrypto's (a secure context's, or node's).
+ */
+export async function timeKey(token, subtle) {
+  const raw = await subtle.importKey("raw", new TextEncoder().encode(token), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const derived = await subtle.sign("HMAC", raw, new TextEncoder().encode(KEY_LABEL));
+  return subtle.importKey("raw", derived, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+}
+
+/**
+ * A tagged reply's t2 and t3 (ms, from the tagged ns digits) when its tag
+ * is the one `key` gives the request's exact `text` and those digits; null
+ * when untagged or the tag does not verify (altered, or another token).
+ */
+export async function checkReply(key, text, reply, subtle) {
+  const auth = reply?.auth;
+  if (!auth || typeof auth.t2_ns !== "string" || typeof auth.t3_ns !== "string" || typeof auth.tag !== "string") return null;
+  if (!/^\d{7,20}$/.test(auth.t2_ns) || !/^\d{7,20}$/.test(auth.t3_ns)) return null;
+  const mac = new Uint8Array(await subtle.sign("HMAC", key, new TextEncoder().encode(`${text}\n${auth.t2_ns}\n${auth.t3_ns}`)));
+  const hex = Array.from(mac.subarray(0, TAG_LEN), (b) => b.toString(16).padStart(2, "0")).join("");
+  if (hex !== auth.tag) return null;
+  const ms = (ns) => Number(ns.slice(0, -6)) + Number(ns.slice(-6)) / 1e6;
+  return { t2: ms(auth.t2_ns), t3: ms(auth.t3_ns) };
+}
+
 /**
  * The server's clock over a WebSocket to the agent's /clock. Use
  * connectClock() to get one that has synced. It exchanges on the schedule
@@ -519,11 +551,20 @@ export const ANSWER_WAIT_MS = 300;
  * t4}: what a page that records its sync, as the skewscope browser probe
  * does, writes down), "bound" (event.bound, when it moved by more than
  * 0.05 ms), "jump" (the page's clock jumped against the wall clock: the
- * device slept; what was learned is dropped), "close".
+ * device slept; what was learned is dropped), "refused" (a reply whose tag
+ * did not verify; event.refused is the count so far), "close".
+ *
+ * With `token` (the agent's, as the native probe's --token-file), only
+ * replies tagged under it are used: anyone on the path could otherwise move
+ * this clock. It needs WebCrypto, which a browser gives a secure context
+ * (https, or localhost) only; `authenticated` says whether it checks.
  */
 export class Clock extends EventTarget {
-  constructor(url, { every = 1000, WebSocketImpl = globalThis.WebSocket, env = globalThis } = {}) {
+  constructor(url, { every = 1000, token = null, WebSocketImpl = globalThis.WebSocket, env = globalThis } = {}) {
     super();
+    this.token = token;
+    this.key = null;
+    this.refused = 0;
     this.url = url;
     this.every = every;
     this.WebSocketImpl = WebSocketImpl;
@@ -575,8 +616,25 @@ export class Clock extends EventTarget {
     return true;
   }
 
+  /** Whether replies must carry the token's tag. */
+  get authenticated() {
+    return this.key !== null;
+  }
+
+  /** WebCrypto's subtle, where this page has it. */
+  subtle() {
+    return (this.env.crypto ?? globalThis.crypto)?.subtle ?? null;
+  }
+
   /** Opens the socket and starts exchanging; resolves once one reply came. */
-  start() {
+  async start() {
+    if (this.token !== null) {
+      const subtle = this.subtle();
+      if (subtle === null) {
+        throw new Error("skewscope clock: a token needs WebCrypto, which a browser gives only a secure context (https, or localhost)");
+      }
+      this.key = await timeKey(this.token, subtle);
+    }
     return new Promise((resolve, reject) => {
       const ws = new this.WebSocketImpl(this.url);
       this.ws = ws;
@@ -592,8 +650,8 @@ export class Clock extends EventTarget {
         this.closed = true;
         this.dispatchEvent(new Event("close"));
       };
-      ws.onmessage = (event) => {
-        this.receive(event.data);
+      ws.onmessage = async (event) => {
+        await this.receive(event.data);
         if (!settled && this.model.size > 0) {
           settled = true;
           resolve(this);
@@ -630,11 +688,12 @@ export class Clock extends EventTarget {
     if (this.closed || this.ws?.readyState !== 1) return;
     const id = this.nextId++;
     const t1 = this.pageNow();
-    this.pending = { id, t1, timer: this.env.setTimeout(() => this.answered(null), ANSWER_WAIT_MS) };
-    this.ws.send(JSON.stringify({ id, t1 }));
+    const text = JSON.stringify({ id, t1 });
+    this.pending = { id, t1, text, timer: this.env.setTimeout(() => this.answered(null), ANSWER_WAIT_MS) };
+    this.ws.send(text);
   }
 
-  receive(data) {
+  async receive(data) {
     const t4 = this.pageNow();
     let reply;
     try {
@@ -642,8 +701,21 @@ export class Clock extends EventTarget {
     } catch {
       return;
     }
-    if (this.pending === null || reply.id !== this.pending.id) return;
-    this.answered({ t1: this.pending.t1, t2: reply.t2, t3: reply.t3, t4 });
+    const pending = this.pending;
+    if (pending === null || reply.id !== pending.id) return;
+    let { t2, t3 } = reply;
+    if (this.key !== null) {
+      const checked = await checkReply(this.key, pending.text, reply, this.subtle());
+      if (checked === null) {
+        // Never used; the exchange waits on for the real reply.
+        this.refused += 1;
+        this.dispatchEvent(Object.assign(new Event("refused"), { refused: this.refused }));
+        return;
+      }
+      ({ t2, t3 } = checked);
+      if (this.pending !== pending) return;
+    }
+    this.answered({ t1: pending.t1, t2, t3, t4 });
   }
 
   /** One exchange done (null: no reply in time): into the model, then the next. */

@@ -68,7 +68,21 @@ pub async fn run(
     };
     // The agent and the probes log what goes wrong; the report is the output.
     let _ = skewscope_os::logging::init(None, "warn");
-    let agent = RunningAgent::start(AgentConfig::local(dir.clone())).await?;
+    // A token, as a site should have: the probes' clocks are then
+    // authenticated (the agent tags its time replies; they check the tags).
+    // Random per run, on loopback only; the run id's source is good enough.
+    let token = format!(
+        "{:032x}",
+        skewscope_os::host::new_run_identity()
+            .context("cannot draw a token")?
+            .run_id
+    );
+    let token_file = dir.join("demo.token");
+    std::fs::write(&token_file, &token)
+        .with_context(|| format!("cannot write {}", token_file.display()))?;
+    let mut config = AgentConfig::local(dir.clone());
+    config.token_file = Some(token_file);
+    let agent = RunningAgent::start(config).await?;
     let devices = if options.clients >= 2 { 2 } else { 1 };
     let acting = match options.lead {
         Some(lead) => format!(", each to be acted on {lead:?} after its start"),
@@ -88,7 +102,7 @@ pub async fn run(
             (*name, share, dir.join(format!("probe-{name}.sklog")))
         })
         .collect();
-    let measured = measure(&agent, options, &probes, say).await;
+    let measured = measure(&agent, &token, options, &probes, say).await;
     let agent_log = agent.log_path.clone();
     let stopped = agent.shutdown().await;
     measured?;
@@ -99,6 +113,7 @@ pub async fn run(
 /// Connects the probes, broadcasts, and waits for the probes to finish.
 async fn measure(
     agent: &RunningAgent,
+    token: &str,
     options: &DemoOptions,
     devices: &[(&str, u32, PathBuf)],
     say: &dyn Fn(&str),
@@ -109,6 +124,7 @@ async fn measure(
         config.connections = *connections;
         config.name = (*name).into();
         config.count = Some(options.broadcasts as u64);
+        config.upload_token = Some(token.to_owned());
         if options.lead.is_some() {
             config.act_at = Some(
                 skewscope_core::act_at::ActAt::new("/at_ns", skewscope_core::act_at::ActUnit::Ns)
@@ -151,7 +167,8 @@ async fn measure(
         None => "/start_test".to_owned(),
     };
     for _ in 0..options.broadcasts {
-        let response = agent::http_client::request(agent.addr, "GET", &trigger, b"", None).await?;
+        let response =
+            agent::http_client::request(agent.addr, "GET", &trigger, b"", Some(token)).await?;
         ensure!(
             response.status == 200,
             "/start_test answered {}: {}",

@@ -124,3 +124,25 @@ pub fn page_text(page: &skewscope_core::record::PageProbe) -> String {
         page.user_agent.chars().take(120).collect::<String>()
     )
 }
+
+/// Which probes' clocks an unauthenticated time exchange set, for people;
+/// `None` when every one that exchanged held the token.
+pub fn unauthenticated_line(names: &[String]) -> Option<String> {
+    (!names.is_empty()).then(|| {
+        format!(
+            "UNAUTHENTICATED CLOCK on {}: their time exchange ran without the agent's token, so anyone on the LAN path could have moved their clocks (and every bound would still look fine); give the agent --token-file and the probes the same token",
+            names.join(", ")
+        )
+    })
+}
+
+/// A probe's refused time replies, for people; `None` when it refused none.
+pub fn refused_text(tags: &skewscope_core::record::ClockTags) -> Option<String> {
+    (tags.refused > 0).then(|| {
+        format!(
+            "refused {} time repl{} whose tag did not verify (altered on the way, or an agent with another token or none); none was used",
+            tags.refused,
+            if tags.refused == 1 { "y" } else { "ies" }
+        )
+    })
+}

@@ -163,6 +163,9 @@ fn clocks_paragraph(out: &mut String, r: &Report) {
             r.uncorrected_receipts
         ),
     };
+    if let Some(line) = crate::sentences::unauthenticated_line(&r.clocks_unauthenticated) {
+        let _ = writeln!(out, "  {line}.");
+    }
     if r.receipts_without_kernel_stamp > 0 {
         let _ = writeln!(
             out,
@@ -556,6 +559,13 @@ fn probes_paragraph(out: &mut String, r: &Report) {
         }
         if let Some(pruned) = &p.logs_pruned {
             let _ = writeln!(out, "  {:<16} {}", p.name, pruned_text(pruned));
+        }
+        if let Some(refused) = p
+            .clock_tags
+            .as_ref()
+            .and_then(crate::sentences::refused_text)
+        {
+            let _ = writeln!(out, "  {:<16} {refused}", p.name);
         }
         match p.ended {
             RunEnd::Stopped => {}

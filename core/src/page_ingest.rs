@@ -27,7 +27,7 @@ use crate::identity::{parse_test_message, payload_hash};
 use crate::ingest::{INGEST_VERSION, IngestError, ToAgent, ToProbe};
 use crate::log::encode_record;
 use crate::record::{
-    ActPlan, Action, MessageKey, MessagePayload, PAYLOAD_EXCERPT_BYTES, PageProbe,
+    ActPlan, Action, ClockTags, MessageKey, MessagePayload, PAYLOAD_EXCERPT_BYTES, PageProbe,
     ProbeConnectionClosed, ProbeConnectionFailed, ProbeConnectionOpened, ProbeRecord, ProbeStarted,
     Receipt, RunIdentity, TimeSample,
 };
@@ -147,6 +147,11 @@ enum PageEvent {
     Stopped {
         at_ms: f64,
     },
+    ClockTags {
+        keyed: bool,
+        refused: u64,
+        at_ms: f64,
+    },
 }
 
 /// Decodes a page's text message into the binary protocol's message: a
@@ -203,6 +208,15 @@ fn record_of(event: PageEvent) -> Result<ProbeRecord, IngestError> {
         PageEvent::Identity { run_id, clock_id } => ProbeRecord::Identity(RunIdentity {
             run_id: run_id_of(&run_id)?,
             boot_id: Some(text(clock_id)?),
+        }),
+        PageEvent::ClockTags {
+            keyed,
+            refused,
+            at_ms,
+        } => ProbeRecord::ClockTags(ClockTags {
+            at: stamp(at_ms)?,
+            keyed,
+            refused,
         }),
         PageEvent::Page {
             user_agent,
@@ -425,14 +439,15 @@ mod tests {
                 {{"kind": "opened", "conn": 0, "at_ms": 1700000000001}},
                 {{"kind": "receipt", "conn": 0, "message": {{"text": {test_message}}}, "at_ms": 1700000000002.25}},
                 {{"kind": "receipt", "conn": 0, "message": {{"hex": "00ff", "occurrence": 1}}, "at_ms": 1700000000003}},
-                {{"kind": "exchange", "t1_ms": 1.0, "t2_ms": 2.5, "t3_ms": 2.75, "t4_ms": 4.0}}"#
+                {{"kind": "exchange", "t1_ms": 1.0, "t2_ms": 2.5, "t3_ms": 2.75, "t4_ms": 4.0}},
+                {{"kind": "clock_tags", "keyed": false, "refused": 2, "at_ms": 1700000000004}}"#
             ),
         );
         let Ok(ToAgent::Records { first_seq, frames }) = decode(&batch) else {
             panic!("{:?}", decode(&batch));
         };
         let accepted = accept_batch(0xfeed1, 0, first_seq, &frames).unwrap();
-        assert_eq!(accepted.new_records, 7);
+        assert_eq!(accepted.new_records, 8);
         let r = &accepted.records;
         assert!(
             matches!(&r[1], ProbeRecord::Identity(i) if i.boot_id.as_deref() == Some("page-abc"))
@@ -462,6 +477,7 @@ mod tests {
             panic!()
         };
         assert_eq!((t.t2_wall_ns, t.t3_wall_ns), (2_500_000, 2_750_000));
+        assert!(matches!(r[7], ProbeRecord::ClockTags(t) if !t.keyed && t.refused == 2));
     }
 
     #[test]

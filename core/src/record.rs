@@ -428,6 +428,24 @@ pub enum ProbeRecord {
     /// `--keep-bytes`), written after `Identity`: what it deleted at start
     /// (only logs the agent had in full) and what this run may write.
     LogsPruned(LogsPruned),
+    /// Whether the run's time exchange checks the agent's tags, and how
+    /// many replies it refused: written when the exchange starts and after
+    /// each exchange that refused one (at most one record an exchange).
+    ClockTags(ClockTags),
+}
+
+/// A probe run's time exchange and its authentication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ClockTags {
+    /// When.
+    pub at: Stamp,
+    /// The probe holds a key (the agent's token): it takes only replies
+    /// tagged under it. Without one, anyone on the path could have moved
+    /// its clock.
+    pub keyed: bool,
+    /// Replies refused so far: untagged, or a tag that did not verify
+    /// (altered on the way, or another token). None was used.
+    pub refused: u64,
 }
 
 /// What a probe deleted from its `--out-dir` at start, and what it kept.
@@ -546,6 +564,7 @@ impl ProbeRecord {
             ProbeRecord::TimeSample(t) => Some(t.t4),
             ProbeRecord::LogFull(l) => Some(l.at),
             ProbeRecord::LogsPruned(l) => Some(l.at),
+            ProbeRecord::ClockTags(t) => Some(t.at),
             ProbeRecord::ActPlan(p) => Some(p.at),
             ProbeRecord::Action(a) => Some(a.done),
             ProbeRecord::Identity(_)

@@ -12,7 +12,9 @@
 //!   (`MessagePayload`), written by `write_the_frozen_logs_of_2026_12_02b`;
 //!   `records-2026-12-03.probe.sklog` the browser probe's `PageProbe`;
 //!   `records-2026-12-06.probe.sklog` a probe's `LogsPruned` (`--out-dir`
-//!   kept within `--keep-runs` and `--keep-bytes`).
+//!   kept within `--keep-runs` and `--keep-bytes`);
+//!   `records-2026-12-06b.probe.sklog` its `ClockTags` (the time
+//!   exchange's authentication).
 //! - `data/c41f7be/`: logs written by the previous release's binaries (the
 //!   agent and a probe, three test broadcasts), read and joined here.
 //!
@@ -340,7 +342,25 @@ fn every_variant_is_frozen(a: &AgentRecord, p: &ProbeRecord) {
         ProbeRecord::Payload(_) => {}
         ProbeRecord::Page(_) => {}
         ProbeRecord::LogsPruned(_) => {}
+        ProbeRecord::ClockTags(_) => {}
     }
+}
+
+/// Probe records appended after `records-2026-12-06`, frozen in
+/// `records-2026-12-06b.probe.sklog`.
+fn probe_records_added_2026_12_06b() -> Vec<ProbeRecord> {
+    vec![
+        ProbeRecord::ClockTags(ClockTags {
+            at: at(61),
+            keyed: true,
+            refused: 0,
+        }),
+        ProbeRecord::ClockTags(ClockTags {
+            at: at(62),
+            keyed: false,
+            refused: 17,
+        }),
+    ]
 }
 
 /// Probe records appended after `records-2026-12-03`, frozen in
@@ -418,6 +438,10 @@ fn every_record_variant_reads_as_it_was_written() {
             "records-2026-12-06.probe.sklog",
             probe_records_added_2026_12_06(),
         ),
+        (
+            "records-2026-12-06b.probe.sklog",
+            probe_records_added_2026_12_06b(),
+        ),
     ] {
         match read_file(&data(file)).unwrap() {
             AnyLog::Probe(d) => {
@@ -483,6 +507,15 @@ fn write_the_frozen_logs_of_2026_12_06() {
     write_probe_log(
         "records-2026-12-06.probe.sklog",
         probe_records_added_2026_12_06(),
+    );
+}
+
+#[test]
+#[ignore = "writes a frozen file; run once, by hand, when variants are appended"]
+fn write_the_frozen_logs_of_2026_12_06b() {
+    write_probe_log(
+        "records-2026-12-06b.probe.sklog",
+        probe_records_added_2026_12_06b(),
     );
 }
 

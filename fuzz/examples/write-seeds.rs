@@ -160,18 +160,28 @@ fn main() -> std::io::Result<()> {
     ));
 
     // The time exchange, both ways and as JSON.
-    let request = Request {
-        id: 7,
-        t1_wall_ns: 1_764_000_000_000_000_000,
-    };
+    let request = Request::new(7, 1_764_000_000_000_000_000);
     let reply = Reply {
         id: 7,
         t1_wall_ns: 1_764_000_000_000_000_000,
         t2_wall_ns: 1_764_000_000_000_100_000,
         t3_wall_ns: 1_764_000_000_000_120_000,
     };
-    seeds.push(("time_exchange", "request".into(), request.encode().to_vec()));
-    seeds.push(("time_exchange", "reply".into(), reply.encode().to_vec()));
+    seeds.push(("time_exchange", "request".into(), request.encode()));
+    seeds.push((
+        "time_exchange",
+        "reply".into(),
+        reply.encode(&request, None),
+    ));
+    let key = skewscope_core::time_exchange::TimeKey::from_token("fuzz");
+    seeds.push((
+        "time_exchange",
+        "reply-tagged".into(),
+        reply.encode(&request, Some(&key)),
+    ));
+    let mut old = request;
+    old.version = 1;
+    seeds.push(("time_exchange", "request-v1".into(), old.encode()));
     for (name, text) in [
         ("numeric-id", r#"{"id":1,"t1":1764000000123.25}"#),
         ("string-id", r#"{"id":"a-7","t1":17640000001}"#),

@@ -153,9 +153,11 @@ pub struct Args {
     #[arg(long, value_name = "URL")]
     pub upload: Option<String>,
 
-    /// File holding the agent's bearer token for --upload (kept out of
-    /// process lists and settings). Without it, a systemd credential named
-    /// `token` is used when the unit has one ($CREDENTIALS_DIRECTORY/token).
+    /// File holding the agent's bearer token (kept out of process lists and
+    /// settings): for --upload, and to check the tag on the agent's time
+    /// replies (without it the report names this clock unauthenticated).
+    /// Without it, a systemd credential named `token` is used when the unit
+    /// has one ($CREDENTIALS_DIRECTORY/token).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
 

@@ -57,6 +57,7 @@ use std::sync::Arc;
 
 use skewscope_core::log::{LogKind, LogWriter};
 use skewscope_core::record::{ActPlan, ProbeRecord, ProbeStarted};
+use skewscope_core::time_exchange::TimeKey;
 use skewscope_os::log_files::FileLogWriter;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
@@ -335,9 +336,13 @@ impl RunningProbe {
         clock_watch::record_once(&recorder).await;
         helpers.spawn(clock_watch::run(recorder.clone(), shutdown.clone()));
         if let Some(target) = time_target(&config).await? {
+            // The token it uploads with is the agent's: its replies must
+            // carry that token's tag.
+            let key = config.upload_token.as_deref().map(TimeKey::from_token);
             helpers.spawn(time_exchange::run(
                 target,
                 config.time_interval,
+                key,
                 recorder.clone(),
                 clock.clone(),
                 shutdown.clone(),

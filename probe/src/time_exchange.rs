@@ -5,13 +5,18 @@
 //! [`TimeSample`] and fed to the clock estimate. A server that never answers
 //! (not a skewscope agent) is left alone after a warning: the report then
 //! says it has no offset estimate.
+//!
+//! With a key (the token the probe uploads with), only replies tagged under
+//! it are taken: one untagged or altered is refused, counted in a
+//! [`ClockTags`] record (one an exchange at most), and never reaches the
+//! estimate; the exchange waits on for the real answer within its window.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use skewscope_core::clock::schedule::Schedule;
-use skewscope_core::record::{ProbeRecord, TimeSample};
-use skewscope_core::time_exchange::{PACKET_LEN, Reply, Request};
+use skewscope_core::record::{ClockTags, ProbeRecord, TimeSample};
+use skewscope_core::time_exchange::{Invalid, PACKET_LEN, Reply, Request, TimeKey};
 use tokio::net::UdpSocket;
 
 use crate::clock_estimate::ClockEstimate;
@@ -25,6 +30,7 @@ const ANSWER_WAIT: Duration = Duration::from_millis(300);
 pub(crate) async fn run(
     target: SocketAddr,
     interval: Duration,
+    key: Option<TimeKey>,
     recorder: Recorder,
     estimate: ClockEstimate,
     mut shutdown: Shutdown,
@@ -47,6 +53,15 @@ pub(crate) async fn run(
     let mut schedule = Schedule::new(start, interval.as_nanos() as u64);
     let mut answered_ever = false;
     let mut unanswered = 0u32;
+    let mut refused = 0u64;
+    let tags = |refused| {
+        ProbeRecord::ClockTags(ClockTags {
+            at: skewscope_os::clock::now(),
+            keyed: key.is_some(),
+            refused,
+        })
+    };
+    recorder.record(tags(0));
     loop {
         let due = schedule.next_request_at();
         let wait = Duration::from_nanos(due.saturating_sub(skewscope_os::clock::mono_ns()));
@@ -58,7 +73,17 @@ pub(crate) async fn run(
             }
             _ = &mut stopped => return,
         }
-        let answer = exchange(&socket).await;
+        let (answer, refused_now) = exchange(&socket, key.as_ref()).await;
+        if refused_now > 0 {
+            if refused == 0 {
+                tracing::warn!(
+                    target: "probe::time",
+                    "refused a time reply from udp {target} whose tag did not verify (altered on the way, or the agent has another token or none); refused replies are never used and are counted in the log"
+                );
+            }
+            refused += refused_now;
+            recorder.record(tags(refused));
+        }
         if let Some(sample) = answer {
             recorder.record(ProbeRecord::TimeSample(sample));
             estimate.add(&sample);
@@ -86,22 +111,25 @@ pub(crate) async fn run(
     }
 }
 
-/// One request and its answer; `None` if none came in time.
-async fn exchange(socket: &UdpSocket) -> Option<TimeSample> {
+/// One request and its answer (`None` if none came in time), and how many
+/// replies were refused meanwhile for their tag.
+async fn exchange(socket: &UdpSocket, key: Option<&TimeKey>) -> (Option<TimeSample>, u64) {
     let id = fastrand::u64(..);
     let t1 = skewscope_os::clock::now();
-    let request = Request {
-        id,
-        t1_wall_ns: t1.wall_ns,
-    };
-    socket.send(&request.encode()).await.ok()?;
+    let request = Request::new(id, t1.wall_ns);
+    if socket.send(&request.encode()).await.is_err() {
+        return (None, 0);
+    }
     let mut buf = [0u8; PACKET_LEN + 16];
+    let mut refused = 0u64;
     let answer = async {
         loop {
-            let n = socket.recv(&mut buf).await.ok()?;
+            let Ok(n) = socket.recv(&mut buf).await else {
+                return None;
+            };
             let t4 = skewscope_os::clock::now();
             // A late answer to an earlier request, or junk: keep waiting.
-            match Reply::decode(&buf[..n]) {
+            match Reply::decode(&buf[..n], key) {
                 Ok(r) if r.id == id && r.t1_wall_ns == t1.wall_ns => {
                     return Some(TimeSample {
                         t1,
@@ -110,12 +138,14 @@ async fn exchange(socket: &UdpSocket) -> Option<TimeSample> {
                         t4,
                     });
                 }
+                Err(Invalid::Untagged | Invalid::BadTag) => refused += 1,
                 _ => continue,
             }
         }
     };
-    tokio::time::timeout(ANSWER_WAIT, answer)
+    let sample = tokio::time::timeout(ANSWER_WAIT, answer)
         .await
         .ok()
-        .flatten()
+        .flatten();
+    (sample, refused)
 }

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use skewscope_core::control_rate::ControlRate;
+use skewscope_core::time_exchange::TimeKey;
 use skewscope_core::time_exchange::json::{encode_error, encode_reply, parse_request};
 use skewscope_os::rx_stamp::{LastRx, RxStamped};
 use tokio::net::TcpStream;
@@ -43,8 +44,14 @@ const MAX_FRAME: usize = 1024;
 const IDLE: Duration = Duration::from_secs(600);
 
 /// Serves one upgraded `/clock` connection until it closes or misbehaves.
-/// `leftover` is what followed the request head.
-pub async fn serve(stream: TcpStream, leftover: Vec<u8>, counters: ClockServiceCounters) {
+/// `leftover` is what followed the request head; with a `key` (the agent
+/// has a token) every reply carries its tag.
+pub async fn serve(
+    stream: TcpStream,
+    leftover: Vec<u8>,
+    counters: ClockServiceCounters,
+    key: Option<TimeKey>,
+) {
     let (stream, last_rx) = RxStamped::new(stream);
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_FRAME))
@@ -52,7 +59,7 @@ pub async fn serve(stream: TcpStream, leftover: Vec<u8>, counters: ClockServiceC
     let mut ws =
         WebSocketStream::from_partially_read(stream, leftover, Role::Server, Some(config)).await;
     counters.sessions.inc();
-    let closed = session(&mut ws, &last_rx, &counters).await;
+    let closed = session(&mut ws, &last_rx, &counters, key.as_ref()).await;
     counters.sessions.dec();
     if let Some((code, reason)) = closed {
         let _ = ws
@@ -78,6 +85,7 @@ async fn session(
     ws: &mut WebSocketStream<RxStamped>,
     last_rx: &LastRx,
     counters: &ClockServiceCounters,
+    key: Option<&TimeKey>,
 ) -> Option<(CloseCode, &'static str)> {
     let mut rate = ControlRate::with(
         skewscope_os::clock::mono_ns(),
@@ -113,7 +121,7 @@ async fn session(
             Ok(request) => {
                 counters.answered.inc();
                 let t3_wall_ns = skewscope_os::clock::now().wall_ns;
-                encode_reply(&request, t2_wall_ns, t3_wall_ns)
+                encode_reply(&text, &request, t2_wall_ns, t3_wall_ns, key)
             }
             Err(why) => {
                 counters.malformed.inc();

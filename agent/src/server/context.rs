@@ -19,6 +19,9 @@ pub struct Context {
     /// Bearer token required by `/publish`, `/start_test`, `/ingest` and
     /// `/audit/…`, if any.
     pub token: Option<String>,
+    /// The time exchange's tag key, derived from `token` once: `/clock`
+    /// tags its replies with it.
+    pub time_key: Option<skewscope_core::time_exchange::TimeKey>,
     /// Largest `/publish` body.
     pub max_publish: usize,
     /// Body bytes all `/publish` requests in flight may hold together.

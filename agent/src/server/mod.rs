@@ -293,7 +293,13 @@ async fn clock(mut stream: TcpStream, request: Request, context: &Context) {
         return;
     }
     let _ = stream.set_nodelay(true);
-    clock::serve(stream, request.rest, context.counters.clock.clone()).await;
+    clock::serve(
+        stream,
+        request.rest,
+        context.counters.clock.clone(),
+        context.time_key.clone(),
+    )
+    .await;
 }
 
 /// Upgrades an `/ingest` request and hands the connection to the ingest

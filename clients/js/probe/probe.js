@@ -387,7 +387,15 @@ async function main() {
   }
   setState("syncing with the agent's clock");
   // The native probe's schedule: a pair a second once the bound settles.
-  const clock = new Clock(`${agentWs}/clock`, { every: 1000 });
+  // With the agent's token and WebCrypto (a secure context: https, or
+  // localhost), only replies tagged under the token are used; otherwise the
+  // clock is unauthenticated, said in the log, and the report names it.
+  const keyed = Boolean(token) && Boolean(globalThis.crypto?.subtle);
+  const clock = new Clock(`${agentWs}/clock`, { every: 1000, token: keyed ? token : null });
+  emit({ kind: "clock_tags", keyed, refused: 0, at_ms: pageNow() });
+  clock.addEventListener("refused", (e) => {
+    emit({ kind: "clock_tags", keyed, refused: e.refused, at_ms: pageNow() });
+  });
   clock.addEventListener("exchange", (e) => {
     const x = e.exchange;
     emit({ kind: "exchange", t1_ms: x.t1, t2_ms: x.t2, t3_ms: x.t3, t4_ms: x.t4 });

@@ -8,7 +8,9 @@ import {
   FASTEST_NS,
   MAX_BURST_ROUNDS,
   Schedule,
+  checkReply,
   scheduleAt,
+  timeKey,
   toEpochMs,
 } from "../skewscope-clock.js";
 
@@ -215,4 +217,62 @@ test("replies fill the model through a WebSocket, and bound changes are told", (
     assert.equal(exchanges.length, clock.model.size);
     clock.close();
   });
+});
+
+test("with a token, only replies the agent tagged are used; altered ones are refused and counted", async () => {
+  const { createHmac, webcrypto } = await import("node:crypto");
+  // The agent's side, written here with node's HMAC (not WebCrypto).
+  const key = createHmac("sha256", "site-secret").update("skewscope time exchange tag v2").digest();
+  const tagOf = (text) => createHmac("sha256", key).update(text).digest("hex").slice(0, 32);
+  // The shared vector: the core's and Python's tag for this request.
+  const vectorKey = await timeKey("site-secret", webcrypto.subtle);
+  const vector = { auth: { t2_ns: "1764000000000000001", t3_ns: "1764000000000000002", tag: "2507b9ac663f4096104e8f8263461495" } };
+  assert.ok(await checkReply(vectorKey, '{"id":1,"t1":1000}', vector, webcrypto.subtle));
+  assert.equal(await checkReply(vectorKey, '{"id":2,"t1":1000}', vector, webcrypto.subtle), null);
+
+  let page = 1_764_000_000_000;
+  const offset = 7;
+  let replies = 0;
+  class TamperedSocket {
+    constructor() {
+      this.readyState = 1;
+      queueMicrotask(() => this.onopen());
+    }
+    send(text) {
+      const { id, t1 } = JSON.parse(text);
+      const t2ms = page + 0.1 + offset;
+      page += 0.3;
+      const ns = (ms) => String(Math.round(ms * 1e6));
+      const [t2_ns, t3_ns] = [ns(t2ms), ns(t2ms + 0.01)];
+      const reply = { id, t1, t2: t2ms, t3: t2ms + 0.01, auth: { t2_ns, t3_ns, tag: tagOf(`${text}\n${t2_ns}\n${t3_ns}`) } };
+      replies += 1;
+      if (replies % 2 === 0) {
+        // On the path: 3 ms later, in both units, the tag left as it was.
+        reply.t2 += 3;
+        reply.t3 += 3;
+        reply.auth.t2_ns = ns(t2ms + 3);
+        reply.auth.t3_ns = ns(t2ms + 3.01);
+      }
+      queueMicrotask(() => this.onmessage({ data: JSON.stringify(reply) }));
+    }
+    close() {}
+  }
+  const env = { pageNow: () => page, setTimeout, clearTimeout, crypto: webcrypto };
+  const clock = new Clock("ws://server/clock", { WebSocketImpl: TamperedSocket, env, token: "site-secret" });
+  let told = 0;
+  clock.addEventListener("refused", (e) => (told = e.refused));
+  await clock.start();
+  assert.ok(clock.authenticated);
+  // Let a few more exchanges run (the fake answers at once).
+  while (replies < 12) await new Promise((r) => setTimeout(r, 5));
+  assert.ok(clock.refused >= 3 && told === clock.refused, `${clock.refused} ${told}`);
+  assert.ok(Math.abs(clock.now() - (page + offset)) <= clock.bound() + 0.2, `${clock.now()} vs ${page + offset}`);
+  clock.close();
+
+  // Without WebCrypto a token is an error, not a silent unauthenticated clock.
+  const bare = new Clock("ws://server/clock", { WebSocketImpl: TamperedSocket, env: { ...env, crypto: {} }, token: "x" });
+  const saved = globalThis.crypto;
+  Object.defineProperty(globalThis, "crypto", { value: undefined, configurable: true });
+  await assert.rejects(bare.start(), /secure context/);
+  Object.defineProperty(globalThis, "crypto", { value: saved, configurable: true });
 });

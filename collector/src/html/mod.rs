@@ -354,6 +354,9 @@ fn summary(out: &mut String, r: &Report) {
         }
     };
     let _ = write!(out, r#"<p class="basis">{basis}"#);
+    if let Some(line) = crate::sentences::unauthenticated_line(&r.clocks_unauthenticated) {
+        let _ = write!(out, r#" <b class="bad">{}.</b>"#, escape(&line));
+    }
     if r.uncorrected_receipts > 0 {
         let _ = write!(
             out,
@@ -409,6 +412,14 @@ fn probes(out: &mut String, r: &Report) {
             )
         } else {
             String::new()
+        };
+        let tls = match p
+            .clock_tags
+            .as_ref()
+            .and_then(crate::sentences::refused_text)
+        {
+            Some(refused) => format!(r#"{tls} <b class="bad">{}</b>"#, escape(&refused)),
+            None => tls,
         };
         let deflate = if p.deflate_connections > 0 {
             format!(

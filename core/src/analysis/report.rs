@@ -170,6 +170,9 @@ pub struct ProbeSummary {
     /// had in full) and kept, within `--keep-runs` and `--keep-bytes`;
     /// `None` when it kept no limits (`--out`, or logs from before them).
     pub logs_pruned: Option<crate::record::LogsPruned>,
+    /// Its time exchange's authentication: keyed (it took only tagged
+    /// replies) and replies refused; `None` in logs from before the tag.
+    pub clock_tags: Option<crate::record::ClockTags>,
 }
 
 /// One broadcast among the worst by skew.
@@ -206,6 +209,10 @@ pub struct Report {
     pub clock_basis: ClockBasis,
     /// How clocks were told apart.
     pub clocks_named_by: ClockNaming,
+    /// Probes whose clocks were set by an unauthenticated time exchange
+    /// (it ran without the agent's token: anyone on the path could have
+    /// moved them), by name; see [`ProbeSummary::clock_tags`].
+    pub clocks_unauthenticated: Vec<String>,
     /// Broadcasts seen (agent log) or distinct messages received (probes only).
     pub broadcasts: u64,
     /// Probe connections (each counted once, however often it reconnected).
@@ -460,6 +467,7 @@ impl ReportBuilder {
                 deflate_connections: p.deflate_connections,
                 page: p.page.clone(),
                 logs_pruned: p.logs_pruned.clone(),
+                clock_tags: p.clock_tags,
             })
             .collect();
         let mut seen = std::collections::HashSet::new();
@@ -510,6 +518,7 @@ impl ReportBuilder {
             reference: None,
             matched: None,
             clock_basis,
+            clocks_unauthenticated: unauthenticated(&probes),
             clocks_named_by,
             broadcasts: self.broadcasts,
             connections: probes.iter().map(|p| p.connections).sum(),
@@ -553,4 +562,16 @@ fn spread(times: impl Iterator<Item = u64> + Clone) -> Option<u64> {
         return None;
     }
     Some(times.clone().max()? - times.min()?)
+}
+
+/// The probes whose time exchange ran unkeyed and answered: the one rule
+/// the text, the page and the audit say "unauthenticated" by.
+fn unauthenticated(probes: &[ProbeSummary]) -> Vec<String> {
+    let mut names: Vec<String> = probes
+        .iter()
+        .filter(|p| p.clock.time_samples > 0 && p.clock_tags.is_some_and(|t| !t.keyed))
+        .map(|p| p.name.clone())
+        .collect();
+    names.dedup();
+    names
 }

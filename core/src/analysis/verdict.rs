@@ -339,6 +339,7 @@ mod tests {
             deflate_connections: 0,
             page: None,
             logs_pruned: None,
+            clock_tags: None,
             clock: DeviceClockSummary {
                 time_samples: 5,
                 offset_ns: bound.map(|_| 0),

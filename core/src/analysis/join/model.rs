@@ -105,6 +105,8 @@ pub struct Probe {
     /// What it deleted from its `--out-dir` at start to stay within its
     /// limits, and what it kept.
     pub logs_pruned: Option<crate::record::LogsPruned>,
+    /// Its time exchange's authentication, as its last record said.
+    pub clock_tags: Option<crate::record::ClockTags>,
 }
 
 /// The agent run's identity.

@@ -255,6 +255,7 @@ pub(super) fn collect_probes(probes: &[&dyn ProbeSource]) -> ProbeSide {
                 ProbeRecord::Payload(_) => {}
                 ProbeRecord::Page(page) => info.page = Some(page),
                 ProbeRecord::LogsPruned(p) => info.logs_pruned = Some(p),
+                ProbeRecord::ClockTags(t) => info.clock_tags = Some(t),
             }
         }
         info.clock = ClockIdentity::of(&info.host, info.identity.as_ref());
@@ -299,6 +300,7 @@ pub(super) fn connection_time(record: &ProbeRecord) -> Option<u64> {
         | ProbeRecord::Payload(_)
         | ProbeRecord::Page(_)
         | ProbeRecord::LogsPruned(_)
+        | ProbeRecord::ClockTags(_)
         | ProbeRecord::LogFull(_) => None,
     }
 }
