@@ -170,6 +170,9 @@ pub struct LogWriter<W: Write> {
     out: W,
     scratch: Vec<u8>,
     written: u64,
+    /// `written` at the last flush that worked: every byte up to it is
+    /// whole frames in the output.
+    flushed: u64,
 }
 
 impl<W: Write> LogWriter<W> {
@@ -180,6 +183,7 @@ impl<W: Write> LogWriter<W> {
             out,
             scratch: Vec::with_capacity(4096),
             written: HEADER_LEN as u64,
+            flushed: 0,
         })
     }
 
@@ -199,7 +203,18 @@ impl<W: Write> LogWriter<W> {
 
     /// Pushes buffered bytes to the OS.
     pub fn flush(&mut self) -> io::Result<()> {
-        self.out.flush()
+        self.out.flush()?;
+        self.flushed = self.written;
+        Ok(())
+    }
+
+    /// Bytes known to be whole frames in the output: `bytes_written` at
+    /// the last flush that worked. After a failed write the output may hold
+    /// a torn frame past it; a writer cuts back to here so no record is
+    /// ever written behind one (a reader that follows a growing log, as the
+    /// audit and the uploads do, could not get past it).
+    pub fn bytes_flushed(&self) -> u64 {
+        self.flushed
     }
 
     /// Returns the inner writer.
@@ -214,6 +229,7 @@ impl<W: Write> LogWriter<W> {
             out,
             scratch: Vec::with_capacity(4096),
             written,
+            flushed: written,
         }
     }
 
@@ -227,6 +243,7 @@ impl<W: Write> LogWriter<W> {
     /// buffered records after a failed write (a full disk) needs.
     pub fn replace_writer(&mut self, out: W, written: u64) -> W {
         self.written = written;
+        self.flushed = written;
         std::mem::replace(&mut self.out, out)
     }
 }

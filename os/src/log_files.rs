@@ -76,11 +76,22 @@ impl FileLogWriter for LogWriter<BufWriter<File>> {
     /// Drops what is buffered but not yet written, without writing it:
     /// after a failed write (a full disk) those records are counted lost,
     /// and must not reach the file later behind ones written since. The
-    /// file may end in a torn frame, which readers skip.
+    /// file is cut back to the last flush that worked: a failed write can
+    /// leave part of a frame, and records written after it would sit behind
+    /// a torn frame whose length field can claim up to 64 MiB, which a
+    /// reader following the growing file (the audit's copy, the probe's
+    /// uploads) would wait on for ever (found by collector/tests/faults.rs
+    /// under load: an audit saw no broadcast for its whole --settle).
     fn discard_buffered(&mut self) -> io::Result<()> {
-        let file = self.writer().get_ref().try_clone()?;
-        let len = file.metadata()?.len();
-        let old = self.replace_writer(BufWriter::with_capacity(256 * 1024, file), len);
+        let mut file = self.writer().get_ref().try_clone()?;
+        let good = self.bytes_flushed();
+        if file.metadata()?.len() > good {
+            file.set_len(good)?;
+        }
+        // The offset the two handles share is still past the cut: writing
+        // there would leave a hole of zeros.
+        io::Seek::seek(&mut file, io::SeekFrom::Start(good))?;
+        let old = self.replace_writer(BufWriter::with_capacity(256 * 1024, file), good);
         // into_parts, unlike a drop, writes nothing.
         let _ = old.into_parts();
         Ok(())
@@ -278,7 +289,19 @@ mod tests {
         let (mut log, created) = FileLog::reopen(&path, LogKind::Probe).unwrap();
         assert!(!created);
         log.append(&stopped(10)).unwrap();
-        // What was buffered when a write failed never reaches the file.
+        // A write that failed part way (a full disk): half a frame reached
+        // the file. What was buffered never reaches it, and the torn half
+        // is cut away, so the next record is not written behind it.
+        {
+            use std::io::Write;
+            let mut torn = Vec::new();
+            skewscope_core::log::encode_record(&stopped(10), &mut torn);
+            let mut file = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .unwrap();
+            file.write_all(&torn[..torn.len() / 2]).unwrap();
+        }
         log.discard_buffered().unwrap();
         log.append(&stopped(11)).unwrap();
         log.sync().unwrap();
