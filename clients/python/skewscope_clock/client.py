@@ -1,0 +1,564 @@
+"""The server's wall clock in a Python app, over the skewscope agent's
+``GET /clock`` WebSocket, and actions at a time in it.
+
+A port of the page module ``clients/js/skewscope-clock.js`` to asyncio:
+the same exchange (``{"id": N, "t1": T}`` out, t2 and t3 back), the same
+clock model and schedule (``model.py``), the same tag check. Where the page
+keeps milliseconds, this keeps nanoseconds (``time.monotonic_ns()`` for t1
+and t4, the agent's integer ``t2_ns``/``t3_ns``), as the Rust core does,
+and hands seconds to the app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import inspect
+import json
+import math
+import re
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Callable
+
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from .model import HORIZON_NS, ClockModel, Schedule
+
+__all__ = [
+    "ANSWER_WAIT_NS",
+    "SPIN_S",
+    "ClockError",
+    "Exchange",
+    "ClockEstimate",
+    "Acted",
+    "Action",
+    "Clock",
+    "connect_clock",
+    "to_epoch_seconds",
+    "time_key",
+    "reply_tag",
+    "check_reply",
+]
+
+#: How long a reply may take before the exchange counts as lost, ns (300 ms):
+#: a reply later than that proves little, and one request is out at a time.
+ANSWER_WAIT_NS = 300_000_000
+#: act_at sleeps until this long before its time, then reads the clock until
+#: it has come: asyncio's timers are late by a millisecond or more.
+SPIN_S = 0.004
+#: Of that, the last part is read out; the rest is a precise thread sleep.
+SPIN_TAIL_NS = 1_000_000
+#: What the agent binds its token to for the time exchange's key.
+KEY_LABEL = b"skewscope time exchange tag v2"
+#: Bytes of the tag kept (128 bits).
+TAG_LEN = 16
+#: A page's clock that moves unlike the wall clock by more than this between
+#: two exchanges means the device slept: what was learned is dropped.
+JUMP_NS = 1_000_000_000
+
+_DIGITS = re.compile(r"[0-9]{1,20}")
+_HEX_TAG = re.compile(r"[0-9a-fA-F]{%d}" % (2 * TAG_LEN))
+
+#: Seconds per unit, for times to act written in other units.
+_UNIT_DIGITS = {"s": 0, "ms": 3, "us": 6, "ns": 9}
+
+
+class ClockError(RuntimeError):
+    """The clock cannot say the server's time: not synced, no reply in time,
+    or every reply refused. Raised rather than guessed: an app acting on a
+    clock it does not have would act at the wrong moment without knowing."""
+
+
+def to_epoch_seconds(value, unit: str = "auto") -> float:
+    """A time since the epoch in ``unit`` ("s", "ms", "us", "ns", or "auto")
+    as float seconds.
+
+    Why: servers write times to act as they already write times (FastAPI's
+    ``time.time()`` in seconds, Go's ``UnixNano()``, JavaScript's
+    milliseconds). "auto" reads the unit from the magnitude as the skewscope
+    probe does: below 1e11 seconds, below 1e14 milliseconds, below 1e17
+    microseconds, else nanoseconds (any date between 1973 and 5138). Ints
+    and strings of digits are divided exactly (a nanosecond int would lose
+    bits as a float first); a string holding a number is read too.
+    """
+    if unit != "auto" and unit not in _UNIT_DIGITS:
+        raise ValueError(f"unknown unit: {unit!r} (s, ms, us, ns or auto)")
+    exact = None
+    if isinstance(value, bool):
+        raise ValueError(f"not a time: {value!r}")
+    if isinstance(value, int):
+        exact = value
+    elif isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value.strip()):
+        exact = int(value.strip())
+    try:
+        v = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"not a time: {value!r}") from None
+    if not math.isfinite(v):
+        raise ValueError(f"not a time: {value!r}")
+    if unit == "auto":
+        a = abs(v)
+        unit = "s" if a < 1e11 else "ms" if a < 1e14 else "us" if a < 1e17 else "ns"
+    digits = _UNIT_DIGITS[unit]
+    if exact is not None:
+        return exact / 10**digits  # correctly rounded
+    return v / 10.0**digits if digits else v
+
+
+def time_key(token: str | bytes) -> bytes:
+    """The time exchange's key from the agent's token (its ``--token-file``,
+    trimmed), as the agent derives it: HMAC-SHA-256(token, label). Why a
+    derived key: the token itself never keys anything on the wire."""
+    raw = token.encode("utf-8") if isinstance(token, str) else bytes(token)
+    return hmac.new(raw, KEY_LABEL, hashlib.sha256).digest()
+
+
+def reply_tag(key: bytes, request_text: str, t2_ns: str, t3_ns: str) -> str:
+    """The tag the agent puts on a reply (32 hex digits): HMAC-SHA-256 under
+    ``key``, first 128 bits, of the request's exact text and both times'
+    digits. It binds the reply to that very request and to both times."""
+    msg = f"{request_text}\n{t2_ns}\n{t3_ns}".encode("utf-8")
+    return hmac.new(key, msg, hashlib.sha256).digest()[:TAG_LEN].hex()
+
+
+def check_reply(key: bytes, request_text: str, reply: Any):
+    """A tagged reply's (t2, t3) in ns, from the tagged digit strings, when
+    its tag is the one ``key`` gives the request's exact ``request_text``
+    and those digits; None when untagged or it does not verify (altered on
+    the path, or another token). The untagged fields are never read: anyone
+    on the path could have rewritten them."""
+    auth = reply.get("auth") if isinstance(reply, dict) else None
+    if not isinstance(auth, dict):
+        return None
+    t2s, t3s, tag = auth.get("t2_ns"), auth.get("t3_ns"), auth.get("tag")
+    if not (isinstance(t2s, str) and isinstance(t3s, str) and isinstance(tag, str)):
+        return None
+    if not (_DIGITS.fullmatch(t2s) and _DIGITS.fullmatch(t3s) and _HEX_TAG.fullmatch(tag)):
+        return None
+    mac = hmac.new(key, f"{request_text}\n{t2s}\n{t3s}".encode("utf-8"), hashlib.sha256).digest()
+    if not hmac.compare_digest(mac[:TAG_LEN], bytes.fromhex(tag)):
+        return None
+    t2, t3 = int(t2s), int(t3s)
+    if t2 >= 2**64 or t3 >= 2**64:
+        return None
+    return t2, t3
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One exchange kept: t1 and t4 on this host's ``time.monotonic_ns()``,
+    t2 and t3 on the server's wall clock, ns. What an app that records its
+    sync writes down."""
+
+    t1: int
+    t2: int
+    t3: int
+    t4: int
+
+
+@dataclass(frozen=True)
+class ClockEstimate:
+    """The server's clock at one monotonic moment: server = monotonic +
+    offset, true to within ± bound. Seconds, and the exact ns beside them."""
+
+    offset: float
+    bound: float
+    drift_ppm: float
+    offset_ns: int
+    bound_ns: int
+
+
+@dataclass(frozen=True)
+class Acted:
+    """What an action at a time did, in the server's clock (seconds since the
+    epoch): the ``target`` asked, the ``actual`` moment it ran, and how
+    ``late`` (actual − target: about 0 on time; a time already past when it
+    was asked runs at once, late by that much)."""
+
+    target: float
+    actual: float
+    late: float
+
+
+class Action:
+    """A pending :meth:`Clock.act_at`: cancel it, or await it for its
+    :class:`Acted`. Why a handle: an app that gets a newer message for the
+    same moment must be able to call off the old one."""
+
+    def __init__(self, target: float, future: asyncio.Future):
+        self.target = target
+        self._future = future
+
+    def cancel(self) -> bool:
+        """Calls it off if it has not run; whether it was pending."""
+        return self._future.cancel()
+
+    def done(self) -> bool:
+        """Whether it ran (or was cancelled)."""
+        return self._future.done()
+
+    def result(self) -> Acted:
+        """Its :class:`Acted`, once done."""
+        return self._future.result()
+
+    def __await__(self):
+        return self._future.__await__()
+
+
+class Clock:
+    """The server's clock over a WebSocket to the agent's ``/clock``.
+
+    Use :func:`connect_clock` to get one that has synced. It exchanges on
+    the schedule the native probe keeps (bursts of pairs until the bound
+    stops improving, then a pair every ``every`` seconds, sooner while the
+    drift is loosely known) and keeps the same clock model as the probe and
+    the report, so ``now()`` is the server's wall time to within
+    ``bound()`` on any link, not only a quiet LAN.
+
+    With ``token`` (the agent's, as in its ``--token-file``) only replies
+    tagged under it are used: anyone who can rewrite packets on the path
+    could otherwise move this clock while every bound still looks right.
+    Others are refused and counted (``refused``), never used.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | bytes | None = None,
+        every: float = 1.0,
+        on_exchange: Callable[[Exchange], Any] | None = None,
+    ):
+        if not every > 0:
+            raise ValueError("every must be a positive number of seconds")
+        if token is not None and not token:
+            raise ValueError("an empty token: the agent never has one (give None for no token)")
+        self.url = url
+        self.every = every
+        self._key = time_key(token) if token is not None else None
+        #: Replies whose tag did not verify (or that had none), with a token.
+        self.refused = 0
+        #: Exchanges kept since the start.
+        self.exchanges = 0
+        #: Times the monotonic clock jumped against the wall clock (the host
+        #: slept): each dropped what was learned.
+        self.jumps = 0
+        self.on_exchange = on_exchange
+        self.model = ClockModel(ns_per_unit=1)
+        self.schedule = Schedule(time.monotonic_ns(), every * 1e9)
+        self.closed = False
+        self._ws = None
+        self._task: asyncio.Task | None = None
+        self._wake: asyncio.Event | None = None
+        self._synced: asyncio.Event | None = None
+        self._error: BaseException | None = None
+        self._next_id = 1
+        self._last_seen: tuple[int, int] | None = None
+        self._actions: set[asyncio.Task] = set()
+
+    # -- the clock -----------------------------------------------------------
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the exchanges stopped, if they stopped other than by close():
+        the clock then goes on from what it learned, its bound growing."""
+        return self._error
+
+    @property
+    def authenticated(self) -> bool:
+        """Whether replies must carry the token's tag."""
+        return self._key is not None
+
+    def estimate(self, at_mono: int | None = None) -> ClockEstimate | None:
+        """The server's clock at monotonic time ``at_mono`` (ns of
+        ``time.monotonic_ns()``; default now), or None before any exchange.
+        Why a monotonic time: it never steps, so a moment planned on it
+        lands on the server's time even if this host's wall clock is set."""
+        mono = time.monotonic_ns() if at_mono is None else at_mono
+        e = self.model.at(mono)
+        if e is None:
+            return None
+        return ClockEstimate(
+            offset=e.agent_minus_mono_ns / 1e9,
+            bound=e.bound_ns / 1e9,
+            drift_ppm=e.drift_ppb / 1e3,
+            offset_ns=e.agent_minus_mono_ns,
+            bound_ns=e.bound_ns,
+        )
+
+    def now(self) -> float:
+        """The server's wall time now, seconds since the epoch (as
+        ``time.time()`` on the server). Raises :class:`ClockError` before
+        the first exchange: there is no honest answer then."""
+        mono = time.monotonic_ns()
+        e = self.model.at(mono)
+        if e is None:
+            raise ClockError("skewscope clock: not synced yet")
+        return (mono + e.agent_minus_mono_ns) / 1e9
+
+    def bound(self) -> float:
+        """How far ``now()`` can be from the server's clock, ± seconds
+        (``math.inf`` before the first exchange)."""
+        e = self.model.at(time.monotonic_ns())
+        return math.inf if e is None else e.bound_ns / 1e9
+
+    def act_at(self, at, callback: Callable[[Acted], Any], *, unit: str = "auto", spin: float = SPIN_S) -> Action:
+        """Runs ``callback(acted)`` when the server's clock reaches ``at``
+        (seconds since the epoch; or ms/us/ns, read as
+        :func:`to_epoch_seconds` reads them).
+
+        Why this way: asyncio sleeps to ``spin`` (4 ms) before the moment,
+        as its timers fire a millisecond or more late on a busy host; then
+        the moment is mapped onto the monotonic clock with the exchanges
+        that came during the wait, the thread sleeps precisely to 1 ms
+        before it and reads the clock until it has come (holding the event
+        loop those few ms), and the server's clock is read until it says
+        the moment has come: never early, late by a read. A time already
+        past runs at once (before this returns), and ``acted.late`` says by
+        how much. A coroutine the callback returns is scheduled. Returns an
+        :class:`Action`: await it, or cancel it.
+        """
+        target = to_epoch_seconds(at, unit)
+        loop = asyncio.get_running_loop()
+        now = self.now()
+        if now > target:
+            future = loop.create_future()
+            future.set_result(self._run_callback(callback, Acted(target, now, now - target)))
+            return Action(target, future)
+        task = loop.create_task(self._act(target, callback, spin))
+        self._actions.add(task)
+        task.add_done_callback(self._actions.discard)
+        return Action(target, task)
+
+    def hurry(self) -> bool:
+        """Asks for a burst now (an action is near and the bound is wider
+        than its time to spare); whether one starts. At most one a second."""
+        if not self.schedule.hurry(time.monotonic_ns()):
+            return False
+        if self._wake is not None:
+            self._wake.set()
+        return True
+
+    # -- the connection --------------------------------------------------------
+
+    async def start(self, timeout: float = 5.0) -> "Clock":
+        """Opens the socket and starts exchanging in a background task;
+        returns once one exchange was kept. Raises :class:`ClockError` when
+        none is within ``timeout`` seconds (saying so when replies came but
+        were refused: the wrong token, or someone altering them)."""
+        self._wake = asyncio.Event()
+        self._synced = asyncio.Event()
+        try:
+            self._ws = await connect(self.url, open_timeout=timeout, compression=None, max_size=1 << 16)
+        except Exception as e:
+            self.closed = True
+            raise ClockError(f"skewscope clock: cannot reach {self.url}: {e}") from e
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        synced = asyncio.ensure_future(self._synced.wait())
+        try:
+            await asyncio.wait({synced, self._task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            synced.cancel()
+        if self._synced.is_set():
+            return self
+        error = self._error
+        if self._task.done() and not self._task.cancelled() and self._task.exception() is not None:
+            error = self._task.exception()
+        await self.close()
+        if self.refused > 0:
+            raise ClockError(
+                f"skewscope clock: no reply from {self.url} could be used in {timeout} s: "
+                f"all {self.refused} replies were refused, their tag did not verify under the token "
+                "(the agent has another token, or someone on the path altered them)"
+            ) from error
+        if error is not None:
+            raise ClockError(f"skewscope clock: {self.url} closed before one exchange: {error}") from error
+        raise ClockError(f"skewscope clock: no reply from {self.url} within {timeout} s")
+
+    async def close(self) -> None:
+        """Closes the socket and stops exchanging (pending actions still run,
+        on what was learned)."""
+        self.closed = True
+        if self._wake is not None:
+            self._wake.set()
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+        if self._ws is not None:
+            try:
+                await self._ws.close()
+            except Exception:
+                pass
+        if task is not None:
+            try:
+                await task
+            except BaseException:
+                pass
+
+    async def __aenter__(self) -> "Clock":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # -- inside --------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            while not self.closed:
+                await self._wait_due()
+                if self.closed:
+                    break
+                self._answered(await self._exchange_once())
+        except ConnectionClosed as e:
+            self._error = e
+        except Exception as e:  # an on_exchange that raised: said by start(), kept in .error
+            self._error = e
+            raise
+        finally:
+            self.closed = True
+
+    async def _wait_due(self) -> None:
+        """Waits for the schedule's next request, or a hurry."""
+        while not self.closed:
+            self._wake.clear()
+            delay = (self.schedule.next_request_at() - time.monotonic_ns()) / 1e9
+            if delay <= 0:
+                return
+            try:
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    async def _exchange_once(self) -> Exchange | None:
+        """One request, and its reply within the answer window (None: lost)."""
+        ws = self._ws
+        request_id = self._next_id
+        self._next_id += 1
+        t1 = time.monotonic_ns()
+        text = json.dumps({"id": request_id, "t1": t1})
+        await ws.send(text)
+        deadline = t1 + ANSWER_WAIT_NS
+        while True:
+            left = (deadline - time.monotonic_ns()) / 1e9
+            if left <= 0:
+                return None
+            try:
+                async with asyncio.timeout(left):
+                    data = await ws.recv()
+            except TimeoutError:
+                return None
+            t4 = time.monotonic_ns()
+            try:
+                reply = json.loads(data)
+            except ValueError:
+                continue
+            if not isinstance(reply, dict):
+                continue
+            rid = reply.get("id")
+            if type(rid) is not int or rid != request_id:
+                continue  # a reply to an earlier request, past its window
+            if self._key is not None:
+                checked = check_reply(self._key, text, reply)
+                if checked is None:
+                    # Never used; the exchange waits on for the real reply.
+                    self.refused += 1
+                    continue
+                t2, t3 = checked
+            else:
+                t2, t3 = reply.get("t2_ns"), reply.get("t3_ns")
+                if type(t2) is not int or type(t3) is not int:
+                    continue
+            return Exchange(t1, t2, t3, t4)
+
+    def _answered(self, exchange: Exchange | None) -> None:
+        """One exchange done (None: no reply in time): into the model, then the next."""
+        now = time.monotonic_ns()
+        self._check_jump(now)
+        if exchange is not None and self.model.add(exchange.t1, exchange.t2, exchange.t3, exchange.t4):
+            self.model.forget_before(now - HORIZON_NS)
+            self.exchanges += 1
+            self._synced.set()
+            if self.on_exchange is not None:
+                self.on_exchange(exchange)
+        self.schedule.done(now, self.model.at(now))
+
+    def _check_jump(self, mono: int) -> None:
+        """A monotonic clock that moved unlike the wall clock (the host slept)
+        drops what was learned: the drift model does not span a sleep."""
+        wall = time.time_ns()
+        if self._last_seen is not None:
+            mono_moved = mono - self._last_seen[0]
+            wall_moved = wall - self._last_seen[1]
+            if abs(mono_moved - wall_moved) > JUMP_NS:
+                self.model = ClockModel(ns_per_unit=1)
+                self.schedule = Schedule(mono, self.every * 1e9)
+                self.jumps += 1
+        self._last_seen = (mono, wall)
+
+    def _run_callback(self, callback, acted: Acted) -> Acted:
+        result = callback(acted)
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(result)
+            self._actions.add(task)
+            task.add_done_callback(self._actions.discard)
+        return acted
+
+    async def _act(self, target: float, callback, spin: float) -> Acted:
+        while True:
+            try:
+                left = target - self.now()
+            except ClockError:
+                if self.closed:
+                    raise
+                await asyncio.sleep(0.01)  # the model was reset (a jump); until the next reply
+                continue
+            if left <= spin:
+                break
+            await asyncio.sleep(left - spin)
+        # The moment on the monotonic clock, from the estimate at it: reading
+        # that clock costs a fraction of a microsecond, the model tens of them.
+        target_ns = math.ceil(Fraction(target) * 10**9)
+        start = mono = time.monotonic_ns()
+        for _ in range(2):
+            e = self.model.at(mono)
+            if e is None:
+                break
+            mono = target_ns - e.agent_minus_mono_ns
+        # Never hold the loop past what the coarse wait left (a model that
+        # broke in between is read out below instead).
+        mono = min(mono, start + int(spin * 1e9) + SPIN_TAIL_NS)
+        # Sleep the thread to a millisecond before (a precise sleep, unlike
+        # the loop's timers), and read the clock for the rest: a busy read of
+        # several ms is soon preempted on a busy host, a sleep's wake is not.
+        # Both hold the event loop, for as long as the read would have.
+        rest = mono - time.monotonic_ns() - SPIN_TAIL_NS
+        if rest > 0:
+            time.sleep(rest / 1e9)
+        while time.monotonic_ns() < mono:
+            pass
+        # Then the clock itself: never before the moment, by its own reading.
+        now = self.now()
+        while now < target:
+            now = self.now()
+        return self._run_callback(callback, Acted(target, now, now - target))
+
+
+async def connect_clock(
+    url: str,
+    *,
+    token: str | bytes | None = None,
+    every: float = 1.0,
+    timeout: float = 5.0,
+    on_exchange: Callable[[Exchange], Any] | None = None,
+) -> Clock:
+    """A :class:`Clock` on ``url`` (``ws://server:port/clock``), returned once
+    one exchange was kept; raises :class:`ClockError` if none is within
+    ``timeout`` seconds. ``token``: the agent's, to use only replies it
+    tagged; ``every``: seconds between steady pairs of exchanges."""
+    return await Clock(url, token=token, every=every, on_exchange=on_exchange).start(timeout)

@@ -1,0 +1,80 @@
+"""act_at against the real agent: on time in the server's clock, never
+before the target less the bound, late only by a few ms on a loaded box;
+a time already past runs at once and says how late."""
+
+import asyncio
+import time
+
+from conftest import run, wait_until
+from skewscope_clock import Acted, connect_clock
+
+#: What a loaded 2-core box may add after the moment (the design's is a read).
+LATE_ALLOWANCE = 0.020
+FLOAT_SLACK = 2e-6
+
+
+def test_actions_run_at_their_time(agent):
+    results = []
+
+    def act(acted: Acted) -> None:
+        wall = time.time()  # this host's clock is the agent's: the truth
+        results.append((acted, wall, clock.now(), clock.bound()))
+
+    async def body():
+        nonlocal clock
+        clock = await connect_clock(agent.url, timeout=20)
+        try:
+            await wait_until(lambda: clock.exchanges >= 8, 30, "8 exchanges")
+            start = clock.now()
+            targets = [start + lead for lead in (0.10, 0.15, 0.20, 0.25, 0.30)]
+            actions = [
+                clock.act_at(targets[0], act),
+                clock.act_at(targets[1] * 1e3, act),  # ms, read from the magnitude
+                clock.act_at(int(targets[2] * 1e6), act),  # us
+                clock.act_at(int(targets[3] * 1e9), act),  # ns
+                clock.act_at(targets[4], act, unit="s"),
+            ]
+            assert not any(a.done() for a in actions), "none at once"
+            async with asyncio.timeout(10):
+                done = [await a for a in actions]
+            return targets, done
+        finally:
+            await clock.close()
+
+    clock = None
+    targets, done = run(body())
+    assert len(results) == 5
+    for want, (acted, wall, now, bound), returned in zip(targets, sorted(results, key=lambda r: r[0].target), done):
+        assert abs(acted.target - want) < 1e-5
+        assert returned == acted
+        # Never early by the clock's own reading, and it says so.
+        assert acted.actual >= acted.target and now >= acted.target
+        assert 0 <= acted.late <= LATE_ALLOWANCE
+        # In truth: not before the target less the bound, and not much after.
+        assert wall >= acted.target - bound - FLOAT_SLACK, f"{(wall - acted.target) * 1e3:.3f} ms, bound {bound * 1e3:.3f} ms"
+        assert wall - acted.target <= bound + LATE_ALLOWANCE, f"{(wall - acted.target) * 1e3:.3f} ms late"
+
+
+def test_a_time_already_past_runs_at_once_and_says_how_late(agent):
+    async def body():
+        clock = await connect_clock(agent.url, timeout=20)
+        try:
+            calls = []
+            target = clock.now() - 0.05
+            action = clock.act_at(target, calls.append)
+            # At once: before act_at returned.
+            assert len(calls) == 1 and action.done()
+            acted = calls[0]
+            assert acted.late > 0.049 and acted.actual - acted.target == acted.late
+            assert (await action) is acted
+            # And one called off never runs.
+            soon = clock.now() + 0.05
+            later = clock.act_at(soon, calls.append)
+            assert later.cancel()
+            await wait_until(later.done, 5, "the cancelled action to end")
+            await wait_until(lambda: clock.now() > soon + 0.01, 5, "its time to pass")
+            assert len(calls) == 1
+        finally:
+            await clock.close()
+
+    run(body())
