@@ -154,6 +154,7 @@ impl RunningAgent {
         // Every counter and figure, created once and handed down.
         let counters = AgentCounters::new(time_socket.is_some());
         let figures = LiveFigures::new();
+        let auto_lead = figures.auto_lead();
         let metrics = metrics::Metrics::new(&counters, &figures);
         let (live, feed) = LiveThread::start(figures, skewscope_os::clock::now().wall_ns, shards)
             .map_err(StartError::os("start the live join's thread"))?;
@@ -251,6 +252,7 @@ impl RunningAgent {
             hub: hub.clone(),
             token,
             time_key,
+            auto_lead,
             max_publish: config.max_publish,
             max_clients: config.max_clients,
             subprotocols: config.subprotocols.clone(),

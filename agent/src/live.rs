@@ -5,11 +5,14 @@
 //! Events come up to it on one bounded channel, from two senders that know
 //! nothing of it but a [`LiveFeed`]: the recorder hands it each record it
 //! writes, the ingest worker each batch it stored. It updates the
-//! [`LiveFigures`] handles it was given; nothing reads back into it. When
-//! no broadcast waits to be judged it sleeps until the next event.
+//! [`LiveFigures`] handles it was given; nothing reads back into it but
+//! `lead=auto`'s [`AutoLeadHandle`], which it writes and the HTTP tasks
+//! read. When no broadcast waits to be judged it sleeps until the next
+//! event.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -18,6 +21,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use skewscope_core::analysis::auto_lead::{AutoLead, AutoLeadNow, LeadBasis};
 use skewscope_core::analysis::live::{Judged, LiveJoin, ProbeHealth};
 use skewscope_core::record::{AgentRecord, ProbeRecord};
 
@@ -56,6 +60,29 @@ pub struct LiveFigures {
     probe_bound: ProbeGauge,
     probe_synced: ProbeGauge,
     probe_last_upload: ProbeGauge,
+    auto_lead: AutoLeadHandle,
+    auto_lead_seconds: Gauge<f64, AtomicU64>,
+    auto_lead_copies: Gauge,
+}
+
+/// The lead `lead=auto` gives now: the live thread writes it after each
+/// judgement, `/publish` and `/start_test` read it.
+#[derive(Clone, Debug)]
+pub struct AutoLeadHandle(Arc<Mutex<AutoLeadNow>>);
+
+impl AutoLeadHandle {
+    fn new() -> AutoLeadHandle {
+        AutoLeadHandle(Arc::new(Mutex::new(AutoLead::new().now())))
+    }
+
+    /// The lead to give a broadcast now, and what it rests on.
+    pub fn now(&self) -> AutoLeadNow {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set(&self, now: AutoLeadNow) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = now;
+    }
 }
 
 /// Histogram buckets for durations: 10 µs doubling to about 10 s.
@@ -96,7 +123,25 @@ impl LiveFigures {
             probe_bound: ProbeGauge::default(),
             probe_synced: ProbeGauge::default(),
             probe_last_upload: ProbeGauge::default(),
+            auto_lead: AutoLeadHandle::new(),
+            auto_lead_seconds: Gauge::default(),
+            auto_lead_copies: Gauge::default(),
         }
+    }
+
+    /// The handle `lead=auto` is read through.
+    pub fn auto_lead(&self) -> AutoLeadHandle {
+        self.auto_lead.clone()
+    }
+
+    fn show_auto_lead(&self, now: AutoLeadNow) {
+        self.auto_lead.set(now);
+        self.auto_lead_seconds.set(now.lead_ns as f64 / 1e9);
+        let copies = match now.basis {
+            LeadBasis::Probes { copies } => copies as i64,
+            LeadBasis::FanoutOnly { .. } | LeadBasis::Nothing => 0,
+        };
+        self.auto_lead_copies.set(copies);
     }
 
     /// Registers every figure for `/metrics`.
@@ -148,6 +193,22 @@ impl LiveFigures {
                 skewscope_core::analysis::settled::SETTLE_MARGIN_NS / 1_000_000_000
             ),
             self.actions_unmatched.clone(),
+        );
+        registry.register(
+            "skewscope_auto_lead_seconds",
+            format!(
+                "The lead lead=auto gives now: p{} of the probes' reads (start to read in the agent's clock plus the clock bound) over the last {} judged broadcasts, plus {} us or 1/16 of it; without probe uploads the fan-out span plus {} ms for the network",
+                skewscope_core::analysis::auto_lead::QUANTILE * 100.0,
+                skewscope_core::analysis::auto_lead::WINDOW_BROADCASTS,
+                skewscope_core::analysis::auto_lead::MARGIN_NS / 1_000,
+                skewscope_core::analysis::auto_lead::NETWORK_ALLOWANCE_NS / 1_000_000
+            ),
+            self.auto_lead_seconds.clone(),
+        );
+        registry.register(
+            "skewscope_auto_lead_copies",
+            "Probe copies that lead rests on (0: the fan-out span and the network allowance, no probe uploads)",
+            self.auto_lead_copies.clone(),
         );
         registry.register(
             "skewscope_broadcasts_pending_judgement",
@@ -293,6 +354,7 @@ impl LiveThread {
 
 fn run(mut join: LiveJoin, queue: &Receiver<Event>, figures: &LiveFigures) {
     let mut shown = Shown::default();
+    let mut auto = AutoLead::new();
     loop {
         // Ticks only while something can become final by time alone.
         let wait = if join.pending_broadcasts() > 0 {
@@ -318,6 +380,8 @@ fn run(mut join: LiveJoin, queue: &Receiver<Event>, figures: &LiveFigures) {
                 for (_, fanout) in join.add_agent_record(&record) {
                     if let Some(span) = fanout.span_ns() {
                         figures.fanout_span.observe(span as f64 / 1e9);
+                        auto.add_fanout_span(span);
+                        figures.show_auto_lead(auto.now());
                     }
                 }
                 figures.pending.set(join.pending_broadcasts() as i64);
@@ -335,7 +399,15 @@ fn run(mut join: LiveJoin, queue: &Receiver<Event>, figures: &LiveFigures) {
             Some(Event::Stop) => return,
             None => {}
         }
-        let judged = join.judge_final(skewscope_os::clock::now().wall_ns);
+        let now_wall_ns = skewscope_os::clock::now().wall_ns;
+        let judged = join.judge_final(now_wall_ns);
+        // The lead first: once /metrics counts a broadcast judged, the
+        // lead shown has taken it in.
+        for j in &judged {
+            auto.add_judged(now_wall_ns, j.reads_upper_ns.clone());
+        }
+        auto.tick(now_wall_ns);
+        figures.show_auto_lead(auto.now());
         count(&judged, figures);
         shown.update(&mut join, figures);
     }

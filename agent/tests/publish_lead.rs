@@ -59,7 +59,7 @@ async fn every_copy_carries_the_same_time_to_act_where_and_as_asked() {
         (&br#"{"show": 3}"#[..], "lead=200ms&pointer=/show/go"),
         (&br#"{"show": {}}"#[..], "lead=200ms&unit=auto"),
         (&br#"{"show": {}}"#[..], "pointer=/show/go"),
-        (&br#"{"show": {}}"#[..], "lead=auto"),
+        (&br#"{"show": {}}"#[..], "lead=soon"),
     ] {
         let r = request(agent.addr, "POST", &format!("/publish?{query}"), body, None)
             .await
@@ -140,4 +140,85 @@ async fn every_copy_carries_the_same_time_to_act_where_and_as_asked() {
     }
     assert_eq!(acted[0], acted[1], "one encoding for every client");
     agent.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lead_auto_without_probes_rests_on_the_fanout_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = RunningAgent::start(AgentConfig::local(dir.path().join("agent")))
+        .await
+        .unwrap();
+    let auto = |r: &agent::http_client::Response| {
+        assert_eq!(r.status, 200, "{}", r.body);
+        let answer: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(answer["lead"], "auto", "{answer}");
+        let lead = answer["lead_ns"].as_u64().unwrap();
+        // The time to act is the lead after the moment it was built.
+        assert!(answer["at_ns"].as_u64().unwrap() > lead);
+        (lead, answer["lead_basis"].as_str().unwrap().to_owned())
+    };
+    // Nothing measured: the network allowance and the margin.
+    let first = request(agent.addr, "GET", "/start_test?lead=auto", b"", None)
+        .await
+        .unwrap();
+    let (lead, basis) = auto(&first);
+    use skewscope_core::analysis::auto_lead::{MARGIN_NS, NETWORK_ALLOWANCE_NS};
+    assert_eq!(lead, NETWORK_ALLOWANCE_NS + MARGIN_NS);
+    assert!(basis.contains("nothing measured"), "{basis}");
+
+    // A plain client (no probe): broadcasts' fan-out spans settle, and the
+    // lead rests on them plus the allowance, said in the answer.
+    let mut config = ProbeConfig::new(
+        format!("ws://{}/ws", agent.addr),
+        dir.path().join("plain.sklog"),
+    );
+    config.time_exchange = false;
+    let probe = RunningProbe::start(config).await.unwrap();
+    assert_eq!(probe.connected().await.opened, 1);
+    wait_for_clients(&agent, 1).await;
+    let deadline = Instant::now() + LIMIT;
+    let (lead, basis) = loop {
+        let r = request(
+            agent.addr,
+            "POST",
+            "/publish?lead=auto",
+            br#"{"type": "go"}"#,
+            None,
+        )
+        .await
+        .unwrap();
+        let (lead, basis) = auto(&r);
+        if basis.contains("fan-out") {
+            break (lead, basis);
+        }
+        assert!(Instant::now() < deadline, "still {basis}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(lead > NETWORK_ALLOWANCE_NS + MARGIN_NS, "{lead} {basis}");
+    assert!(lead < NETWORK_ALLOWANCE_NS + MARGIN_NS + LIMIT.as_nanos() as u64);
+    let metrics = request(agent.addr, "GET", "/metrics", b"", None)
+        .await
+        .unwrap()
+        .body;
+    assert!(
+        metrics.contains("skewscope_auto_lead_copies 0"),
+        "no probe reads under it"
+    );
+    probe.stop_handle().stop();
+    let _ = tokio::time::timeout(LIMIT, probe.finish()).await;
+    // Every lead given is in the log, auto or not.
+    let log = agent.log_path.clone();
+    agent.shutdown().await.unwrap();
+    let AnyLog::Agent(records) = read_file(&log).unwrap() else {
+        panic!("an agent log");
+    };
+    let chosen: Vec<_> = records
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            skewscope_core::record::AgentRecord::LeadChosen(l) => Some(*l),
+            _ => None,
+        })
+        .collect();
+    assert!(chosen.len() >= 2 && chosen.iter().all(|l| l.auto && l.basis_copies == 0));
 }

@@ -8,6 +8,7 @@
 //! ingest throughput. `verdict`: an audit's last broadcast to its verdict.
 
 mod act_notify;
+mod auto_lead;
 mod clock_models;
 mod drain;
 mod fanout;
@@ -68,6 +69,23 @@ enum Command {
         /// Also write the figures as JSON to this file.
         #[arg(long)]
         save: Option<std::path::PathBuf>,
+    },
+    /// `lead=auto` over emulated links: late actions, and the leads it
+    /// chose against the best fixed lead in hindsight.
+    AutoLead {
+        /// Link profiles (wired, good-wifi, busy-wifi, asymmetric).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "wired,good-wifi,busy-wifi,asymmetric"
+        )]
+        profiles: Vec<String>,
+        /// Broadcasts measured per profile, after 80 of warm-up.
+        #[arg(long, default_value_t = 300)]
+        broadcasts: usize,
+        /// Print the figures as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// What --act-notify adds for the app beside a probe: the notice's
     /// latency (Unix datagram and UDP) against one local datagram and
@@ -366,6 +384,19 @@ fn main() -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string_pretty(&figures)?);
             } else {
                 links::print(&figures, lead, warmup);
+            }
+            Ok(())
+        }
+        Command::AutoLead {
+            profiles,
+            broadcasts,
+            json,
+        } => {
+            let figures = auto_lead::run(&link_profiles(&profiles)?, broadcasts)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&figures)?);
+            } else {
+                auto_lead::print(&figures);
             }
             Ok(())
         }

@@ -146,3 +146,25 @@ pub fn refused_text(tags: &skewscope_core::record::ClockTags) -> Option<String> 
         )
     })
 }
+
+/// What `lead=auto` chose, for people: one line (the text and the HTML).
+pub fn auto_lead_line(a: &skewscope_core::analysis::actions::AutoLeadFigures) -> String {
+    let basis = if a.on_probe_reads == a.broadcasts {
+        "each on the probes' measured reads".to_owned()
+    } else {
+        format!(
+            "{} on the probes' measured reads, {} on the hub's fan-out span and a network allowance",
+            a.on_probe_reads,
+            a.broadcasts - a.on_probe_reads
+        )
+    };
+    format!(
+        "lead=auto chose the lead of {} broadcast(s): {} to {} (p50 {}), {basis}; {} of their {} actions late",
+        a.broadcasts,
+        duration(a.lead_ns.min),
+        duration(a.lead_ns.max),
+        duration(a.lead_ns.p50),
+        a.late,
+        a.actions
+    )
+}

@@ -241,6 +241,9 @@ fn actions_paragraph(
     );
     row(out, "timer error", &a.timer_error_ns, "no action in time");
     row(out, "lead given", &a.lead_given_ns, "needs the agent's log");
+    if let Some(auto) = &a.auto_lead {
+        let _ = writeln!(out, "    {}", crate::sentences::auto_lead_line(auto));
+    }
     row(
         out,
         "time to spare",

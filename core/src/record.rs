@@ -71,6 +71,25 @@ pub enum AgentRecord {
     /// Writing the log failed (a full disk) and works again: how many
     /// records were lost in between. The first record written after.
     RecordsLost(RecordsLost),
+    /// The lead a broadcast's time to act was given (`?lead=`), and whether
+    /// `lead=auto` chose it: written right after its `Broadcast`.
+    LeadChosen(LeadChosen),
+}
+
+/// How a broadcast's time to act was set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LeadChosen {
+    /// The broadcast.
+    pub broadcast: u64,
+    /// Its time to act minus the moment it was built, ns.
+    pub lead_ns: u64,
+    /// `lead=auto` chose it from the live join's measurements; else the
+    /// caller gave it.
+    pub auto: bool,
+    /// For `lead=auto`: probe copies its quantile was over; 0 when it rested
+    /// on the hub's fan-out span and the network allowance (no probe
+    /// uploads) or on nothing yet.
+    pub basis_copies: u64,
 }
 
 /// Records the agent could not write.

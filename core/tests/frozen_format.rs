@@ -14,7 +14,8 @@
 //!   `records-2026-12-06.probe.sklog` a probe's `LogsPruned` (`--out-dir`
 //!   kept within `--keep-runs` and `--keep-bytes`);
 //!   `records-2026-12-06b.probe.sklog` its `ClockTags` (the time
-//!   exchange's authentication).
+//!   exchange's authentication), `records-2026-12-06b.agent.sklog` the
+//!   agent's `LeadChosen` (`?lead=`, `lead=auto`).
 //! - `data/c41f7be/`: logs written by the previous release's binaries (the
 //!   agent and a probe, three test broadcasts), read and joined here.
 //!
@@ -321,6 +322,8 @@ fn every_variant_is_frozen(a: &AgentRecord, p: &ProbeRecord) {
         | AgentRecord::TapConnectionTotals(_)
         | AgentRecord::ConnectionSubprotocol(_)
         | AgentRecord::RecordsLost(_) => {}
+        // Appended after the first frozen files: in their own.
+        AgentRecord::LeadChosen(_) => {}
     }
     match p {
         ProbeRecord::Started(_)
@@ -344,6 +347,25 @@ fn every_variant_is_frozen(a: &AgentRecord, p: &ProbeRecord) {
         ProbeRecord::LogsPruned(_) => {}
         ProbeRecord::ClockTags(_) => {}
     }
+}
+
+/// Agent records appended after `records-2026-12-02`, frozen in
+/// `records-2026-12-06b.agent.sklog`.
+fn agent_records_added_2026_12_06b() -> Vec<AgentRecord> {
+    vec![
+        AgentRecord::LeadChosen(LeadChosen {
+            broadcast: 7,
+            lead_ns: 42_000_000,
+            auto: true,
+            basis_copies: 4_096,
+        }),
+        AgentRecord::LeadChosen(LeadChosen {
+            broadcast: 8,
+            lead_ns: 30_000_000,
+            auto: false,
+            basis_copies: 0,
+        }),
+    ]
 }
 
 /// Probe records appended after `records-2026-12-06`, frozen in
@@ -428,6 +450,13 @@ fn every_record_variant_reads_as_it_was_written() {
             assert_eq!(d.records, probe_records_added_2026_12_02b());
         }
         AnyLog::Agent(_) => panic!("a probe log"),
+    }
+    match read_file(&data("records-2026-12-06b.agent.sklog")).unwrap() {
+        AnyLog::Agent(d) => {
+            assert_eq!((d.skipped_bytes, d.torn_tail), (0, false));
+            assert_eq!(d.records, agent_records_added_2026_12_06b());
+        }
+        AnyLog::Probe(_) => panic!("an agent log"),
     }
     for (file, records) in [
         (
@@ -517,6 +546,11 @@ fn write_the_frozen_logs_of_2026_12_06b() {
         "records-2026-12-06b.probe.sklog",
         probe_records_added_2026_12_06b(),
     );
+    let mut agent = LogWriter::new(Vec::new(), LogKind::Agent).unwrap();
+    for r in agent_records_added_2026_12_06b() {
+        agent.append(&r).unwrap();
+    }
+    std::fs::write(data("records-2026-12-06b.agent.sklog"), agent.into_inner()).unwrap();
 }
 
 #[test]

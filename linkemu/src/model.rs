@@ -88,6 +88,13 @@ impl LinkModel {
         }
     }
 
+    /// Follows `profile` from now on: the site changed (a microwave, a
+    /// crowd, a channel change). What is in flight keeps its fate, and each
+    /// stream stays in order (a packet never overtakes one sent before it).
+    pub fn set_profile(&mut self, profile: Profile) {
+        self.profile = profile;
+    }
+
     /// The profile it follows.
     pub fn profile(&self) -> &Profile {
         &self.profile

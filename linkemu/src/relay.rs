@@ -233,6 +233,17 @@ impl Link {
         self.addr
     }
 
+    /// Makes the link follow `profile` from now on (in flight packets keep
+    /// their fate; streams stay in order): a site whose link gets slower,
+    /// or faster again.
+    pub fn set_profile(&self, profile: Profile) {
+        self.shared
+            .model
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .set_profile(profile);
+    }
+
     /// What the link did to every packet so far.
     pub fn applied(&self) -> Vec<Applied> {
         self.shared

@@ -218,6 +218,12 @@ impl Hub {
         self.next_broadcast.load(Ordering::Relaxed) - 1
     }
 
+    /// Records `record` in the agent's log, after the broadcasts already
+    /// recorded (a broadcast's `LeadChosen` follows its `Broadcast`).
+    pub fn record(&self, record: AgentRecord) {
+        self.recorder.record(record);
+    }
+
     /// Broadcasts a payload: a text frame if it is UTF-8, else binary.
     pub async fn publish(&self, payload: &[u8]) -> Broadcasted {
         let text = std::str::from_utf8(payload).is_ok();

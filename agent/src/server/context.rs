@@ -22,6 +22,8 @@ pub struct Context {
     /// The time exchange's tag key, derived from `token` once: `/clock`
     /// tags its replies with it.
     pub time_key: Option<skewscope_core::time_exchange::TimeKey>,
+    /// The lead `lead=auto` gives now (the live thread keeps it).
+    pub auto_lead: crate::live::AutoLeadHandle,
     /// Largest `/publish` body.
     pub max_publish: usize,
     /// Body bytes all `/publish` requests in flight may hold together.

@@ -160,12 +160,19 @@ async fn handle(
         }
         ("GET" | "POST", "/start_test") => {
             if authorized(&mut stream, &request, context).await {
-                let lead = match publish::lead_param(&request) {
+                let lead = match publish::lead_param(&request, context.auto_lead.now()) {
                     Ok(lead) => lead,
                     Err(msg) => return respond(&mut stream, 400, "", &msg).await,
                 };
-                let sent = context.hub.start_test(lead).await;
-                respond(&mut stream, 200, "", &outcome_json(sent)).await
+                let sent = context.hub.start_test(lead.map(|l| l.duration)).await;
+                let Some(lead) = lead else {
+                    return respond(&mut stream, 200, "", &outcome_json(sent)).await;
+                };
+                context.hub.record(lead.record(sent.id));
+                let mut out: serde_json::Value =
+                    serde_json::from_str(&outcome_json(sent)).expect("our own JSON");
+                lead.describe(&mut out);
+                respond(&mut stream, 200, "", &(out.to_string() + "\n")).await
             }
         }
         ("GET", "/audit/status") => {

@@ -1,6 +1,8 @@
 //! `POST /publish`: any payload, broadcast to every client; with `?lead=`,
 //! a JSON object with its time to act written in by the hub
-//! ([`skewscope_core::act_stamp`]).
+//! ([`skewscope_core::act_stamp`]). `lead=auto` takes the lead the live
+//! join's measurements allow now ([`skewscope_core::analysis::auto_lead`]);
+//! every lead given is recorded (`LeadChosen`) for the report.
 //!
 //! A body is read only once its announced length fits `--max-publish` and
 //! the bytes all requests in flight may hold together
@@ -10,6 +12,8 @@
 use std::time::Duration;
 
 use skewscope_core::act_at::ActUnit;
+use skewscope_core::analysis::auto_lead::{AutoLeadNow, LeadBasis};
+use skewscope_core::record::{AgentRecord, LeadChosen};
 use skewscope_core::units::parse_duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -54,33 +58,80 @@ impl Drop for Held {
 /// The longest `?lead=`: a time to act an hour away is a mistake.
 pub const MAX_LEAD: Duration = Duration::from_secs(3600);
 
+/// A lead to give a broadcast: the caller's, or `lead=auto`'s choice.
+#[derive(Clone, Copy, Debug)]
+pub struct Lead {
+    /// Time to act minus the moment the message is built.
+    pub duration: Duration,
+    /// `lead=auto`: what it was chosen from.
+    pub auto: Option<AutoLeadNow>,
+}
+
+impl Lead {
+    /// The record of it, for broadcast `id`.
+    pub fn record(&self, broadcast: u64) -> AgentRecord {
+        AgentRecord::LeadChosen(LeadChosen {
+            broadcast,
+            lead_ns: self.duration.as_nanos() as u64,
+            auto: self.auto.is_some(),
+            basis_copies: match self.auto.map(|a| a.basis) {
+                Some(LeadBasis::Probes { copies }) => copies as u64,
+                _ => 0,
+            },
+        })
+    }
+
+    /// What a response says of it: `lead_ns`, and for `lead=auto` what it
+    /// rests on.
+    pub fn describe(&self, out: &mut serde_json::Value) {
+        out["lead_ns"] = (self.duration.as_nanos() as u64).into();
+        if let Some(auto) = self.auto {
+            out["lead"] = "auto".into();
+            out["lead_basis"] = match auto.basis {
+                LeadBasis::Probes { copies } => {
+                    format!("p99.9 of {copies} probe copies' reads, plus their clock bounds and a margin")
+                }
+                LeadBasis::FanoutOnly { broadcasts } => format!(
+                    "no probe uploads: the fan-out span over {broadcasts} broadcasts plus a network allowance"
+                ),
+                LeadBasis::Nothing => "nothing measured yet: the network allowance".to_owned(),
+            }
+            .into();
+        }
+    }
+}
+
 /// A request's `?lead=` (`None` without one), as `/start_test` and
-/// `/publish` take it; the text of a 400 when it is not one.
-pub fn lead_param(request: &Request) -> Result<Option<Duration>, String> {
+/// `/publish` take it, `lead=auto` read from `auto`; the text of a 400
+/// when it is not one.
+pub fn lead_param(request: &Request, auto: AutoLeadNow) -> Result<Option<Lead>, String> {
     match request.query_param("lead") {
         None => Ok(None),
-        Some("auto") => Err(
-            "lead=auto is not in this version: give a duration (lead=30ms); the report recommends one (its \"lead\" line)\n"
-                .to_owned(),
-        ),
+        Some("auto") => Ok(Some(Lead {
+            duration: Duration::from_nanos(auto.lead_ns),
+            auto: Some(auto),
+        })),
         Some(text) => match parse_duration(text) {
-            Ok(lead) if lead <= MAX_LEAD => Ok(Some(lead)),
-            Ok(_) => Err("lead= is at most 1h\n".to_owned()),
-            Err(e) => Err(format!("lead={e}\n")),
+            Ok(lead) if lead <= MAX_LEAD => Ok(Some(Lead {
+                duration: lead,
+                auto: None,
+            })),
+            Ok(_) => Err("lead= is at most 1h (or auto)\n".to_owned()),
+            Err(e) => Err(format!("lead={e} (a duration, or auto)\n")),
         },
     }
 }
 
 /// Where and how `/publish?lead=` writes the time to act.
 struct Stamping {
-    lead: Duration,
+    lead: Lead,
     pointer: String,
     unit: ActUnit,
 }
 
 /// `?lead=`, `?pointer=` (default `/at`) and `?unit=` (default `s`).
-fn stamping_of(request: &Request) -> Result<Option<Stamping>, String> {
-    let Some(lead) = lead_param(request)? else {
+fn stamping_of(request: &Request, auto: AutoLeadNow) -> Result<Option<Stamping>, String> {
+    let Some(lead) = lead_param(request, auto)? else {
         if request.query_param("pointer").is_some() || request.query_param("unit").is_some() {
             return Err(
                 "pointer= and unit= say where to write a time to act: give lead= too\n".to_owned(),
@@ -107,7 +158,7 @@ fn stamping_of(request: &Request) -> Result<Option<Stamping>, String> {
 /// `?lead=`, first writes its time to act into it (a JSON object, or a 422
 /// and nothing broadcast).
 pub async fn publish(mut stream: TcpStream, request: Request, context: &Context) {
-    let stamping = match stamping_of(&request) {
+    let stamping = match stamping_of(&request, context.auto_lead.now()) {
         Ok(s) => s,
         Err(msg) => return respond(&mut stream, 400, "", &msg).await,
     };
@@ -176,7 +227,7 @@ pub async fn publish(mut stream: TcpStream, request: Request, context: &Context)
     // broadcast's start is stamped microseconds later.
     let at = skewscope_os::clock::now()
         .wall_ns
-        .saturating_add(stamping.lead.as_nanos() as u64);
+        .saturating_add(stamping.lead.duration.as_nanos() as u64);
     let payload =
         match skewscope_core::act_stamp::stamp(&body, &stamping.pointer, stamping.unit, at) {
             Ok(p) => p,
@@ -186,10 +237,11 @@ pub async fn publish(mut stream: TcpStream, request: Request, context: &Context)
             }
         };
     let mut sent = context.hub.publish(&payload).await;
+    context.hub.record(stamping.lead.record(sent.id));
     sent.at_wall_ns = Some(at);
     let mut out: serde_json::Value =
         serde_json::from_str(&outcome_json(sent)).expect("our own JSON");
-    out["lead_ns"] = (stamping.lead.as_nanos() as u64).into();
+    stamping.lead.describe(&mut out);
     out["pointer"] = stamping.pointer.into();
     out["unit"] = stamping.unit.as_str().into();
     respond(&mut stream, 200, "", &(out.to_string() + "\n")).await

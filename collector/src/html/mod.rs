@@ -331,6 +331,13 @@ fn summary(out: &mut String, r: &Report) {
             escape(&crate::sentences::spare_sentence(spare.min))
         );
     }
+    if let Some(auto) = r.actions.as_ref().and_then(|a| a.auto_lead.as_ref()) {
+        let _ = write!(
+            out,
+            r#"<p class="lead">{}.</p>"#,
+            escape(&crate::sentences::auto_lead_line(auto))
+        );
+    }
     if let Some(reference) = &r.reference {
         let left_out = reference
             .left_out

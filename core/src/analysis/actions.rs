@@ -82,6 +82,26 @@ pub struct ActionFigures {
     pub receipts_without_action: u64,
     /// Actions that matched no broadcast.
     pub unmatched_actions: u64,
+    /// Broadcasts whose lead `lead=auto` chose (the agent recorded it), and
+    /// the leads chosen; `None` when none was.
+    #[serde(default)]
+    pub auto_lead: Option<AutoLeadFigures>,
+}
+
+/// What `lead=auto` chose for the broadcasts acted on.
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct AutoLeadFigures {
+    /// Broadcasts given a lead by `lead=auto`.
+    pub broadcasts: u64,
+    /// The leads chosen.
+    pub lead_ns: Summary,
+    /// Of those broadcasts, how many rested on probes' measured reads (the
+    /// rest on the fan-out span and a network allowance).
+    pub on_probe_reads: u64,
+    /// Actions on them, and how many were late.
+    pub actions: u64,
+    /// Of those, late.
+    pub late: u64,
 }
 
 /// [`ActionFigures`] built one broadcast at a time.
@@ -99,6 +119,11 @@ pub struct ActionsBuilder {
     uncorrected: u64,
     on_wide_bound: u64,
     receipts_without_action: u64,
+    auto_broadcasts: u64,
+    auto_leads: SummaryBuilder,
+    auto_on_probes: u64,
+    auto_actions: u64,
+    auto_late: u64,
 }
 
 /// One broadcast's action skew: raw, and corrected with its interval when
@@ -163,6 +188,13 @@ impl ActionsBuilder {
         let here = broadcast_actions(joined, b, clocks);
         self.actions += u64::from(here.actions);
         self.late += u64::from(here.late);
+        if let Some(lead) = b.agent.and_then(|a| a.lead).filter(|l| l.auto) {
+            self.auto_broadcasts += 1;
+            self.auto_leads.add(lead.lead_ns as i64);
+            self.auto_on_probes += u64::from(lead.basis_copies > 0);
+            self.auto_actions += u64::from(here.actions);
+            self.auto_late += u64::from(here.late);
+        }
         if let Some(s) = here.skew_ns {
             self.skew.add(s as i64);
             if let Some(r) = b.skew_ns() {
@@ -231,6 +263,13 @@ impl ActionsBuilder {
             on_wide_bound: self.on_wide_bound,
             receipts_without_action: self.receipts_without_action,
             unmatched_actions: joined.unmatched_actions,
+            auto_lead: self.auto_leads.finish().map(|lead_ns| AutoLeadFigures {
+                broadcasts: self.auto_broadcasts,
+                lead_ns,
+                on_probe_reads: self.auto_on_probes,
+                actions: self.auto_actions,
+                late: self.auto_late,
+            }),
         })
     }
 }

@@ -164,7 +164,7 @@ impl Run {
 }
 
 /// One broadcast, judged.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Judged {
     /// The agent's broadcast id.
     pub id: u64,
@@ -187,6 +187,11 @@ pub struct Judged {
     /// Upper bound of its action skew in the agent's timebase; `None`
     /// unless two actions came and every one's clock was bounded.
     pub action_skew_upper_ns: Option<u64>,
+    /// Each copy's read, start to read in the agent's clock plus its
+    /// clock's bound (the latest the read truly was), for copies whose
+    /// clock was bounded: what `lead=auto` ([`crate::analysis::auto_lead`])
+    /// must cover.
+    pub reads_upper_ns: Vec<u64>,
 }
 
 /// One probe run's clock, as monitoring shows it.
@@ -602,6 +607,7 @@ impl LiveJoin {
     fn judge_one(&mut self, id: u64, p: &Pending) -> Judged {
         let mut raw = Vec::new();
         let mut corrected = Vec::new();
+        let mut reads_upper_ns = Vec::new();
         let (mut missing, mut unjudged) = (0u32, 0u32);
         for (conn, arrival) in p.targets.iter() {
             if let Some(a) = arrival {
@@ -609,6 +615,11 @@ impl LiveJoin {
                 raw.push(wall as i64);
                 let correction = self.runs.get(&a.run).and_then(|r| r.correction(a.at));
                 corrected.push(correction.map(|c| place(c, wall)));
+                if let Some(c) = correction {
+                    let (read, bound) = place(c, a.at.wall_ns);
+                    let upper = read.saturating_add(bound) - p.start.wall_ns as i64;
+                    reads_upper_ns.push(upper.max(0) as u64);
+                }
                 continue;
             }
             match self.holder.get(&conn) {
@@ -641,6 +652,7 @@ impl LiveJoin {
             actions: p.actions.len() as u32,
             late: p.actions.iter().filter(|(_, a)| a.late).count() as u32,
             action_skew_upper_ns,
+            reads_upper_ns,
         }
     }
 

@@ -19,11 +19,13 @@
 //!   broadcast, one rule for the live join and the audit;
 //! - [`report`]: the whole report, as rendered and as JSON;
 //! - [`actions`]: what the probes' actions came to, and the lead to give;
+//! - [`auto_lead`]: `lead=auto`, the shortest lead the live join's reads allow;
 //! - [`diagnosis`]: why: how much of the skew the fan-out order and the
 //!   network explain, what delivery adds, who is late every time;
 //! - [`verdict`]: the report held against an audit's thresholds.
 
 pub mod actions;
+pub mod auto_lead;
 pub mod clock_figures;
 pub mod diagnosis;
 pub(crate) mod fanout;

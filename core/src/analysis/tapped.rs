@@ -383,6 +383,7 @@ fn agent_side(b: &TapBroadcast) -> Option<AgentSide> {
         queued: 0,
         dropped: 0,
         fanout_span_ns: Some(last.saturating_sub(first)),
+        lead: None,
     })
 }
 

@@ -229,6 +229,8 @@ pub struct AgentSide {
     pub dropped: u32,
     /// Start to the last completed write, on the agent's monotonic clock.
     pub fanout_span_ns: Option<u64>,
+    /// How its time to act was set (`?lead=`), when the agent recorded it.
+    pub lead: Option<crate::record::LeadChosen>,
 }
 
 /// One broadcast with everything known about its delivery.
@@ -371,6 +373,8 @@ pub(crate) struct AgentBroadcast {
     /// Its fan-out over every client (targets, queued, dropped, span), once
     /// settled or once the log ended.
     pub(crate) fanout: Option<Fanout>,
+    /// How its time to act was set (`?lead=`), when it had one.
+    pub(crate) lead: Option<crate::record::LeadChosen>,
 }
 
 /// One target's copy as the agent recorded it.

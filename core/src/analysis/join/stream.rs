@@ -485,6 +485,7 @@ impl Plan {
                 queued: b.fanout.as_ref().map_or(0, |f| f.queued),
                 dropped: b.fanout.as_ref().map_or(0, |f| f.dropped),
                 fanout_span_ns: b.fanout.as_ref().and_then(Fanout::span_ns),
+                lead: b.lead,
             }),
             receipts: receipts_of.into_values().collect(),
             missing,
@@ -569,6 +570,7 @@ fn index_agent(
                         start: b.at,
                         slots: HashMap::new(),
                         fanout: None,
+                        lead: None,
                     },
                 );
             }
@@ -648,6 +650,11 @@ fn index_agent(
             | AgentRecord::TapCounters(_)
             | AgentRecord::TapConnectionTotals(_)
             | AgentRecord::ConnectionSubprotocol(_) => {}
+            AgentRecord::LeadChosen(l) => {
+                if let Some(b) = broadcasts.get_mut(&l.broadcast) {
+                    b.lead = Some(l);
+                }
+            }
             AgentRecord::RecordsLost(l) => {
                 if let Some(a) = joined.agent.as_mut() {
                     a.records_lost += l.count;

@@ -132,7 +132,7 @@ fn a_stopped_probe_misses_and_a_silent_one_is_unjudged() {
             .is_empty()
     );
     let judged = live.judge_final(T0 + 600_000_000 + FINAL_TIMEOUT_NS);
-    let second = judged[0];
+    let second = judged[0].clone();
     assert_eq!(second.id, 2);
     assert_eq!(
         (second.receipts, second.missing, second.unjudged),

@@ -1,0 +1,230 @@
+//! `skewscope-bench auto-lead`: `lead=auto` against the best fixed lead in
+//! hindsight, over emulated links.
+//!
+//! Per link profile: the release agent on loopback and two real probe
+//! processes (3 connections each, acting at `/at_ns`), each behind its own
+//! skewscope-linkemu link that carries its WebSocket and its time exchange;
+//! they upload straight to the agent, whose live join measures their reads.
+//! Every broadcast asks `/start_test?lead=auto`: a warm-up while the probes
+//! settle, then the measured ones, one every 200 ms.
+//!
+//! The truth comes from the logs (every clock is this host's): a copy
+//! needed, as its lead, the time from its message's build (its time to act
+//! minus the lead the agent gave) to its read. The best fixed lead in
+//! hindsight is the p99.9 of those over the measured copies: the shortest
+//! one lead that would have left at most one action in a thousand late.
+//! Printed: late actions under `lead=auto`, the leads it chose, and those
+//! against that best fixed lead.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde::Serialize;
+use skewscope_core::record::{MessageKey, ProbeRecord};
+use skewscope_linkemu::{Link, Profile};
+
+use crate::processes::{Reaped, probe_records, sibling, start_agent, wait_for};
+
+/// Broadcasts before the measured ones: the probes' clocks settle and the
+/// live join fills its window.
+const WARM_UP_BROADCASTS: usize = 80;
+/// Between two broadcasts.
+const INTERVAL: Duration = Duration::from_millis(200);
+
+/// One profile's figures (ns unless said).
+#[derive(Clone, Debug, Serialize)]
+pub struct AutoLeadFigures {
+    /// The link.
+    pub profile: &'static str,
+    /// Broadcasts measured, and their actions.
+    pub broadcasts: usize,
+    /// …
+    pub actions: usize,
+    /// Of those, late (the message came after its time to act).
+    pub late: usize,
+    /// The leads `lead=auto` chose: p50 and max.
+    pub chosen_ns: (u64, u64),
+    /// The shortest fixed lead with at most 0.1 % late on the same copies.
+    pub best_fixed_ns: u64,
+    /// The shortest fixed lead with none late.
+    pub every_copy_ns: u64,
+    /// Chosen ÷ best fixed: p50 and max.
+    pub ratio: (f64, f64),
+}
+
+/// Runs every profile: `broadcasts` measured broadcasts each.
+pub fn run(profiles: &[Profile], broadcasts: usize) -> anyhow::Result<Vec<AutoLeadFigures>> {
+    profiles
+        .iter()
+        .map(|p| run_profile(*p, broadcasts))
+        .collect()
+}
+
+fn run_profile(profile: Profile, broadcasts: usize) -> anyhow::Result<AutoLeadFigures> {
+    eprintln!("bench: auto-lead: {}", profile.name);
+    let dir = tempfile::tempdir()?;
+    let (agent, addr) = start_agent(dir.path())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut links = Vec::new();
+    let mut probes = Vec::new();
+    for i in 0..2u64 {
+        let link = Link::start(profile, 301 + i, "127.0.0.1:0".parse()?, addr, None)?;
+        let log = dir.path().join(format!("device-{i}.sklog"));
+        let child = Command::new(sibling("skewscope-probe")?)
+            .args(["--url", &format!("ws://{}/ws", link.addr())])
+            .args(["--name", &format!("device-{i}"), "--connections", "3"])
+            .args(["--duration", "600s", "--act-at", "/at_ns"])
+            .args(["--upload", &format!("http://{addr}")])
+            .arg("--out")
+            .arg(&log)
+            .stderr(Stdio::null())
+            .spawn()?;
+        probes.push((Reaped(child), log));
+        links.push(link);
+    }
+    for (_, log) in &probes {
+        wait_for("probe connected", Duration::from_secs(60), || {
+            probe_records(log)
+                .iter()
+                .filter(|r| matches!(r, ProbeRecord::ConnectionOpened(_)))
+                .count()
+                == 3
+        })?;
+    }
+    // seq → the lead the agent gave it.
+    let mut given: std::collections::BTreeMap<u64, u64> = Default::default();
+    let mut measured = Vec::new();
+    for i in 0..WARM_UP_BROADCASTS + broadcasts {
+        let r = runtime.block_on(agent::http_client::request(
+            addr,
+            "GET",
+            "/start_test?lead=auto",
+            b"",
+            None,
+        ))?;
+        let body: serde_json::Value = serde_json::from_str(&r.body)?;
+        let (Some(seq), Some(lead)) = (body["seq"].as_u64(), body["lead_ns"].as_u64()) else {
+            anyhow::bail!("/start_test?lead=auto answered {}", r.body);
+        };
+        given.insert(seq, lead);
+        if i >= WARM_UP_BROADCASTS {
+            measured.push(seq);
+        }
+        std::thread::sleep(INTERVAL);
+    }
+    let total = WARM_UP_BROADCASTS + broadcasts;
+    for (_, log) in &probes {
+        wait_for("every copy read", Duration::from_secs(60), || {
+            probe_records(log)
+                .iter()
+                .filter(|r| matches!(r, ProbeRecord::Receipt(_)))
+                .count()
+                >= 3 * total
+        })?;
+    }
+    for (p, _) in &probes {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p.0.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )?;
+    }
+    for (p, _) in &mut probes {
+        p.0.wait()?;
+    }
+    drop(agent);
+    drop(links);
+
+    // Each measured copy: what lead it needed (build to read, one clock:
+    // the host's), and whether its action was late under the lead given.
+    let mut needed = Vec::new();
+    let (mut actions, mut late) = (0, 0);
+    for (_, log) in &probes {
+        let records = probe_records(log);
+        let mut at_of = std::collections::HashMap::new();
+        for r in &records {
+            if let ProbeRecord::Action(a) = r
+                && let MessageKey::Seq(seq) = a.key
+                && measured.contains(&seq)
+            {
+                actions += 1;
+                late += usize::from(a.late_ns > 0);
+                at_of.insert((a.conn, seq), a.act_at_ns);
+            }
+        }
+        for r in &records {
+            if let ProbeRecord::Receipt(rc) = r
+                && let MessageKey::Seq(seq) = rc.key
+                && let Some(&at) = at_of.get(&(rc.conn, seq))
+            {
+                let built = at.saturating_sub(given[&seq]);
+                needed.push(rc.at.wall_ns.saturating_sub(built));
+            }
+        }
+    }
+    anyhow::ensure!(!needed.is_empty(), "no measured copy was acted on");
+    needed.sort_unstable();
+    let rank = ((needed.len() as f64 * 0.999).ceil() as usize).clamp(1, needed.len());
+    let best_fixed = needed[rank - 1];
+    let every_copy = *needed.last().expect("not empty");
+    let mut chosen: Vec<u64> = measured.iter().map(|s| given[s]).collect();
+    chosen.sort_unstable();
+    let p50 = chosen[chosen.len() / 2];
+    let max = *chosen.last().expect("not empty");
+    Ok(AutoLeadFigures {
+        profile: profile.name,
+        broadcasts,
+        actions,
+        late,
+        chosen_ns: (p50, max),
+        best_fixed_ns: best_fixed,
+        every_copy_ns: every_copy,
+        ratio: (
+            p50 as f64 / best_fixed.max(1) as f64,
+            max as f64 / best_fixed.max(1) as f64,
+        ),
+    })
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.2}", ns as f64 / 1e6)
+}
+
+/// Prints the figures side by side.
+pub fn print(figures: &[AutoLeadFigures]) {
+    println!(
+        "lead=auto over emulated links: 2 devices x 3 connections uploading to the agent, {WARM_UP_BROADCASTS} warm-up broadcasts then the measured ones, one every {} ms; ms",
+        INTERVAL.as_millis()
+    );
+    println!(
+        "{:<12} {:>6} {:>8} {:>10} {:>11} {:>11} {:>11} {:>11} {:>12}",
+        "profile",
+        "bcasts",
+        "actions",
+        "late",
+        "chosen p50",
+        "chosen max",
+        "best fixed",
+        "every copy",
+        "p50/max x"
+    );
+    for f in figures {
+        println!(
+            "{:<12} {:>6} {:>8} {:>10} {:>11} {:>11} {:>11} {:>11} {:>12}",
+            f.profile,
+            f.broadcasts,
+            f.actions,
+            format!(
+                "{} ({:.2}%)",
+                f.late,
+                100.0 * f.late as f64 / f.actions.max(1) as f64
+            ),
+            ms(f.chosen_ns.0),
+            ms(f.chosen_ns.1),
+            ms(f.best_fixed_ns),
+            ms(f.every_copy_ns),
+            format!("{:.2}/{:.2}", f.ratio.0, f.ratio.1)
+        );
+    }
+}
