@@ -64,8 +64,12 @@ impl TimePort {
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::Release);
         skewscope_os::sockets::wake_receiver(&self.socket);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            // Said, not hidden: it once panicked at every stop (a receive
+            // on a socket whose read side was shut down).
+            tracing::error!(target: "agent::time", "the time port's thread panicked while stopping");
         }
     }
 }

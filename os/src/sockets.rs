@@ -30,12 +30,35 @@ pub fn detect_vanished_peers(stream: &std::net::TcpStream) -> std::io::Result<()
     socket.set_tcp_user_timeout(Some(UNACKED_TIMEOUT))
 }
 
-/// Wakes a thread blocked receiving on `socket`, so it can stop: Linux
-/// wakes a receive on a UDP socket whose read side is shut down, connected
-/// or not (the call itself reports ENOTCONN for an unconnected one, and
-/// still does it, so its result says nothing).
+/// Wakes a thread blocked receiving on `socket`, so it can stop: an empty
+/// datagram from loopback to its port. (Shutting its read side down wakes
+/// it too, but the receive then returns no peer address, which std's
+/// `recv_from` asserts on: the thread panicked at every agent stop, seen
+/// in the demo's output on a fresh machine.) A read timeout bounds any
+/// later wait, should the datagram not come.
 pub fn wake_receiver(socket: &std::net::UdpSocket) {
-    let _ = socket2::SockRef::from(socket).shutdown(std::net::Shutdown::Read);
+    let _ = socket.set_read_timeout(Some(std::time::Duration::from_millis(50)));
+    let Ok(local) = socket.local_addr() else {
+        return;
+    };
+    let (to, from): (std::net::IpAddr, SocketAddr) = match local.ip() {
+        ip if !ip.is_unspecified() => (ip, SocketAddr::new(unspecified(ip), 0)),
+        std::net::IpAddr::V4(_) => (
+            std::net::Ipv4Addr::LOCALHOST.into(),
+            ([0, 0, 0, 0], 0).into(),
+        ),
+        std::net::IpAddr::V6(_) => (std::net::Ipv6Addr::LOCALHOST.into(), ([0u16; 8], 0).into()),
+    };
+    if let Ok(waker) = std::net::UdpSocket::bind(from) {
+        let _ = waker.send_to(&[], SocketAddr::new(to, local.port()));
+    }
+}
+
+fn unspecified(like: std::net::IpAddr) -> std::net::IpAddr {
+    match like {
+        std::net::IpAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+        std::net::IpAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+    }
 }
 
 /// A non-blocking listener on `addr` with `SO_REUSEADDR` (a restarted agent
@@ -53,6 +76,33 @@ pub fn listener(addr: SocketAddr, backlog: i32) -> std::io::Result<std::net::Tcp
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_blocked_receive_wakes_without_a_panic() {
+        for bind in ["0.0.0.0:0", "127.0.0.1:0"] {
+            let socket = std::sync::Arc::new(std::net::UdpSocket::bind(bind).unwrap());
+            let blocked = socket.clone();
+            let receiver = std::thread::spawn(move || {
+                let mut buf = [0u8; 64];
+                blocked.recv_from(&mut buf).map(|(n, _)| n)
+            });
+            // Let it block (if it has not yet, the datagram waits for it).
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            wake_receiver(&socket);
+            let woke = receiver.join();
+            assert!(woke.is_ok(), "{bind}: the receiving thread panicked");
+            // Woken before it received (it was busy with a packet): its
+            // next receive returns at once, with a peer address.
+            let socket = std::net::UdpSocket::bind(bind).unwrap();
+            wake_receiver(&socket);
+            let next = std::thread::spawn(move || {
+                let mut buf = [0u8; 64];
+                socket.recv_from(&mut buf).map(|(n, _)| n)
+            })
+            .join();
+            assert!(next.is_ok(), "{bind}: a receive after the wake panicked");
+        }
+    }
 
     #[test]
     fn clients_sockets_find_out_a_vanished_peer() {
