@@ -12,10 +12,11 @@ mod common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{
     Reaped, count_of, json_report, probe_records, request_ok, sibling_binary, signal, start_agent,
+    wait_for,
 };
 use nix::sys::signal::Signal;
 use skewscope_core::analysis::auto_lead::{FALL_FRACTION, MARGIN_NS, WINDOW_BROADCASTS};
@@ -26,17 +27,6 @@ use skewscope_linkemu::{Link, Profile};
 const MS: u64 = 1_000_000;
 /// How much slower the link gets, server to device.
 const SLOW_NS: u64 = 40 * MS;
-
-fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < limit,
-            "{what} did not happen in {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// A metric's value in the agent's `/metrics`.
 fn metric(agent: &str, name: &str) -> f64 {

@@ -21,10 +21,11 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{
     Reaped, SKEWSCOPE, count_of, json_report, probe_records, sibling_binary, signal, start_agent,
+    wait_for,
 };
 use nix::sys::signal::Signal;
 use skewscope_core::record::{MessageKey, ProbeRecord};
@@ -34,19 +35,6 @@ const SHIFTS: [(&str, &str, i64); 2] = [
     ("ahead", "+0.003", 3_000_000),
     ("behind", "-0.003", -3_000_000),
 ];
-
-/// Waits for `done`, for at most `limit` (a safety net: the condition is
-/// what is waited for).
-fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < limit,
-            "{what} did not happen in {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 fn audit(agent: &str, threshold: &str, broadcasts: u32, json: &Path) -> Output {
     Command::new(SKEWSCOPE)

@@ -94,12 +94,18 @@ pub fn receipts_in(path: &Path) -> usize {
     }
 }
 
-pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+pub fn wait_until(what: &str, done: impl FnMut() -> bool) {
+    wait_for(what, Duration::from_secs(20), done);
+}
+
+/// Waits for `done`, for at most `limit` (a safety net: the condition is
+/// what is waited for), looking every 10 ms.
+pub fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
         assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "{what} did not happen in 20 s"
+            start.elapsed() < limit,
+            "{what} did not happen in {limit:?}"
         );
         std::thread::sleep(Duration::from_millis(10));
     }
