@@ -91,6 +91,9 @@ mod tests {
             wake_receiver(&socket);
             let woke = receiver.join();
             assert!(woke.is_ok(), "{bind}: the receiving thread panicked");
+            // Woken by a datagram with a sender, not by a receive that
+            // failed for want of one.
+            assert_eq!(woke.unwrap().ok(), Some(0), "{bind}");
             // Woken before it received (it was busy with a packet): its
             // next receive returns at once, with a peer address.
             let socket = std::net::UdpSocket::bind(bind).unwrap();
@@ -101,6 +104,7 @@ mod tests {
             })
             .join();
             assert!(next.is_ok(), "{bind}: a receive after the wake panicked");
+            assert_eq!(next.unwrap().ok(), Some(0), "{bind}");
         }
     }
 
