@@ -400,11 +400,12 @@ fn run(mut join: LiveJoin, queue: &Receiver<Event>, figures: &LiveFigures) {
             None => {}
         }
         let now_wall_ns = skewscope_os::clock::now().wall_ns;
-        let judged = join.judge_final(now_wall_ns);
+        let mut judged = join.judge_final(now_wall_ns);
         // The lead first: once /metrics counts a broadcast judged, the
-        // lead shown has taken it in.
-        for j in &judged {
-            auto.add_judged(now_wall_ns, j.reads_upper_ns.clone());
+        // lead shown has taken it in (its reads, moved: nothing else reads
+        // them).
+        for j in &mut judged {
+            auto.add_judged(now_wall_ns, std::mem::take(&mut j.reads_upper_ns));
         }
         auto.tick(now_wall_ns);
         figures.show_auto_lead(auto.now());

@@ -23,7 +23,7 @@ use serde::Serialize;
 use skewscope_core::record::{MessageKey, ProbeRecord};
 use skewscope_linkemu::{Link, Profile};
 
-use crate::processes::{Reaped, probe_records, sibling, start_agent, wait_for};
+use crate::processes::{Reaped, probe_records, sibling, start_agent, stop_probes, wait_for};
 
 /// Broadcasts before the measured ones: the probes' clocks settle and the
 /// live join fills its window.
@@ -124,15 +124,7 @@ fn run_profile(profile: Profile, broadcasts: usize) -> anyhow::Result<AutoLeadFi
                 >= 3 * total
         })?;
     }
-    for (p, _) in &probes {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(p.0.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )?;
-    }
-    for (p, _) in &mut probes {
-        p.0.wait()?;
-    }
+    stop_probes(&mut probes)?;
     drop(agent);
     drop(links);
 

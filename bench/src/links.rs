@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::processes::{Reaped, faketime, probe_records, sibling, start_agent, wait_for};
+use crate::processes::{
+    Reaped, faketime, probe_records, sibling, start_agent, stop_probes, wait_for,
+};
 use serde::Serialize;
 use skewscope_core::record::{MessageKey, ProbeRecord};
 use skewscope_linkemu::{Link, Profile, physical_limit_ns};
@@ -178,15 +180,7 @@ fn run_profile(
                 >= 3 * broadcasts
         })?;
     }
-    for (p, _) in &probes {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(p.0.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )?;
-    }
-    for (p, _) in &mut probes {
-        p.0.wait()?;
-    }
+    stop_probes(&mut probes)?;
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(agent.0.id() as i32),
         nix::sys::signal::Signal::SIGTERM,

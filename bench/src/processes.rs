@@ -47,6 +47,21 @@ pub fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> 
     Ok(())
 }
 
+/// Asks every probe of `probes` to stop (SIGTERM, so each writes its stop
+/// record), then waits for them all.
+pub fn stop_probes(probes: &mut [(Reaped, PathBuf)]) -> anyhow::Result<()> {
+    for (p, _) in probes.iter() {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p.0.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )?;
+    }
+    for (p, _) in probes.iter_mut() {
+        p.0.wait()?;
+    }
+    Ok(())
+}
+
 /// A probe log's records on disk (none while it has no header).
 pub fn probe_records(path: &Path) -> Vec<ProbeRecord> {
     match read_file(path) {
