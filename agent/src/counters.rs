@@ -143,6 +143,10 @@ pub struct IngestCounters {
     pub duplicates: Counter,
     /// Batches refused for space (data budget or disk): nothing stored, no ack.
     pub busy: Counter,
+    /// Runs a newer connection took over from one still open (a probe that
+    /// reconnected, or a page that reloaded, before its old connection's end
+    /// was seen).
+    pub takeovers: Counter,
     /// Upload connections refused, by reason ([`INGEST_REJECTIONS`]).
     pub rejections: Family<Labels, Counter>,
 }
@@ -156,7 +160,6 @@ pub const INGEST_REJECTIONS: &[&str] = &[
     "corrupt_frame",
     "sequence_gap",
     "wrong_run",
-    "run_in_use",
     "token",
     "handshake",
 ];
@@ -221,6 +224,8 @@ pub struct IngestHealth {
     pub duplicates: u64,
     /// Batches refused for space.
     pub busy: u64,
+    /// Runs a newer connection took over.
+    pub takeovers: u64,
     /// Refused connections by reason (only reasons that happened).
     pub rejected: BTreeMap<&'static str, u64>,
 }
@@ -384,6 +389,11 @@ impl AgentCounters {
             i.busy.clone(),
         );
         registry.register(
+            "skewscope_ingest_takeovers",
+            "Uploads a newer connection of the same run took over (a reconnect seen before the old connection's end)",
+            i.takeovers.clone(),
+        );
+        registry.register(
             "skewscope_ingest_rejections",
             "Upload connections refused, by reason",
             i.rejections.clone(),
@@ -434,6 +444,7 @@ impl AgentCounters {
                 records: self.ingest.records.get(),
                 duplicates: self.ingest.duplicates.get(),
                 busy: self.ingest.busy.get(),
+                takeovers: self.ingest.takeovers.get(),
                 rejected,
             },
             clock: ClockHealth {

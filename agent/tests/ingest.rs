@@ -180,14 +180,6 @@ async fn bad_uploads_are_refused_counted_and_harm_no_other_probe() {
     ask(&mut ws, &hello(4)).await.unwrap();
     let skipped = ask(&mut ws, &records(5, frames(4, 5, 2, 0))).await;
     assert!(skipped.unwrap_err().contains("sequence 5"));
-    // A run another connection is uploading.
-    let mut ws = open(&agent, tok).await.unwrap();
-    assert!(
-        ask(&mut ws, &hello(1))
-            .await
-            .unwrap_err()
-            .contains("already")
-    );
     // A message over the size limit.
     let mut ws = open(&agent, tok).await.unwrap();
     ask(&mut ws, &hello(5)).await.unwrap();
@@ -222,7 +214,6 @@ async fn bad_uploads_are_refused_counted_and_harm_no_other_probe() {
         ("version", 1),
         ("corrupt_frame", 1),
         ("sequence_gap", 1),
-        ("run_in_use", 1),
         ("oversized", 1),
         ("wrong_run", 1),
         ("malformed", 1),
@@ -234,6 +225,50 @@ async fn bad_uploads_are_refused_counted_and_harm_no_other_probe() {
     let run = stored(&dir.path().join("data"), 1);
     assert_eq!(run.len(), 10);
     assert!(matches!(run[9], ProbeRecord::Stopped(s) if s == stamp(9)));
+}
+
+/// A probe that reconnects (or a page that reloads) says hello before the
+/// agent has seen its old connection end: the new connection takes the run
+/// over at once, the old one can store nothing more, and every record is
+/// stored exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_takes_its_run_over_from_the_old_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = RunningAgent::start(AgentConfig::local(dir.path().join("data")))
+        .await
+        .unwrap();
+    let mut old = open(&agent, None).await.unwrap();
+    ask(&mut old, &hello(1)).await.unwrap();
+    assert_eq!(
+        ask(&mut old, &records(0, frames(1, 0, 4, 0))).await,
+        Ok(ToProbe::Ack { next_seq: 4 })
+    );
+    // The old connection is still open (its end not yet seen).
+    let mut new = open(&agent, None).await.unwrap();
+    assert_eq!(
+        ask(&mut new, &hello(1)).await,
+        Ok(ToProbe::Ack { next_seq: 4 })
+    );
+    assert_eq!(health(&agent).await["ingest"]["takeovers"], 1);
+    // The old connection's next batch is refused, nothing of it stored.
+    let refused = ask(&mut old, &records(4, frames(1, 4, 2, 0))).await;
+    assert!(refused.unwrap_err().contains("taken"), "closed with why");
+    drop(old);
+    // Its end does not free the run under the new connection.
+    assert_eq!(
+        ask(&mut new, &records(2, frames(1, 2, 6, 0))).await,
+        Ok(ToProbe::Ack { next_seq: 8 })
+    );
+    let h = health(&agent).await;
+    assert_eq!(h["ingest"]["duplicates"], 2, "{h}");
+    assert_eq!(h["ingest"]["rejected"], serde_json::json!({}), "{h}");
+    drop(new);
+    agent.shutdown().await.unwrap();
+    let run = stored(&dir.path().join("data"), 1);
+    assert_eq!(run.len(), 8, "every record once");
+    for (seq, record) in run.iter().enumerate().skip(2) {
+        assert!(matches!(record, ProbeRecord::Stopped(s) if *s == stamp(seq as u64)));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

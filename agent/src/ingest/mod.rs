@@ -30,7 +30,6 @@ pub use worker::Worker;
 use worker::Stored;
 
 use crate::quiet::FanoutQuiet;
-use store::OpenError;
 
 /// Longest an upload waits for a broadcast in flight to finish before it is
 /// stored anyway.
@@ -52,13 +51,15 @@ pub async fn serve(
         .max_frame_size(Some(MAX_BATCH_BYTES + 64));
     let mut ws =
         WebSocketStream::from_partially_read(stream, leftover, Role::Server, Some(config)).await;
-    let mut run = None;
-    let outcome = session(&mut ws, &worker, &mut run, quiet).await;
-    if let Some(run) = run.take() {
-        store.release(run);
+    let mut claimed = None;
+    let outcome = session(&mut ws, &worker, &mut claimed, quiet).await;
+    if let Some((run, claim)) = claimed.take() {
+        store.release(run, claim);
     }
     if let Err(e) = outcome {
-        store.counters.reject(e.counter());
+        if let Some(counter) = e.counter() {
+            store.counters.reject(counter);
+        }
         let frame = CloseFrame {
             code: CloseCode::Policy,
             reason: e.to_string().into(),
@@ -70,16 +71,18 @@ pub async fn serve(
 /// Why a session ended badly.
 enum SessionError {
     Protocol(IngestError),
-    InUse,
+    TakenOver,
     MixedDialects,
 }
 
 impl SessionError {
-    fn counter(&self) -> &'static str {
+    /// The rejection to count, if any: a takeover was counted when the
+    /// newer connection opened the run.
+    fn counter(&self) -> Option<&'static str> {
         match self {
-            SessionError::Protocol(e) => e.counter(),
-            SessionError::InUse => "run_in_use",
-            SessionError::MixedDialects => "malformed",
+            SessionError::Protocol(e) => Some(e.counter()),
+            SessionError::TakenOver => None,
+            SessionError::MixedDialects => Some("malformed"),
         }
     }
 }
@@ -88,7 +91,9 @@ impl std::fmt::Display for SessionError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SessionError::Protocol(e) => write!(f, "{e}"),
-            SessionError::InUse => f.write_str("this run is already being uploaded"),
+            SessionError::TakenOver => {
+                f.write_str("a newer connection of this run has taken its upload over")
+            }
             SessionError::MixedDialects => {
                 f.write_str("ingest messages are all binary, or all text (a page's JSON)")
             }
@@ -101,7 +106,7 @@ impl std::fmt::Display for SessionError {
 async fn session(
     ws: &mut WebSocketStream<TcpStream>,
     worker: &Worker,
-    claimed: &mut Option<u128>,
+    claimed: &mut Option<(u128, u64)>,
     mut quiet: FanoutQuiet,
 ) -> Result<(), SessionError> {
     let mut open = None;
@@ -145,13 +150,12 @@ async fn session(
                 }
                 let run = match worker.open(run_id).await {
                     Ok(run) => run,
-                    Err(OpenError::InUse(_)) => return Err(SessionError::InUse),
-                    Err(OpenError::Io(e)) => {
+                    Err(e) => {
                         tracing::error!(target: "agent::ingest", "cannot open run {run_id:032x}: {e}");
                         return Ok(());
                     }
                 };
-                *claimed = Some(run_id);
+                *claimed = Some((run_id, run.claim()));
                 let next_seq = run.next_seq;
                 open = Some(run);
                 ToProbe::Ack { next_seq }
@@ -165,6 +169,7 @@ async fn session(
                 match stored.map_err(SessionError::Protocol)? {
                     Stored::Ack => ToProbe::Ack { next_seq },
                     Stored::Busy(reason) => ToProbe::Busy { next_seq, reason },
+                    Stored::TakenOver => return Err(SessionError::TakenOver),
                 }
             }
             // Records before Hello, or a second Hello.

@@ -28,6 +28,16 @@ pub struct OpenRun {
     pub next_seq: u64,
     /// The run's id.
     pub run_id: u128,
+    /// Which claim on the run this is: a newer connection's open takes the
+    /// next, and this one may then append nothing more.
+    claim: u64,
+}
+
+impl OpenRun {
+    /// Which claim on the run this is, for [`IngestStore::release`].
+    pub fn claim(&self) -> u64 {
+        self.claim
+    }
 }
 
 /// What the audit is told about one run uploaded since the agent started.
@@ -49,6 +59,9 @@ pub struct RunStatus {
     pub idle_ms: u64,
     #[serde(skip)]
     last_activity: Option<std::time::Instant>,
+    /// The claim the connection uploading it holds (see [`OpenRun`]).
+    #[serde(skip)]
+    claim: u64,
 }
 
 /// Every uploaded run, and which are being uploaded right now.
@@ -59,17 +72,6 @@ pub struct IngestStore {
     runs: Mutex<HashMap<u128, RunStatus>>,
     /// What was stored and refused.
     pub counters: IngestCounters,
-}
-
-/// Why a run could not be opened for upload.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    /// Another connection is uploading this run right now.
-    #[error("run {0:032x} is already being uploaded by another connection")]
-    InUse(u128),
-    /// Its file could not be opened or created.
-    #[error("cannot open the run's log: {0}")]
-    Io(#[from] io::Error),
 }
 
 impl IngestStore {
@@ -98,8 +100,18 @@ impl IngestStore {
 
     /// Claims run `run_id` for one connection (released by [`Self::release`])
     /// and opens its file, cutting a torn tail.
-    pub fn open(&self, run_id: u128) -> Result<OpenRun, OpenError> {
-        {
+    ///
+    /// The newest connection wins: a probe that reconnects after its link
+    /// dropped (or a page that reloads) says hello before the agent has
+    /// seen the old connection end, and a half-open one is seen only when
+    /// keepalive gives up on it, minutes later. Refusing the new one would
+    /// stall the run's upload that long, so it takes the run over (as MQTT
+    /// does with a client id already connected), counted in `takeovers`;
+    /// the old connection's next batch is refused ([`Self::holds`]). Opens
+    /// and appends all run on the one ingest worker thread, so the new
+    /// claim counts the records after every append of the old one.
+    pub fn open(&self, run_id: u128) -> io::Result<OpenRun> {
+        let claim = {
             let mut runs = self.statuses();
             let status = runs.entry(run_id).or_insert_with(|| RunStatus {
                 run: format!("{run_id:032x}"),
@@ -110,15 +122,17 @@ impl IngestStore {
                 uploading: false,
                 idle_ms: 0,
                 last_activity: None,
+                claim: 0,
             });
             if status.uploading {
-                return Err(OpenError::InUse(run_id));
+                self.counters.takeovers.inc();
             }
             status.uploading = true;
-        }
-        let (run, started) = open_run(&self.path_of(run_id), run_id)
-            .inspect_err(|_| self.release(run_id))
-            .map_err(OpenError::from)?;
+            status.claim += 1;
+            status.claim
+        };
+        let (run, started) = open_run(&self.path_of(run_id), run_id, claim)
+            .inspect_err(|_| self.release(run_id, claim))?;
         self.update(run_id, |s| {
             s.records = run.next_seq;
             s.last_activity = Some(std::time::Instant::now());
@@ -129,9 +143,22 @@ impl IngestStore {
         Ok(run)
     }
 
-    /// Gives run `run_id` back: another connection may now upload it.
-    pub fn release(&self, run_id: u128) {
-        self.update(run_id, |s| s.uploading = false);
+    /// Gives back claim `claim` on run `run_id`, unless a newer connection
+    /// has taken the run over since.
+    pub fn release(&self, run_id: u128, claim: u64) {
+        self.update(run_id, |s| {
+            if s.claim == claim {
+                s.uploading = false;
+            }
+        });
+    }
+
+    /// Whether `run` still holds its run: false once a newer connection
+    /// has opened it.
+    pub fn holds(&self, run: &OpenRun) -> bool {
+        self.statuses()
+            .get(&run.run_id)
+            .is_some_and(|s| s.claim == run.claim)
     }
 
     /// Every run uploaded since the agent started, by name then run id.
@@ -223,7 +250,11 @@ fn started_by(frames: &[u8]) -> Option<(String, String)> {
 
 /// Opens (or creates) a run's log and counts its intact records; also
 /// returns who started the run, when the file already says.
-fn open_run(path: &Path, run_id: u128) -> io::Result<(OpenRun, Option<(String, String)>)> {
+fn open_run(
+    path: &Path,
+    run_id: u128,
+    claim: u64,
+) -> io::Result<(OpenRun, Option<(String, String)>)> {
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -242,6 +273,7 @@ fn open_run(path: &Path, run_id: u128) -> io::Result<(OpenRun, Option<(String, S
             len: HEADER_LEN as u64,
             next_seq: 0,
             run_id,
+            claim,
         };
         return Ok((run, None));
     }
@@ -266,6 +298,7 @@ fn open_run(path: &Path, run_id: u128) -> io::Result<(OpenRun, Option<(String, S
         len,
         next_seq: records,
         run_id,
+        claim,
     };
     Ok((run, started))
 }
@@ -305,7 +338,39 @@ mod tests {
         let run = store.open(7).expect("the run opens after the panic");
         assert_eq!(run.next_seq, 0);
         assert_eq!(store.runs().len(), 1);
-        store.release(7);
+        store.release(7, run.claim);
         assert!(store.open(7).is_ok(), "released, and open again");
+        assert_eq!(store.counters.takeovers.get(), 0);
+    }
+
+    /// A second open of a run in use takes it over: the first may append
+    /// nothing more, its release does not free the run, and the second
+    /// counts the records the first stored.
+    #[test]
+    fn the_newest_connection_takes_a_run_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = IngestStore::new(dir.path(), u64::MAX, IngestCounters::default()).unwrap();
+        let mut old = store.open(9).unwrap();
+        store.append(&mut old, &one_frame(), 1).unwrap();
+        let new = store.open(9).unwrap();
+        assert_eq!(store.counters.takeovers.get(), 1);
+        assert!(!store.holds(&old));
+        assert!(store.holds(&new));
+        assert_eq!(new.next_seq, 1, "the old connection's records are counted");
+        store.release(9, old.claim);
+        assert!(
+            store.runs()[0].uploading,
+            "the new connection still uploads"
+        );
+        store.release(9, new.claim);
+        assert!(!store.runs()[0].uploading);
+    }
+
+    /// One intact frame of a `Stopped` record.
+    fn one_frame() -> Vec<u8> {
+        let mut log = skewscope_core::log::LogWriter::new(Vec::new(), LogKind::Probe).unwrap();
+        log.append(&ProbeRecord::Stopped(skewscope_core::Stamp::default()))
+            .unwrap();
+        log.into_inner()[HEADER_LEN..].to_vec()
     }
 }

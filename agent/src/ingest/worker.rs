@@ -11,7 +11,7 @@ use std::sync::mpsc;
 use skewscope_core::ingest::{IngestError, accept_batch};
 use tokio::sync::oneshot;
 
-use super::store::{IngestStore, OpenError, OpenRun};
+use super::store::{IngestStore, OpenRun};
 use crate::live::LiveFeed;
 
 /// What storing a batch came to.
@@ -21,13 +21,15 @@ pub enum Stored {
     Ack,
     /// Nothing stored (data budget or disk full): why.
     Busy(String),
+    /// Nothing stored: a newer connection has taken the run over.
+    TakenOver,
 }
 
 /// What the worker is asked to do.
 enum Task {
     Open {
         run_id: u128,
-        reply: oneshot::Sender<Result<OpenRun, OpenError>>,
+        reply: oneshot::Sender<std::io::Result<OpenRun>>,
     },
     Batch {
         run: OpenRun,
@@ -62,7 +64,7 @@ impl Worker {
     }
 
     /// Claims and opens run `run_id` (see [`IngestStore::open`]).
-    pub async fn open(&self, run_id: u128) -> Result<OpenRun, OpenError> {
+    pub async fn open(&self, run_id: u128) -> std::io::Result<OpenRun> {
         let (reply, answer) = oneshot::channel();
         self.tasks
             .send(Task::Open { run_id, reply })
@@ -90,8 +92,8 @@ impl Worker {
     }
 }
 
-fn gone() -> OpenError {
-    OpenError::Io(std::io::Error::other("the agent is shutting down"))
+fn gone() -> std::io::Error {
+    std::io::Error::other("the agent is shutting down")
 }
 
 fn work(store: &IngestStore, live: &LiveFeed, task: Task) {
@@ -105,6 +107,10 @@ fn work(store: &IngestStore, live: &LiveFeed, task: Task) {
             frames,
             reply,
         } => {
+            if !store.holds(&run) {
+                let _ = reply.send((run, Ok(Stored::TakenOver)));
+                return;
+            }
             let stored = match accept_batch(run.run_id, run.next_seq, first_seq, &frames) {
                 Ok(accepted) => {
                     store.counters.duplicates.inc_by(accepted.duplicates);
