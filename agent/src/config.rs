@@ -77,6 +77,18 @@ pub struct AgentConfig {
     #[arg(long, value_name = "FILE")]
     pub metrics_token_file: Option<PathBuf>,
 
+    /// Serve every endpoint over TLS (`wss://`, `https://`) with this PEM
+    /// certificate chain (the server's certificate first, then any
+    /// intermediates); needs --tls-key. Read again on SIGHUP (a renewed
+    /// certificate needs no restart). Plain `ws://` and `http://` are then
+    /// refused on the port (a failed handshake, counted).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
     /// Order in which each shard writes to its clients; recorded so lateness can
     /// be attributed to position.
     #[arg(long, value_enum, default_value_t = OrderArg::Rotate)]

@@ -43,6 +43,10 @@ pub struct AgentCounters {
     pub ingest: IngestCounters,
     /// `/clock`: the time exchange over WebSocket.
     pub clock: ClockServiceCounters,
+    /// Connections whose TLS handshake failed or timed out (`--tls-cert`):
+    /// a client that does not trust the certificate, or speaks plain HTTP
+    /// to a TLS port.
+    pub tls_handshakes_failed: Counter,
 }
 
 /// What `/clock` did: requests answered and refused, sessions open, and
@@ -205,6 +209,8 @@ pub struct Health {
     pub publish_bytes_in_flight: i64,
     /// Records the log could not take.
     pub records_lost: u64,
+    /// TLS handshakes that failed or timed out.
+    pub tls_handshakes_failed: u64,
     /// Shards stuck at the last health check.
     pub shards_stuck: i64,
     /// The time port's packets; `null` when it does not run.
@@ -307,6 +313,7 @@ impl AgentCounters {
             time_port: time_port.then(TimePortCounters::new),
             ingest: IngestCounters::default(),
             clock: ClockServiceCounters::new(),
+            tls_handshakes_failed: Counter::default(),
         };
         for reason in INGEST_REJECTIONS {
             let _ = counters
@@ -359,6 +366,11 @@ impl AgentCounters {
             "skewscope_records_lost",
             "Records the agent could not write to its log (a full disk)",
             self.records_lost.clone(),
+        );
+        registry.register(
+            "skewscope_tls_handshakes_failed",
+            "Connections whose TLS handshake failed or timed out (--tls-cert): a client that does not trust the certificate, or plain HTTP on the TLS port",
+            self.tls_handshakes_failed.clone(),
         );
         registry.register(
             "skewscope_shards_stuck",
@@ -438,6 +450,7 @@ impl AgentCounters {
             refused_pending: self.clients.refused_pending.get(),
             publish_bytes_in_flight: self.publish_bytes_in_flight.get(),
             records_lost: self.records_lost.get(),
+            tls_handshakes_failed: self.tls_handshakes_failed.get(),
             shards_stuck: self.shards_stuck.get(),
             time: self.time_port.as_ref().map(TimePortCounters::snapshot),
             ingest: IngestHealth {

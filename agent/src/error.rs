@@ -23,6 +23,9 @@ pub enum StartError {
         /// The file.
         path: PathBuf,
     },
+    /// `--tls-cert` or `--tls-key` cannot be used.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     /// The data limits leave no room for the open segment.
     #[error(
         "max_data_bytes ({max_data_bytes}) must be at least twice segment_bytes ({segment_bytes}): the open segment is never removed"

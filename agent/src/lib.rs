@@ -39,13 +39,14 @@ mod segments;
 mod server;
 mod tap;
 mod time_port;
+pub mod tls;
 
 /// The pieces `skewscope-bench` builds its floor server from, so the floor
 /// and the agent share their HTTP, upgrade and frame-encoding code.
 #[cfg(feature = "bench")]
 pub mod bench {
     pub use crate::engine::shard::encode;
-    pub use crate::server::{http, upgrade};
+    pub use crate::server::{conn, http, upgrade};
 }
 
 /// The agent's own readers of bytes from peers, for the fuzz targets
@@ -111,6 +112,7 @@ pub struct RunningAgent {
     live: LiveThread,
     clock_watch: clock_watch::ClockWatch,
     shards_stuck: prometheus_client::metrics::gauge::Gauge,
+    tls: Option<Arc<tls::ServerTls>>,
     stop: watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
 }
@@ -126,6 +128,15 @@ impl RunningAgent {
         let metrics_token = match &config.metrics_token_file {
             Some(path) => Some(read_token(path)?),
             None => None,
+        };
+        let tls = match (&config.tls_cert, &config.tls_key) {
+            (Some(cert), Some(key)) => Some(Arc::new(tls::ServerTls::load(cert, key)?)),
+            (None, None) => None,
+            _ => {
+                return Err(StartError::Tls(tls::TlsError::Pair(
+                    "give both, or neither".into(),
+                )));
+            }
         };
         // Every client is a socket: make the whole hard limit available.
         skewscope_os::files::raise_open_file_limit()
@@ -275,6 +286,7 @@ impl RunningAgent {
             ingest_worker,
             quiet: hub.quiet(),
             audit,
+            tls: tls.clone(),
         });
         let (stop, stopped) = watch::channel(false);
         let clock_watch =
@@ -292,6 +304,7 @@ impl RunningAgent {
             live,
             clock_watch,
             shards_stuck: counters.shards_stuck.clone(),
+            tls,
             stop,
             server,
         })
@@ -311,6 +324,17 @@ impl RunningAgent {
     /// Starts a new record-log segment (what SIGHUP does).
     pub fn reopen_log(&self) {
         self.recorder.reopen();
+    }
+
+    /// Reads `--tls-cert` and `--tls-key` again (what SIGHUP also does):
+    /// new connections get the new pair. Without TLS, nothing to do.
+    pub fn reload_tls(&self) -> Result<(), tls::TlsError> {
+        self.tls.as_ref().map_or(Ok(()), |tls| tls.reload())
+    }
+
+    /// Whether the agent serves its port over TLS.
+    pub fn tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// Whether every engine thread still runs, and every shard still handles

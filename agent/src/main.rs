@@ -1,8 +1,8 @@
 //! `skewscope-agent`: run the hub until SIGINT or SIGTERM, then flush everything.
 //!
 //! Under systemd (`Type=notify`) it reports ready once it listens, pings the
-//! watchdog while every engine thread runs, and starts a new record segment on
-//! SIGHUP.
+//! watchdog while every engine thread runs, and on SIGHUP starts a new
+//! record segment and reads its TLS certificate and key again.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -50,6 +50,9 @@ fn run(config: AgentConfig) -> anyhow::Result<()> {
         let mut hup = signal(SignalKind::hangup())?;
         let agent = RunningAgent::start(config).await?;
         println!("listening on {}", agent.addr);
+        if agent.tls() {
+            tracing::info!(target: "agent", "serving TLS only: wss:// and https:// on {}", agent.addr);
+        }
         println!("recording to {}", agent.log_path.display());
         let _ = sd_notify::notify(&[NotifyState::Ready]);
         let watchdog = watchdog_interval();
@@ -57,7 +60,14 @@ fn run(config: AgentConfig) -> anyhow::Result<()> {
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
-                _ = hup.recv() => agent.reopen_log(),
+                _ = hup.recv() => {
+                    agent.reopen_log();
+                    match agent.reload_tls() {
+                        Ok(()) if agent.tls() => tracing::info!(target: "agent", "TLS certificate and key read again"),
+                        Ok(()) => {}
+                        Err(e) => tracing::error!(target: "agent", "{e}; the certificate in use stays"),
+                    }
+                }
                 _ = tokio::time::sleep(watchdog.unwrap_or(Duration::from_secs(3600))) => {
                     if watchdog.is_some() && agent.healthy() {
                         let _ = sd_notify::notify(&[NotifyState::Watchdog]);

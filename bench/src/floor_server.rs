@@ -12,6 +12,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use agent::bench::conn::Conn;
 use agent::bench::{http, upgrade};
 use anyhow::Context;
 use skewscope_os::clock::mono_ns;
@@ -53,9 +54,10 @@ async fn run(listen: SocketAddr, staged: bool) -> anyhow::Result<()> {
     let frame = text_frame(&peer_text());
     let mut clients: Vec<std::net::TcpStream> = Vec::new();
     loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
+        let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
+        let mut stream = Conn::Plain(stream);
         // A request that misbehaves only costs its own connection.
         let Ok(request) = http::read_head(&mut stream, Duration::from_secs(5)).await else {
             continue;
@@ -64,7 +66,7 @@ async fn run(listen: SocketAddr, staged: bool) -> anyhow::Result<()> {
             "/ws" => match upgrade::accept(&request, clients.len() as u64, &[], false) {
                 Ok(a) if stream.write_all(a.response.as_bytes()).await.is_ok() => {
                     // The floor writes with plain blocking calls.
-                    let Ok(socket) = stream.into_std() else {
+                    let Ok(socket) = stream.into_parts().0.into_std() else {
                         continue;
                     };
                     if socket.set_nonblocking(false).is_ok() && socket.set_nodelay(true).is_ok() {

@@ -54,6 +54,8 @@ pub mod rx_stamp;
 pub mod settings;
 #[cfg(target_os = "linux")]
 pub mod sockets;
+#[cfg(feature = "test-support")]
+pub mod test_certs;
 #[cfg(all(target_os = "linux", any(test, feature = "test-support")))]
 pub mod test_namespace;
 #[cfg(target_os = "linux")]

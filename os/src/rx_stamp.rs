@@ -75,6 +75,12 @@ impl RxStamped {
         &self.inner
     }
 
+    /// The socket back (its timestamping left on: a plain `read` ignores
+    /// the stamps).
+    pub fn into_inner(self) -> TcpStream {
+        self.inner
+    }
+
     fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         let fd = self.inner.as_raw_fd();
         let mut iov = [IoSliceMut::new(buf)];

@@ -147,7 +147,8 @@ pub struct Args {
     #[arg(long)]
     pub no_time_exchange: bool,
 
-    /// Stream every record to this agent (http://HOST:PORT) while running, for
+    /// Stream every record to this agent (http://HOST:PORT, or https:// when
+    /// it has --tls-cert: --ca-file then names its CA) while running, for
     /// `skewscope audit`. The log stays the source of truth: what the agent has
     /// not acknowledged is sent again after a reconnect.
     #[arg(long, value_name = "URL")]

@@ -118,11 +118,7 @@ impl Upgrade {
             })?;
             headers.push((header::AUTHORIZATION, value));
         }
-        let trust = match (&config.ca_file, config.insecure) {
-            (_, true) => Trust::Nothing,
-            (Some(path), false) => Trust::CaFile(path.clone()),
-            (None, false) => Trust::System,
-        };
+        let trust = Trust::of(config.ca_file.as_deref(), config.insecure);
         let upgrade = Upgrade {
             url: labelled_url,
             name: config.name.clone(),

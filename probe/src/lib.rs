@@ -203,13 +203,7 @@ impl RunningProbe {
         let (previous, room) = match config.retention {
             Some(limits) => {
                 let asks = match &config.upload {
-                    Some(base) => Some(uploader::Upload {
-                        url: uploader::ingest_url(base)?,
-                        token: config.upload_token.clone(),
-                        log: config.out.clone(),
-                        run_id: 0,
-                        follow: false,
-                    }),
+                    Some(base) => Some(uploader::upload_to(base, &config, 0, false)?),
                     None => None,
                 };
                 let dir = config.out.parent().unwrap_or(std::path::Path::new("."));
@@ -262,13 +256,7 @@ impl RunningProbe {
         let mut previous_uploads = Vec::new();
         let upload_task = match &config.upload {
             Some(base) => {
-                let upload = uploader::Upload {
-                    url: uploader::ingest_url(base)?,
-                    token: config.upload_token.clone(),
-                    log: config.out.clone(),
-                    run_id,
-                    follow: true,
-                };
+                let upload = uploader::upload_to(base, &config, run_id, true)?;
                 for run in previous {
                     let earlier = uploader::Upload {
                         log: run.path,

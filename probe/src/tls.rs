@@ -24,6 +24,18 @@ pub(crate) enum Trust {
     Nothing,
 }
 
+impl Trust {
+    /// What `--ca-file` and `--insecure` ask for (they conflict on the
+    /// command line; `--insecure` wins here).
+    pub(crate) fn of(ca_file: Option<&Path>, insecure: bool) -> Trust {
+        match (ca_file, insecure) {
+            (_, true) => Trust::Nothing,
+            (Some(path), false) => Trust::CaFile(path.to_owned()),
+            (None, false) => Trust::System,
+        }
+    }
+}
+
 /// Why no TLS configuration could be made: a run stops at once on it.
 #[derive(Clone, Debug, thiserror::Error)]
 pub(crate) enum TrustError {

@@ -6,6 +6,7 @@
 //! recording and catches up later.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -32,8 +33,11 @@ pub const FINAL_DRAIN: Duration = Duration::from_secs(10);
 /// Where to upload and what.
 #[derive(Clone, Debug)]
 pub struct Upload {
-    /// `ws://HOST:PORT/ingest` (from `--upload http://HOST:PORT`).
+    /// `ws://HOST:PORT/ingest` (from `--upload http://HOST:PORT`), or
+    /// `wss://…` (from `https://`).
     pub url: String,
+    /// For `wss://`: whom to trust (`--ca-file`, else the system roots).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
     /// Bearer token, if the agent has one.
     pub token: Option<String>,
     /// The run's log file.
@@ -54,23 +58,56 @@ pub struct UploadState {
     pub complete: bool,
 }
 
-/// `http://host:port[/]` (or `ws://…`) to the ingest WebSocket URL.
+/// The upload of `config`'s run to the agent at `base`: its ingest URL,
+/// and for `wss://` the TLS the run's own connections trust.
+pub fn upload_to(
+    base: &str,
+    config: &crate::config::ProbeConfig,
+    run_id: u128,
+    follow: bool,
+) -> Result<Upload, ProbeError> {
+    let url = ingest_url(base)?;
+    let tls = if url.starts_with("wss://") {
+        let trust = crate::tls::Trust::of(config.ca_file.as_deref(), config.insecure);
+        let (tls, _) = crate::tls::client_config(&trust)
+            .map_err(|e| ProbeError::Config(format!("--upload {base}: {e}")))?;
+        Some(tls)
+    } else {
+        None
+    };
+    Ok(Upload {
+        url,
+        tls,
+        token: config.upload_token.clone(),
+        log: config.out.clone(),
+        run_id,
+        follow,
+    })
+}
+
+/// `http://host:port[/]` (or `ws://…`) to the ingest WebSocket URL;
+/// `https://` (or `wss://`, an agent with `--tls-cert`) to `wss://…`.
 pub fn ingest_url(base: &str) -> Result<String, ProbeError> {
-    let rest = base
-        .strip_prefix("http://")
-        .or_else(|| base.strip_prefix("ws://"))
-        .ok_or_else(|| {
-            ProbeError::Config(format!(
-                "--upload {base}: give the agent as http://HOST:PORT (TLS is not supported)"
-            ))
-        })?;
+    let (scheme, rest) = [
+        ("ws", "http://"),
+        ("ws", "ws://"),
+        ("wss", "https://"),
+        ("wss", "wss://"),
+    ]
+    .into_iter()
+    .find_map(|(scheme, prefix)| base.strip_prefix(prefix).map(|rest| (scheme, rest)))
+    .ok_or_else(|| {
+        ProbeError::Config(format!(
+            "--upload {base}: give the agent as http://HOST:PORT (https:// when it has --tls-cert)"
+        ))
+    })?;
     let host = rest.trim_end_matches('/');
     if host.is_empty() || host.contains('/') {
         return Err(ProbeError::Config(format!(
-            "--upload {base}: give only http://HOST:PORT"
+            "--upload {base}: give only http://HOST:PORT or https://HOST:PORT"
         )));
     }
-    Ok(format!("ws://{host}/ingest"))
+    Ok(format!("{scheme}://{host}/ingest"))
 }
 
 /// Why an upload session ended before the log was acknowledged: said in the
@@ -182,9 +219,10 @@ async fn session(
             .map_err(|_| UploadError::Request("the token is not a valid header value".into()))?;
         request.headers_mut().insert("authorization", value);
     }
+    let connector = upload.tls.clone().map(tokio_tungstenite::Connector::Rustls);
     let (mut ws, _) = tokio::time::timeout(
         Duration::from_secs(10),
-        tokio_tungstenite::connect_async(request),
+        tokio_tungstenite::connect_async_tls_with_config(request, None, false, connector),
     )
     .await
     .map_err(|_| UploadError::ConnectTimeout)??;
@@ -277,7 +315,11 @@ mod tests {
             ingest_url("http://srv:8080/").unwrap(),
             "ws://srv:8080/ingest"
         );
-        assert!(ingest_url("https://srv").is_err());
+        assert_eq!(
+            ingest_url("https://srv:8443").unwrap(),
+            "wss://srv:8443/ingest"
+        );
+        assert!(ingest_url("ftp://srv").is_err());
         assert!(ingest_url("http://srv/x").is_err());
     }
 }

@@ -506,31 +506,6 @@ fn bad_headers_and_subprotocols_are_refused_before_connecting() {
     }
 }
 
-/// A private CA and a certificate for 127.0.0.1 and localhost it signed,
-/// written as PEM files: (ca.pem, server.pem, server.key).
-fn private_ca(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "skewscope test CA");
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let params =
-        CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = params.signed_by(&key, &ca).unwrap();
-    let paths = (
-        dir.join("ca.pem"),
-        dir.join("server.pem"),
-        dir.join("server.key"),
-    );
-    std::fs::write(&paths.0, ca.pem()).unwrap();
-    std::fs::write(&paths.1, cert.pem()).unwrap();
-    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
-    paths
-}
-
 /// A TLS server as its operators run them: Python websockets with the
 /// standard library's ssl, sending every client three messages.
 const TLS_SERVER: &str = r#"
@@ -555,7 +530,8 @@ asyncio.run(main())
 #[test]
 fn wss_trusts_a_private_ca_refuses_an_unknown_one_and_warns_when_insecure() {
     let dir = tempfile::tempdir().unwrap();
-    let (ca, cert, key) = private_ca(dir.path());
+    let skewscope_os::test_certs::PrivateCa { ca, cert, key } =
+        skewscope_os::test_certs::private_ca(dir.path(), "site");
     let (_server, port) = run_python(dir.path(), "tls_server.py", TLS_SERVER, &[&cert, &key]);
     let url = format!("wss://127.0.0.1:{port}/ws");
 

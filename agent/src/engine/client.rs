@@ -2,7 +2,10 @@
 //! it, and its inbound parser.
 //!
 //! The queue holds shared references to pre-encoded frames plus an offset, never
-//! per-client copies: a slow client costs a few words per pending frame.
+//! per-client copies: a slow client costs a few words per pending frame. A
+//! TLS client's frame is sealed for it when it reaches the front of its
+//! queue (or at once, when nothing is queued): at most one sealed copy per
+//! client is held.
 
 use std::collections::VecDeque;
 use std::io::{self, Write};
@@ -11,6 +14,7 @@ use std::sync::Arc;
 use mio::net::TcpStream;
 
 use crate::engine::tx_tracker::TxTracker;
+use crate::engine::wire::Wire;
 use skewscope_core::client_frames::ClientFrameParser;
 use skewscope_core::control_rate::ControlRate;
 
@@ -21,6 +25,9 @@ enum Chunk {
     Broadcast { frame: Arc<[u8]>, id: u64 },
     /// A pong or close frame for this client alone.
     Control(Vec<u8>),
+    /// Either of those sealed by the client's TLS session (`id`: the
+    /// broadcast's), or records the session owed on their own (`None`).
+    Sealed { bytes: Vec<u8>, id: Option<u64> },
 }
 
 impl Chunk {
@@ -28,6 +35,15 @@ impl Chunk {
         match self {
             Chunk::Broadcast { frame, .. } => frame,
             Chunk::Control(v) => v,
+            Chunk::Sealed { bytes, .. } => bytes,
+        }
+    }
+
+    fn broadcast(&self) -> Option<u64> {
+        match self {
+            Chunk::Broadcast { id, .. } => Some(*id),
+            Chunk::Control(_) => None,
+            Chunk::Sealed { id, .. } => *id,
         }
     }
 }
@@ -68,6 +84,8 @@ pub struct Client {
     pub more_to_read: bool,
     /// It agreed to permessage-deflate: broadcasts go to it compressed.
     pub deflate: bool,
+    /// Plain, or its TLS session.
+    pub wire: Wire,
 }
 
 impl Client {
@@ -84,6 +102,7 @@ impl Client {
             control: ControlRate::new(now_ns),
             more_to_read: false,
             deflate: false,
+            wire: Wire::Plain,
         }
     }
 
@@ -92,22 +111,40 @@ impl Client {
     /// behind it.
     pub fn offer(&mut self, frame: &Arc<[u8]>, id: u64, max_queue: usize) -> Offer {
         if self.queue.is_empty() {
-            let written = write_some(&mut self.stream, frame);
+            let sealed;
+            let bytes: &[u8] = if self.wire.seals() {
+                match self.wire.seal(frame) {
+                    Ok(s) => sealed = s,
+                    Err(_) => return Offer::Failed,
+                }
+                &sealed
+            } else {
+                frame
+            };
+            let written = write_some(&mut self.stream, bytes);
             if let (Some(tx), Ok(n)) = (self.tx.as_mut(), &written) {
                 tx.wrote(*n);
-                if *n == frame.len() {
+                if *n == bytes.len() {
                     tx.frame_done(id);
                 }
             }
             match written {
-                Ok(n) if n == frame.len() => return Offer::Written,
+                Ok(n) if n == bytes.len() => return Offer::Written,
                 Ok(n) => {
                     self.front_offset = n;
-                    self.queued_bytes = frame.len() - n;
-                    self.queue.push_back(Chunk::Broadcast {
-                        frame: frame.clone(),
-                        id,
-                    });
+                    self.queued_bytes = bytes.len() - n;
+                    let chunk = if self.wire.seals() {
+                        Chunk::Sealed {
+                            bytes: bytes.to_vec(),
+                            id: Some(id),
+                        }
+                    } else {
+                        Chunk::Broadcast {
+                            frame: frame.clone(),
+                            id,
+                        }
+                    };
+                    self.queue.push_back(chunk);
                     return Offer::Queued;
                 }
                 Err(_) => return Offer::Failed,
@@ -150,7 +187,17 @@ impl Client {
     /// Writes queued bytes until done or the socket is full; calls `completed` with
     /// the id of every broadcast frame that finished.
     pub fn flush(&mut self, mut completed: impl FnMut(u64)) -> io::Result<()> {
-        while let Some(front) = self.queue.front() {
+        self.take_owed_records()?;
+        while let Some(front) = self.queue.front_mut() {
+            if self.wire.seals() && !matches!(front, Chunk::Sealed { .. }) {
+                // Unsealed chunks are never partly written: seal it whole.
+                let bytes = self.wire.seal(front.bytes())?;
+                self.queued_bytes = self.queued_bytes + bytes.len() - front.bytes().len();
+                *front = Chunk::Sealed {
+                    id: front.broadcast(),
+                    bytes,
+                };
+            }
             let bytes = &front.bytes()[self.front_offset..];
             let n = write_some(&mut self.stream, bytes)?;
             self.front_offset += n;
@@ -161,15 +208,42 @@ impl Client {
             if n < bytes.len() {
                 return Ok(());
             }
-            if let Some(Chunk::Broadcast { id, .. }) = self.queue.pop_front() {
+            let done = self.queue.pop_front().and_then(|c| c.broadcast());
+            self.front_offset = 0;
+            if let Some(id) = done {
                 if let Some(tx) = self.tx.as_mut() {
                     tx.frame_done(id);
                 }
                 completed(id);
             }
-            self.front_offset = 0;
+            self.take_owed_records()?;
         }
         Ok(())
+    }
+
+    /// Reads what the client sent (see [`Wire::read`]), then queues any
+    /// record its TLS session owes in answer (a key update's).
+    pub fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.wire.read(&mut self.stream, buf)?;
+        if self.queue.is_empty() && self.take_owed_records()? {
+            self.flush(|_| {})?;
+        }
+        Ok(n)
+    }
+
+    /// With nothing queued, moves the records the TLS session owes into
+    /// the queue (with something queued they go out with the next seal, in
+    /// order); true when it queued some.
+    fn take_owed_records(&mut self) -> io::Result<bool> {
+        if !self.queue.is_empty() {
+            return Ok(false);
+        }
+        let Some(bytes) = self.wire.owed()? else {
+            return Ok(false);
+        };
+        self.queued_bytes += bytes.len();
+        self.queue.push_back(Chunk::Sealed { bytes, id: None });
+        Ok(true)
     }
 
     /// Whether bytes are still owed.

@@ -383,6 +383,7 @@ mod tests {
             leftover: Vec::new(),
             deflate: false,
             probe: true,
+            tls: None,
         };
         (client, peer)
     }

@@ -8,3 +8,4 @@ pub mod hub;
 pub mod send_order;
 pub mod shard;
 pub mod tx_tracker;
+pub mod wire;

@@ -8,7 +8,7 @@
 //! queued and are finished when mio reports them writable. Reads (pings, close,
 //! misbehaviour) are handled between broadcasts.
 
-use std::io::{self, Read};
+use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
@@ -28,6 +28,7 @@ use tungstenite::protocol::frame::Frame;
 use crate::counters::ClientCounters;
 use crate::engine::client::{Client, Offer};
 use crate::engine::send_order::Sequencer;
+use crate::engine::wire::Wire;
 use crate::recorder::Recorder;
 use skewscope_core::client_frames::{ClientFrame, ClientFrameError};
 
@@ -98,6 +99,8 @@ pub struct NewClient {
     /// with receipts, so only its socket is given kernel TX stamps: their
     /// cost follows the probes, not the audience.
     pub probe: bool,
+    /// Its TLS session (`wss://`), handshake done; `None` for `ws://`.
+    pub tls: Option<Box<rustls::ServerConnection>>,
 }
 
 enum Command {
@@ -450,6 +453,11 @@ impl Shard {
             client.deflate = true;
             client.inbound = skewscope_core::client_frames::ClientFrameParser::with_deflate();
         }
+        let mut leftover = new.leftover;
+        if let Some(session) = new.tls {
+            client.wire = Wire::tls(session);
+            leftover.extend(client.wire.take_buffered());
+        }
         if self.config.tx_timestamps && new.probe {
             match skewscope_os::tx_stamp::enable(&client.stream) {
                 Ok(()) => client.tx = Some(Default::default()),
@@ -462,8 +470,8 @@ impl Shard {
         }
         entry.insert(client);
         self.order.push(key);
-        if !new.leftover.is_empty() {
-            self.take_inbound(key, &new.leftover);
+        if !leftover.is_empty() {
+            self.take_inbound(key, &leftover);
         }
     }
 
@@ -525,7 +533,7 @@ impl Shard {
                 break;
             }
             let want = budget.min(scratch.len());
-            match self.clients[key].stream.read(&mut scratch[..want]) {
+            match self.clients[key].read(&mut scratch[..want]) {
                 Ok(0) => {
                     self.doomed.push((key, CloseReason::ClientClosed));
                     break;
@@ -687,7 +695,7 @@ impl Shard {
                 }
                 let mut done = false;
                 while !done {
-                    match client.stream.read(&mut scratch) {
+                    match client.read(&mut scratch) {
                         Ok(0) => done = true,
                         Ok(n) => {
                             let mut closed = false;

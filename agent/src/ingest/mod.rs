@@ -16,7 +16,6 @@ use skewscope_core::ingest::{
     INGEST_VERSION, IngestError, MAX_BATCH_BYTES, ToAgent, ToProbe, decode_to_agent, encode,
 };
 use skewscope_core::page_ingest;
-use tokio::net::TcpStream;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::error::CapacityError;
@@ -30,6 +29,7 @@ pub use worker::Worker;
 use worker::Stored;
 
 use crate::quiet::FanoutQuiet;
+use crate::server::conn::Conn;
 
 /// Longest an upload waits for a broadcast in flight to finish before it is
 /// stored anyway.
@@ -40,7 +40,7 @@ const MAX_DEFER: Duration = Duration::from_millis(50);
 /// waits (at most [`MAX_DEFER`]) for the fan-out to be quiet before it is
 /// checked and stored, so uploads never compete with a broadcast for a core.
 pub async fn serve(
-    stream: TcpStream,
+    stream: Conn,
     leftover: Vec<u8>,
     store: Arc<IngestStore>,
     worker: Worker,
@@ -104,7 +104,7 @@ impl std::fmt::Display for SessionError {
 /// The checking and the file work (opening a run counts its records; every
 /// append syncs) run on the low-priority [`Worker`] thread.
 async fn session(
-    ws: &mut WebSocketStream<TcpStream>,
+    ws: &mut WebSocketStream<Conn>,
     worker: &Worker,
     claimed: &mut Option<(u128, u64)>,
     mut quiet: FanoutQuiet,

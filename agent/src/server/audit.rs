@@ -8,9 +8,9 @@ use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+use crate::server::conn::Conn;
 use serde::Serialize;
 use skewscope_core::log::{HEADER_LEN, whole_frames_end};
-use tokio::net::TcpStream;
 
 use crate::ingest::store::{PROBES_DIR, RunStatus};
 use crate::server::http::{Request, respond, respond_bytes};
@@ -63,7 +63,7 @@ pub struct Now {
 }
 
 /// `GET /audit/status`.
-pub async fn status(stream: &mut TcpStream, source: &AuditSource, now: Now) {
+pub async fn status(stream: &mut Conn, source: &AuditSource, now: Now) {
     let logs = list_logs(&source.data_dir);
     let status = Status {
         agent_run: format!("{:032x}", source.run_id),
@@ -81,7 +81,7 @@ pub async fn status(stream: &mut TcpStream, source: &AuditSource, now: Now) {
 /// `GET /audit/log?name=NAME&from=OFFSET`: the log's bytes from `OFFSET`
 /// (0 includes the file header) up to its last whole frame, at most
 /// [`MAX_PIECE`] at a time.
-pub async fn log(stream: &mut TcpStream, request: &Request, source: &AuditSource) {
+pub async fn log(stream: &mut Conn, request: &Request, source: &AuditSource) {
     let Some(name) = request.query_param("name").filter(|n| is_log_name(n)) else {
         return respond(
             stream,

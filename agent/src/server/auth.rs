@@ -1,13 +1,13 @@
 //! Bearer tokens: `/publish`, `/start_test`, `/ingest` and `/audit/…` ask
 //! for `--token-file`'s, `/metrics` for `--metrics-token-file`'s.
 
-use tokio::net::TcpStream;
+use crate::server::conn::Conn;
 
 use crate::server::http::{Request, respond};
 
 /// Whether the request carries `token` (any request does when it is
 /// `None`); answers 401 when it does not.
-pub async fn authorized_by(stream: &mut TcpStream, request: &Request, token: Option<&str>) -> bool {
+pub async fn authorized_by(stream: &mut Conn, request: &Request, token: Option<&str>) -> bool {
     let Some(token) = token else {
         return true;
     };

@@ -21,7 +21,7 @@ use skewscope_core::control_rate::ControlRate;
 use skewscope_core::time_exchange::TimeKey;
 use skewscope_core::time_exchange::json::{encode_error, encode_reply, parse_request};
 use skewscope_os::rx_stamp::{LastRx, RxStamped};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
@@ -29,6 +29,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 
 use crate::counters::ClockServiceCounters;
+use crate::server::conn::Conn;
 
 /// Requests a connection may send at once: the clock module's schedule
 /// starts with a burst of up to 24 pairs (`MAX_BURST_ROUNDS` in
@@ -47,12 +48,30 @@ const IDLE: Duration = Duration::from_secs(600);
 /// `leftover` is what followed the request head; with a `key` (the agent
 /// has a token) every reply carries its tag.
 pub async fn serve(
-    stream: TcpStream,
+    conn: Conn,
     leftover: Vec<u8>,
     counters: ClockServiceCounters,
     key: Option<TimeKey>,
 ) {
-    let (stream, last_rx) = RxStamped::new(stream);
+    match conn {
+        Conn::Plain(tcp) => {
+            let (stream, last_rx) = RxStamped::new(tcp);
+            serve_on(stream, last_rx, leftover, counters, key).await
+        }
+        Conn::Tls(tls, last_rx) => {
+            let conn = Conn::Tls(tls, last_rx.clone());
+            serve_on(conn, last_rx, leftover, counters, key).await
+        }
+    }
+}
+
+async fn serve_on<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: S,
+    last_rx: LastRx,
+    leftover: Vec<u8>,
+    counters: ClockServiceCounters,
+    key: Option<TimeKey>,
+) {
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_FRAME))
         .max_frame_size(Some(MAX_FRAME));
@@ -81,8 +100,8 @@ pub async fn serve(
 const LINGER: Duration = Duration::from_secs(2);
 
 /// Answers requests; returns the close to send, if the agent ends it.
-async fn session(
-    ws: &mut WebSocketStream<RxStamped>,
+async fn session<S: AsyncRead + AsyncWrite + Unpin>(
+    ws: &mut WebSocketStream<S>,
     last_rx: &LastRx,
     counters: &ClockServiceCounters,
     key: Option<&TimeKey>,

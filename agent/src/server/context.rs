@@ -54,4 +54,6 @@ pub struct Context {
     pub pending: Arc<tokio::sync::Semaphore>,
     /// `/clock` sessions open, at most `--max-clock-sessions` (one permit each).
     pub clock_sessions: Arc<tokio::sync::Semaphore>,
+    /// The TLS every connection is served under (`--tls-cert`), if any.
+    pub tls: Option<Arc<crate::tls::ServerTls>>,
 }

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
+use crate::server::conn::Conn;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// Largest request head accepted (request line and headers).
 pub const MAX_HEAD: usize = 16 * 1024;
@@ -75,13 +75,13 @@ pub enum HeadError {
 }
 
 /// Reads and parses one request head within `timeout`.
-pub async fn read_head(stream: &mut TcpStream, timeout: Duration) -> Result<Request, HeadError> {
+pub async fn read_head(stream: &mut Conn, timeout: Duration) -> Result<Request, HeadError> {
     tokio::time::timeout(timeout, read_head_inner(stream))
         .await
         .unwrap_or(Err(HeadError::Timeout))
 }
 
-async fn read_head_inner(stream: &mut TcpStream) -> Result<Request, HeadError> {
+async fn read_head_inner(stream: &mut Conn) -> Result<Request, HeadError> {
     let mut buf = Vec::with_capacity(1024);
     loop {
         let mut chunk = [0u8; 4096];
@@ -136,7 +136,7 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Request>, HeadError> {
 }
 
 /// Writes a complete response and closes the write side.
-pub async fn respond(stream: &mut TcpStream, status: u16, extra_headers: &str, body: &str) {
+pub async fn respond(stream: &mut Conn, status: u16, extra_headers: &str, body: &str) {
     let content_type = if body.starts_with('{') {
         "application/json"
     } else {
@@ -147,7 +147,7 @@ pub async fn respond(stream: &mut TcpStream, status: u16, extra_headers: &str, b
 
 /// [`respond`] with any body and its content type.
 pub async fn respond_bytes(
-    stream: &mut TcpStream,
+    stream: &mut Conn,
     status: u16,
     content_type: &str,
     extra_headers: &str,

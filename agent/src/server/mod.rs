@@ -1,5 +1,7 @@
 //! Accepting connections and answering HTTP: one tokio task per connection until
 //! it is either answered and closed, or upgraded and handed to a shard.
+//! Under `--tls-cert` each connection's TLS handshake comes first, within
+//! the request timeout, and every handler then serves a [`conn::Conn`].
 //! [`http`] parses and writes HTTP/1.1 heads; [`upgrade`] is the WebSocket
 //! handshake; [`context`] what every handler is handed; [`auth`] the bearer
 //! tokens; [`publish`] and [`audit`] their endpoints.
@@ -7,6 +9,7 @@
 pub mod audit;
 pub mod auth;
 pub mod clock;
+pub mod conn;
 pub mod context;
 pub mod http;
 pub mod publish;
@@ -22,6 +25,7 @@ use tokio::sync::watch;
 use crate::engine::shard::NewClient;
 use crate::exposition::Exposition;
 use crate::server::auth::authorized_by;
+use crate::server::conn::Conn;
 use crate::server::context::Context;
 use crate::server::http::{HeadError, Request, read_head, respond, respond_bytes};
 use crate::server::publish::{outcome_json, publish};
@@ -32,7 +36,7 @@ pub async fn serve(listener: TcpListener, context: Arc<Context>, mut stop: watch
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((mut stream, peer)) => {
+                Ok((stream, peer)) => {
                     let context = context.clone();
                     let Ok(permit) = context.pending.clone().try_acquire_owned() else {
                         // Connections that never send a request must not
@@ -45,8 +49,10 @@ pub async fn serve(listener: TcpListener, context: Arc<Context>, mut stop: watch
                                 refused + 1
                             );
                         }
+                        // Said in clear even under TLS: a handshake is the
+                        // work this refusal saves.
                         tokio::spawn(async move {
-                            respond(&mut stream, 503, "Retry-After: 1\r\n", "too many pending connections\n").await
+                            respond(&mut Conn::Plain(stream), 503, "Retry-After: 1\r\n", "too many pending connections\n").await
                         });
                         continue;
                     };
@@ -83,11 +89,14 @@ pub const PROBE_STYLE: &str = include_str!("../../../clients/js/probe/probe.css"
 const PROBE_HEADERS: &str = "Content-Security-Policy: default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self' ws: wss:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'\r\nCross-Origin-Opener-Policy: same-origin\r\nCross-Origin-Embedder-Policy: require-corp\r\nCross-Origin-Resource-Policy: same-origin\r\nCache-Control: no-cache\r\n";
 
 async fn handle(
-    mut stream: TcpStream,
+    tcp: TcpStream,
     peer: SocketAddr,
     pending: tokio::sync::OwnedSemaphorePermit,
     context: &Context,
 ) {
+    let Some(mut stream) = secure(tcp, context).await else {
+        return;
+    };
     let head = read_head(&mut stream, context.request_timeout).await;
     // Its request is here (or never will be): no longer pending.
     drop(pending);
@@ -207,7 +216,36 @@ async fn handle(
     }
 }
 
-async fn upgrade(mut stream: TcpStream, peer: SocketAddr, request: Request, context: &Context) {
+/// The connection as its handlers serve it: under TLS once its handshake
+/// is done (`None` when it fails or times out, counted), else as it is.
+async fn secure(tcp: TcpStream, context: &Context) -> Option<Conn> {
+    let Some(tls) = &context.tls else {
+        return Some(Conn::Plain(tcp));
+    };
+    let (stamped, last_rx) = skewscope_os::rx_stamp::RxStamped::new(tcp);
+    let handshake = tls.acceptor().accept(stamped);
+    match tokio::time::timeout(context.request_timeout, handshake).await {
+        Ok(Ok(stream)) => Some(Conn::Tls(Box::new(stream), last_rx)),
+        Ok(Err(e)) => {
+            context.counters.tls_handshakes_failed.inc();
+            tracing::debug!(target: "agent::server", "TLS handshake failed: {e}");
+            None
+        }
+        Err(_) => {
+            context.counters.tls_handshakes_failed.inc();
+            None
+        }
+    }
+}
+
+/// Writes all of `bytes` and flushes them (under TLS a write may leave
+/// records in the session); false when the peer is gone.
+async fn send_all(stream: &mut Conn, bytes: &[u8]) -> bool {
+    use tokio::io::AsyncWriteExt;
+    stream.write_all(bytes).await.is_ok() && stream.flush().await.is_ok()
+}
+
+async fn upgrade(mut stream: Conn, peer: SocketAddr, request: Request, context: &Context) {
     if context
         .max_clients
         .is_some_and(|most| context.hub.clients() >= most)
@@ -235,15 +273,13 @@ async fn upgrade(mut stream: TcpStream, peer: SocketAddr, request: Request, cont
         }
         Err(e) => return respond(&mut stream, 400, "", &format!("{e}\n")).await,
     };
-    if tokio::io::AsyncWriteExt::write_all(&mut stream, accepted.response.as_bytes())
-        .await
-        .is_err()
-    {
+    if !send_all(&mut stream, accepted.response.as_bytes()).await {
         return; // vanished during the handshake
     }
+    let (tcp, tls) = stream.into_parts();
     // Latency is the point: never let Nagle hold a broadcast frame back.
-    let _ = stream.set_nodelay(true);
-    let Ok(std_stream) = stream.into_std() else {
+    let _ = tcp.set_nodelay(true);
+    let Ok(std_stream) = tcp.into_std() else {
         return;
     };
     if let Err(e) = skewscope_os::sockets::detect_vanished_peers(&std_stream) {
@@ -257,6 +293,7 @@ async fn upgrade(mut stream: TcpStream, peer: SocketAddr, request: Request, cont
             leftover: request.rest,
             deflate: accepted.deflate,
             probe: label.is_some(),
+            tls,
         },
         label,
         peer.to_string(),
@@ -266,7 +303,7 @@ async fn upgrade(mut stream: TcpStream, peer: SocketAddr, request: Request, cont
 
 /// Upgrades a `/clock` request and serves the time exchange on this task
 /// (never on the fan-out shards), at most `--max-clock-sessions` at once.
-async fn clock(mut stream: TcpStream, request: Request, context: &Context) {
+async fn clock(mut stream: Conn, request: Request, context: &Context) {
     let Ok(_session) = context.clock_sessions.clone().try_acquire_owned() else {
         context.counters.clock.refused_full.inc();
         return respond(
@@ -293,13 +330,10 @@ async fn clock(mut stream: TcpStream, request: Request, context: &Context) {
         }
         Err(e) => return respond(&mut stream, 400, "", &format!("{e}\n")).await,
     };
-    if tokio::io::AsyncWriteExt::write_all(&mut stream, response.as_bytes())
-        .await
-        .is_err()
-    {
+    if !send_all(&mut stream, response.as_bytes()).await {
         return;
     }
-    let _ = stream.set_nodelay(true);
+    let _ = stream.tcp().set_nodelay(true);
     clock::serve(
         stream,
         request.rest,
@@ -311,7 +345,7 @@ async fn clock(mut stream: TcpStream, request: Request, context: &Context) {
 
 /// Upgrades an `/ingest` request and hands the connection to the ingest
 /// session (on this task: uploads never touch the fan-out shards).
-async fn ingest(mut stream: TcpStream, request: Request, context: &Context) {
+async fn ingest(mut stream: Conn, request: Request, context: &Context) {
     // A page offers `skewscope-ingest` (and may carry its token as another
     // subprotocol): a browser fails a handshake that offered protocols and
     // got none back.
@@ -322,10 +356,7 @@ async fn ingest(mut stream: TcpStream, request: Request, context: &Context) {
             return respond(&mut stream, 400, "", &format!("{e}\n")).await;
         }
     };
-    if tokio::io::AsyncWriteExt::write_all(&mut stream, response.as_bytes())
-        .await
-        .is_err()
-    {
+    if !send_all(&mut stream, response.as_bytes()).await {
         return;
     }
     crate::ingest::serve(
@@ -338,7 +369,7 @@ async fn ingest(mut stream: TcpStream, request: Request, context: &Context) {
     .await;
 }
 
-async fn authorized(stream: &mut TcpStream, request: &Request, context: &Context) -> bool {
+async fn authorized(stream: &mut Conn, request: &Request, context: &Context) -> bool {
     authorized_by(stream, request, context.token.as_deref()).await
 }
 

@@ -11,12 +11,12 @@
 
 use std::time::Duration;
 
+use crate::server::conn::Conn;
 use skewscope_core::act_at::ActUnit;
 use skewscope_core::analysis::auto_lead::{AutoLeadNow, LeadBasis};
 use skewscope_core::record::{AgentRecord, LeadChosen};
 use skewscope_core::units::parse_duration;
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::engine::hub::Broadcasted;
@@ -157,7 +157,7 @@ fn stamping_of(request: &Request, auto: AutoLeadNow) -> Result<Option<Stamping>,
 /// `--max-publish` and the in-flight budget) and broadcasts it; with
 /// `?lead=`, first writes its time to act into it (a JSON object, or a 422
 /// and nothing broadcast).
-pub async fn publish(mut stream: TcpStream, request: Request, context: &Context) {
+pub async fn publish(mut stream: Conn, request: Request, context: &Context) {
     let stamping = match stamping_of(&request, context.auto_lead.now()) {
         Ok(s) => s,
         Err(msg) => return respond(&mut stream, 400, "", &msg).await,
