@@ -125,6 +125,10 @@ struct AuditArgs {
     /// File holding the agent's bearer token.
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// For an https:// agent (--tls-cert): trust only the CA certificates
+    /// in this PEM file (a site's own CA), instead of the system's roots.
+    #[arg(long, value_name = "PEM")]
+    ca_file: Option<PathBuf>,
     /// Broadcasts to trigger (20 if not given); with --passive, stop
     /// watching once this many were seen.
     #[arg(long)]
@@ -337,6 +341,7 @@ fn audit(args: AuditArgs) -> anyhow::Result<u8> {
     let options = AuditOptions {
         agent: args.agent,
         token,
+        ca_file: args.ca_file,
         broadcasts: args.broadcasts.unwrap_or(20).max(1),
         interval: args.interval,
         settle: args.settle,

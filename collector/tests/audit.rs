@@ -523,3 +523,104 @@ fn an_agent_killed_mid_audit_loses_and_doubles_nothing() {
     assert_eq!(report["duplicates"], 0, "{text}");
     assert_eq!(report["reconnects"], 5, "{text}");
 }
+
+/// A site that serves the agent over TLS with its own CA: the probe
+/// receives over `wss://` and uploads over `https://` with `--ca-file`, the
+/// audit asks over `https://` with the same file; without it the audit
+/// cannot reach the agent and says why. The operator then renews the
+/// certificate (a new CA here) and sends SIGHUP: the same agent process
+/// serves the new one, and the probe connected under the old one stays.
+#[test]
+fn an_audit_over_tls_trusts_the_sites_ca_and_a_renewed_certificate_needs_no_restart() {
+    use nix::sys::signal::{Signal, kill};
+    use skewscope_os::test_certs::private_ca;
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (private_ca(dir.path(), "old"), private_ca(dir.path(), "new"));
+    let (cert, key) = (dir.path().join("live.pem"), dir.path().join("live.key"));
+    std::fs::copy(&old.cert, &cert).unwrap();
+    std::fs::copy(&old.key, &key).unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let token_arg = token.to_str().unwrap();
+    let (agent, addr, _) = start_agent_with(
+        dir.path(),
+        "127.0.0.1:0",
+        &[
+            "--token-file",
+            token_arg,
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    let port = addr.rsplit(':').next().unwrap();
+    let host = format!("localhost:{port}");
+    let mut probe = Command::new(sibling_binary("skewscope-probe"));
+    probe
+        .args(["--url", &format!("wss://{host}/ws"), "--name", "tls-kiosk"])
+        .args(["--connections", "2"])
+        .args([
+            "--upload",
+            &format!("https://{host}"),
+            "--token-file",
+            token_arg,
+        ])
+        .arg("--ca-file")
+        .arg(&old.ca)
+        .args(["--duration", "120s", "--out"])
+        .arg(dir.path().join("tls-kiosk.sklog"))
+        .stdout(Stdio::null());
+    let _probe = Reaped(probe.spawn().unwrap());
+    let agent_url = format!("https://{host}");
+    let ask = |ca: &Path| {
+        audit(&[
+            "--agent",
+            &agent_url,
+            "--ca-file",
+            ca.to_str().unwrap(),
+            "--token-file",
+            token_arg,
+            "--require-probes",
+            "1",
+            "--broadcasts",
+            "3",
+            "--interval",
+            "20ms",
+        ])
+    };
+    let o = ask(&old.ca);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("PASS"), "{}", text(&o));
+    // Without the site's CA the system roots do not know the agent.
+    let o = audit(&["--agent", &agent_url, "--token-file", token_arg]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).to_lowercase().contains("certificate"),
+        "{}",
+        text(&o)
+    );
+
+    // Renewed: the new pair in place, SIGHUP, and the same process serves it.
+    std::fs::copy(&new.cert, &cert).unwrap();
+    std::fs::copy(&new.key, &key).unwrap();
+    kill(
+        nix::unistd::Pid::from_raw(agent.0.id() as i32),
+        Signal::SIGHUP,
+    )
+    .unwrap();
+    let mut renewed = None;
+    wait_until("the renewed certificate served", || {
+        let o = ask(&new.ca);
+        let served = o.status.code() == Some(0);
+        renewed = Some(o);
+        served
+    });
+    let o = renewed.unwrap();
+    // Its two connections, made under the old certificate, got all 3.
+    assert!(
+        text(&o).contains("connections 2   receipts 6   missing 0"),
+        "{}",
+        text(&o)
+    );
+}

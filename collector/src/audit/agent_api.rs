@@ -40,6 +40,9 @@ pub enum ApiError {
         /// The start of the body, for the message.
         body: String,
     },
+    /// No TLS client could be made for an `https://` agent.
+    #[error("{0}")]
+    Tls(String),
     /// An answer that is not what this version of skewscope expects.
     #[error("{url}: unexpected answer: {detail}")]
     Unexpected {
@@ -135,18 +138,20 @@ pub struct AgentApi {
 }
 
 impl AgentApi {
-    /// A client of the agent at `base`, sending `token` if given.
-    pub fn new(base: &str, token: Option<String>) -> AgentApi {
-        let http = ureq::Agent::config_builder()
-            .timeout_global(Some(REQUEST_TIMEOUT))
-            .http_status_as_error(false)
-            .build()
-            .into();
+    /// A client of the agent at `base` over `http` (see [`http_client`]),
+    /// sending `token` if given.
+    pub fn new(base: &str, token: Option<String>, http: ureq::Agent) -> AgentApi {
         AgentApi {
             base: base.trim_end_matches('/').to_owned(),
             token,
             http,
         }
+    }
+
+    /// The client it asks with, for `--trigger` too (same trust, same
+    /// timeout).
+    pub fn http(&self) -> &ureq::Agent {
+        &self.http
     }
 
     /// `GET /audit/status`.
@@ -254,11 +259,64 @@ pub fn trigger(http: &ureq::Agent, url: &str, method: &str) -> Result<(), ApiErr
     }
 }
 
-/// A client for `--trigger` with the same timeout and status handling.
-pub fn trigger_client() -> ureq::Agent {
-    ureq::Agent::config_builder()
+/// The HTTP client of the agent and of `--trigger`: one timeout, statuses
+/// as answers, and for `https://` (an agent with `--tls-cert`) rustls
+/// trusting only the CAs in `ca_file`, else the system's roots.
+#[cfg(feature = "tls")]
+pub fn http_client(ca_file: Option<&std::path::Path>) -> Result<ureq::Agent, ApiError> {
+    use std::sync::Arc;
+    use ureq::tls::{Certificate, RootCerts, TlsConfig, TlsProvider};
+    let roots: Vec<Certificate<'static>> = match ca_file {
+        Some(path) => {
+            let pem = std::fs::read(path).map_err(|e| {
+                ApiError::Tls(format!("cannot read --ca-file {}: {e}", path.display()))
+            })?;
+            let certs: Vec<_> = ureq::tls::parse_pem(&pem)
+                .filter_map(|item| match item {
+                    Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                    _ => None,
+                })
+                .collect();
+            if certs.is_empty() {
+                return Err(ApiError::Tls(format!(
+                    "--ca-file {}: no PEM certificate in it",
+                    path.display()
+                )));
+            }
+            certs
+        }
+        None => rustls_native_certs::load_native_certs()
+            .certs
+            .into_iter()
+            .map(|der| Certificate::from_der(der.as_ref()).to_owned())
+            .collect(),
+    };
+    let tls = TlsConfig::builder()
+        .provider(TlsProvider::Rustls)
+        .root_certs(RootCerts::new_with_certs(&roots))
+        .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .build();
+    Ok(ureq::Agent::config_builder()
+        .timeout_global(Some(REQUEST_TIMEOUT))
+        .http_status_as_error(false)
+        .tls_config(tls)
+        .build()
+        .into())
+}
+
+/// The HTTP client of the agent and of `--trigger`, in a build without TLS:
+/// `http://` only, and `--ca-file` refused.
+#[cfg(not(feature = "tls"))]
+pub fn http_client(ca_file: Option<&std::path::Path>) -> Result<ureq::Agent, ApiError> {
+    if ca_file.is_some() {
+        return Err(ApiError::Tls(
+            "--ca-file: this build of skewscope has no TLS (built without the `tls` feature)"
+                .into(),
+        ));
+    }
+    Ok(ureq::Agent::config_builder()
         .timeout_global(Some(REQUEST_TIMEOUT))
         .http_status_as_error(false)
         .build()
-        .into()
+        .into())
 }

@@ -34,7 +34,8 @@ use progress::Progress;
 /// Runs the audit: waits for the probes, triggers or watches, waits for
 /// the receipts, and judges the report of what came.
 pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutcome, CannotAudit> {
-    let api = AgentApi::new(&options.agent, options.token.clone());
+    let http = agent_api::http_client(options.ca_file.as_deref())?;
+    let api = AgentApi::new(&options.agent, options.token.clone(), http);
     let temp;
     let dir = match &options.keep {
         Some(dir) => dir.clone(),

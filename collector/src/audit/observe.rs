@@ -42,7 +42,7 @@ pub(super) fn trigger(
     progress: &mut Progress,
 ) -> Result<Observed, CannotAudit> {
     let first_wall = status.now_wall_ns;
-    let trigger_http = agent_api::trigger_client();
+    let trigger_http = api.http();
     let mut sent = Vec::new();
     let mut last_wall = first_wall;
     let mut trigger_times = Vec::new();
@@ -66,7 +66,7 @@ pub(super) fn trigger(
                 // trigger reaches the server after it, so latency from it is
                 // never short (long by at most one round trip to the agent).
                 trigger_times.push(api.status()?.now_wall_ns);
-                agent_api::trigger(&trigger_http, url, &options.trigger_method)?;
+                agent_api::trigger(trigger_http, url, &options.trigger_method)?;
                 progress.triggered(i, options.broadcasts, &format!("({url})"));
             }
         }

@@ -17,6 +17,8 @@ pub struct AuditOptions {
     pub agent: String,
     /// The agent's bearer token.
     pub token: Option<String>,
+    /// For `https://`: trust only the CAs in this PEM file (`--ca-file`).
+    pub ca_file: Option<PathBuf>,
     /// Broadcasts to trigger.
     pub broadcasts: u64,
     /// Pause between triggers.
