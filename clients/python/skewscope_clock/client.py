@@ -18,6 +18,7 @@ import inspect
 import json
 import math
 import re
+import ssl as ssl_module
 import time
 from dataclasses import dataclass
 from fractions import Fraction
@@ -232,6 +233,7 @@ class Clock:
         token: str | bytes | None = None,
         every: float = 1.0,
         on_exchange: Callable[[Exchange], Any] | None = None,
+        ssl: ssl_module.SSLContext | None = None,
     ):
         if not every > 0:
             raise ValueError("every must be a positive number of seconds")
@@ -239,6 +241,7 @@ class Clock:
             raise ValueError("an empty token: the agent never has one (give None for no token)")
         self.url = url
         self.every = every
+        self._ssl = ssl
         self._key = time_key(token) if token is not None else None
         #: Replies whose tag did not verify (or that had none), with a token.
         self.refused = 0
@@ -353,7 +356,8 @@ class Clock:
         self._wake = asyncio.Event()
         self._synced = asyncio.Event()
         try:
-            self._ws = await connect(self.url, open_timeout=timeout, compression=None, max_size=1 << 16)
+            tls = {} if self._ssl is None else {"ssl": self._ssl}
+            self._ws = await connect(self.url, open_timeout=timeout, compression=None, max_size=1 << 16, **tls)
         except Exception as e:
             self.closed = True
             raise ClockError(f"skewscope clock: cannot reach {self.url}: {e}") from e
@@ -556,9 +560,14 @@ async def connect_clock(
     every: float = 1.0,
     timeout: float = 5.0,
     on_exchange: Callable[[Exchange], Any] | None = None,
+    ssl: ssl_module.SSLContext | None = None,
 ) -> Clock:
-    """A :class:`Clock` on ``url`` (``ws://server:port/clock``), returned once
-    one exchange was kept; raises :class:`ClockError` if none is within
-    ``timeout`` seconds. ``token``: the agent's, to use only replies it
-    tagged; ``every``: seconds between steady pairs of exchanges."""
-    return await Clock(url, token=token, every=every, on_exchange=on_exchange).start(timeout)
+    """A :class:`Clock` on ``url`` (``ws://server:port/clock``, or
+    ``wss://`` for an agent with ``--tls-cert``), returned once one exchange
+    was kept; raises :class:`ClockError` if none is within ``timeout``
+    seconds. ``token``: the agent's, to use only replies it tagged;
+    ``every``: seconds between steady pairs of exchanges; ``ssl``: for
+    ``wss://``, the context that trusts the agent's certificate (a site's own
+    CA: ``ssl.create_default_context(cafile=...)``; the system's roots when
+    not given)."""
+    return await Clock(url, token=token, every=every, on_exchange=on_exchange, ssl=ssl).start(timeout)

@@ -54,16 +54,37 @@ def agent_binary() -> Path:
     return path
 
 
+def private_ca(workdir: Path) -> tuple[Path, Path, Path]:
+    """A site's own CA and a server certificate it signed for localhost and
+    127.0.0.1, made with the openssl command as docs/deploying.md shows:
+    (ca.pem, server.pem, server.key)."""
+    ca_key, ca, key, csr, cert = (workdir / n for n in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem"))
+    ext = workdir / "server.ext"
+    ext.write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n", encoding="utf-8")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    for args in (
+        ["req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-subj", "/CN=test site CA", "-days", "2"],
+        ["req", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=localhost"],
+        ["x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert, "-days", "2", "-extfile", ext],
+    ):
+        subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True, timeout=60)
+    return ca, cert, key
+
+
 class Agent:
     """A running ``skewscope-agent`` on a loopback port picked by the kernel."""
 
-    def __init__(self, workdir: Path, token: str | None):
+    def __init__(self, workdir: Path, token: str | None, tls: bool = False):
         self.token = token
         args = [str(agent_binary()), "--listen", "127.0.0.1:0", "--data-dir", str(workdir / "data")]
         if token is not None:
             token_file = workdir / "token"
             token_file.write_text(token + "\n", encoding="utf-8")
             args += ["--token-file", str(token_file)]
+        self.ca = None
+        if tls:
+            self.ca, cert, key = private_ca(workdir)
+            args += ["--tls-cert", str(cert), "--tls-key", str(key)]
         self.stderr_path = workdir / "agent.stderr"
         self._stderr = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL)
@@ -72,7 +93,8 @@ class Agent:
         except BaseException:
             self.stop()
             raise
-        self.url = f"ws://{self.addr}/clock"
+        port = self.addr.rsplit(":", 1)[1]
+        self.url = f"wss://localhost:{port}/clock" if tls else f"ws://{self.addr}/clock"
 
     def _read_address(self, timeout: float) -> str:
         """The first stdout line, `listening on HOST:PORT`, within ``timeout``."""
@@ -115,6 +137,15 @@ class Agent:
 def agent(tmp_path_factory):
     """The real agent, without a token."""
     a = Agent(tmp_path_factory.mktemp("agent"), token=None)
+    yield a
+    a.stop()
+
+
+@pytest.fixture(scope="session")
+def tls_agent(tmp_path_factory):
+    """The real agent with a token and --tls-cert from a private CA
+    (``.ca``): ``wss://`` only."""
+    a = Agent(tmp_path_factory.mktemp("tls-agent"), token="test-site-secret", tls=True)
     yield a
     a.stop()
 

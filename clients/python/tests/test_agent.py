@@ -80,3 +80,25 @@ def test_no_agent_is_a_clear_error():
             await connect_clock("ws://127.0.0.1:9/clock", timeout=3)
 
     run(body())
+
+
+def test_over_tls_with_the_sites_ca_and_refused_without_it(tls_agent):
+    """``wss://`` to an agent with --tls-cert: Python's ssl trusting the
+    site's CA syncs and verifies every reply; the system's roots do not know
+    the agent, and that is a clear error."""
+    import ssl
+
+    async def body():
+        trusted = ssl.create_default_context(cafile=str(tls_agent.ca))
+        clock = await connect_clock(tls_agent.url, token=tls_agent.token, ssl=trusted, timeout=20)
+        try:
+            assert clock.authenticated
+            await wait_until(lambda: clock.exchanges >= 8, 30, "8 exchanges")
+            await check_offsets(clock)
+            assert clock.refused == 0
+        finally:
+            await clock.close()
+        with pytest.raises(ClockError, match="CERTIFICATE_VERIFY_FAILED"):
+            await connect_clock(tls_agent.url, token=tls_agent.token, timeout=5)
+
+    run(body())
