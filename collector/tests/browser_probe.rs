@@ -359,3 +359,113 @@ fn pages_beside_fastapi_act_on_the_apps_time_in_seconds() {
         assert!((offset + AGENT_AHEAD_NS).abs() <= bound, "{p}: {text}");
     }
 }
+
+/// One HTTPS GET through Python's ssl trusting `ca` (the site's own CA):
+/// the body, or the error.
+fn https_get(ca: &Path, url: &str) -> String {
+    const GET: &str = "import ssl, sys, urllib.request\n\
+        c = ssl.create_default_context(cafile=sys.argv[1])\n\
+        print(urllib.request.urlopen(sys.argv[2], context=c, timeout=30).read().decode())";
+    let o = Command::new("python3")
+        .args(["-c", GET])
+        .arg(ca)
+        .arg(url)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{url}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The base64 SHA-256 of a certificate's public key, the way Chromium's
+/// `--ignore-certificate-errors-spki-list` names a key to trust (the
+/// openssl recipe docs/deploying.md gives for a test bench).
+fn spki_sha256(cert: &Path) -> String {
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(
+            "openssl x509 -in \"$1\" -pubkey -noout | openssl pkey -pubin -outform der \
+             | openssl dgst -sha256 -binary | base64",
+        )
+        .arg("sh")
+        .arg(cert)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
+/// The page from an agent with `--tls-cert`: `https://…/probe`, the hub at
+/// `wss://`, `/clock` and `/ingest` at `wss://` on its own origin. Chromium
+/// trusts the agent's key as a site's managed browsers trust its CA; the
+/// page is then cross-origin isolated (its clock in 5 µs steps, not
+/// 100 µs), and every receipt and action arrives once.
+#[test]
+fn a_page_over_https_is_cross_origin_isolated_and_uploads_over_wss() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = skewscope_os::test_certs::private_ca(dir.path(), "site");
+    let (_agent, addr, _) = common::start_agent_with(
+        dir.path(),
+        "127.0.0.1:0",
+        &[
+            "--tls-cert",
+            site.cert.to_str().unwrap(),
+            "--tls-key",
+            site.key.to_str().unwrap(),
+        ],
+    );
+    let agent_dir = dir.path().join("agent");
+    let origin = format!("https://{addr}");
+    let page =
+        format!("{origin}/probe?url=wss://{addr}/ws&name=secure-tv&act-at=/at_ns&connections=2");
+    let trust = format!(
+        "--ignore-certificate-errors-spki-list={}",
+        spki_sha256(&site.cert)
+    );
+    let browser = Browser::open_with(dir.path().join("profile"), &page, &[&trust]);
+    let clients = || -> u64 {
+        let health: serde_json::Value =
+            serde_json::from_str(&https_get(&site.ca, &format!("{origin}/healthz")))
+                .unwrap_or_default();
+        health["clients"].as_u64().unwrap_or(0)
+    };
+    wait_for("the page's 2 wss:// connections on the hub", 60, || {
+        clients() == 2
+    });
+    wait_for("the page synced over wss:// and uploading", 60, || {
+        stored_runs(&agent_dir)
+            .first()
+            .is_some_and(|(_, r)| count(r, |r| matches!(r, ProbeRecord::TimeSample(_))) >= 8)
+    });
+    for _ in 0..3 {
+        let said = https_get(&site.ca, &format!("{origin}/start_test?lead=300ms"));
+        assert!(said.contains("at_ns"), "{said}");
+    }
+    wait_for("3 broadcasts' receipts and actions stored", 60, || {
+        stored_runs(&agent_dir).first().is_some_and(|(_, r)| {
+            count(r, |r| matches!(r, ProbeRecord::Receipt(_))) == 6
+                && count(r, |r| matches!(r, ProbeRecord::Action(_))) == 6
+        })
+    });
+    drop(browser);
+    let runs = stored_runs(&agent_dir);
+    assert_eq!(runs.len(), 1);
+    let (name, records) = &runs[0];
+    assert_eq!(name, "secure-tv");
+    assert_no_duplicates(name, records);
+    let page = records
+        .iter()
+        .find_map(|r| match r {
+            ProbeRecord::Page(p) => Some(p),
+            _ => None,
+        })
+        .expect("the page's own record");
+    assert!(page.isolated, "cross-origin isolated over https: {page:?}");
+    assert!(
+        page.clock_step_ns > 0 && page.clock_step_ns < 50_000,
+        "an isolated page's clock steps 5 us, not 100 us: {page:?}"
+    );
+}
