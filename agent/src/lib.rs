@@ -46,6 +46,7 @@ pub mod tls;
 #[cfg(feature = "bench")]
 pub mod bench {
     pub use crate::engine::shard::encode;
+    pub use crate::engine::wire::Wire;
     pub use crate::server::{conn, http, upgrade};
 }
 

@@ -72,12 +72,15 @@ impl ServerTls {
 
     /// An acceptor with the pair in use now.
     pub fn acceptor(&self) -> TlsAcceptor {
-        TlsAcceptor::from(
-            self.current
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
-        )
+        TlsAcceptor::from(self.config())
+    }
+
+    /// The settings in use now (the pair, the protocol versions).
+    pub fn config(&self) -> Arc<ServerConfig> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 

@@ -25,6 +25,7 @@ mod report_cost;
 mod scrape;
 mod stamps;
 mod tap;
+mod tls;
 mod upload;
 mod verdict;
 mod ws_client;
@@ -203,6 +204,20 @@ enum Command {
         /// Seconds per phase.
         #[arg(long, default_value_t = 4)]
         secs: u64,
+    },
+    /// What TLS costs the fan-out: CPU per broadcast on the shards of a
+    /// plain agent and of one with --tls-cert, N clients each, beside the
+    /// floor (one thread writing the frame to N sockets).
+    Tls {
+        /// Client counts to measure.
+        #[arg(long, value_delimiter = ',', default_value = "100,1000")]
+        sizes: Vec<usize>,
+        /// Broadcasts per server and size.
+        #[arg(long, default_value_t = 200)]
+        rounds: usize,
+        /// Print JSON instead of the table.
+        #[arg(long)]
+        json: bool,
     },
     /// What an idle agent (no client, no broadcast) costs: wake-ups and
     /// CPU per second over every thread, from the kernel's schedstat.
@@ -565,6 +580,11 @@ fn main() -> anyhow::Result<()> {
                 .build()?;
             runtime.block_on(flood::run(secs))
         }
+        Command::Tls {
+            sizes,
+            rounds,
+            json,
+        } => tls::run(&sizes, rounds, json),
         Command::Idle {
             agents,
             secs,
