@@ -48,7 +48,8 @@ fn trusting(ca: &Path) -> Arc<rustls::ClientConfig> {
     )
 }
 
-/// An agent on 127.0.0.1:0 serving `ca`'s server certificate, with a token.
+/// An agent on 127.0.0.1:0 serving `ca`'s server certificate, with a token
+/// and a 1 s request timeout (a silent handshake is given up after it).
 async fn agent_with(dir: &Path, ca: &PrivateCa, max_queue_bytes: usize) -> RunningAgent {
     let token = dir.join("token");
     std::fs::write(&token, TOKEN).unwrap();
@@ -57,6 +58,7 @@ async fn agent_with(dir: &Path, ca: &PrivateCa, max_queue_bytes: usize) -> Runni
     config.tls_cert = Some(ca.cert.clone());
     config.tls_key = Some(ca.key.clone());
     config.max_queue_bytes = max_queue_bytes;
+    config.request_timeout_secs = 1;
     RunningAgent::start(config).await.unwrap()
 }
 
@@ -172,8 +174,10 @@ async fn every_endpoint_answers_over_tls_and_plain_or_untrusting_clients_are_ref
     assert_eq!(status, 200);
     assert!(String::from_utf8_lossy(&metrics).contains("skewscope_tls_handshakes_failed_total 0"));
 
-    // Plain HTTP on the TLS port, and a client that trusts another CA:
-    // refused, counted, and nobody else disturbed.
+    // Plain HTTP on the TLS port, a client that trusts another CA, and one
+    // that connects and says nothing: refused, counted, nobody else
+    // disturbed.
+    let silent = TcpStream::connect(agent.addr).await.unwrap();
     let plain = agent::http_client::request(agent.addr, "GET", "/healthz", b"", None).await;
     assert!(plain.is_err() || plain.unwrap().status != 200);
     let refused = https(&agent, &trusting(&stranger.ca), "GET", "/healthz", b"").await;
@@ -183,13 +187,14 @@ async fn every_endpoint_answers_over_tls_and_plain_or_untrusting_clients_are_ref
         "{why}"
     );
     let deadline = Instant::now() + LIMIT;
-    while health(&agent, &tls).await["tls_handshakes_failed"] != 2 {
+    while health(&agent, &tls).await["tls_handshakes_failed"] != 3 {
         assert!(Instant::now() < deadline, "{}", health(&agent, &tls).await);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 
     // The hub over wss://: a small and a large broadcast (many TLS records
     // each), byte for byte, and a ping answered.
+    drop(silent);
     let mut one = wss(&agent, &tls, "/ws").await.unwrap();
     let mut two = wss(&agent, &tls, "/ws?probe=two").await.unwrap();
     wait_for_clients(&agent, 2).await;
