@@ -4,9 +4,13 @@
 //! Every client must get every broadcast's exact payload, compressed or
 //! not, and the report must join them all.
 
+mod common;
+
+use common::wait_for_clients;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agent::http_client::{request, start_test};
 use agent::{AgentConfig, RunningAgent};
@@ -36,18 +40,6 @@ fn noise(len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
-}
-
-async fn wait_for_clients(agent: &RunningAgent, n: usize) {
-    let deadline = Instant::now() + LIMIT;
-    while agent.clients() != n {
-        assert!(
-            Instant::now() < deadline,
-            "{} clients, want {n}",
-            agent.clients()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 fn probe_records(path: &std::path::Path) -> Vec<ProbeRecord> {

@@ -3,6 +3,10 @@
 //! 127.0.0.1:0, one offering permessage-deflate (so it gets the compressed
 //! frame) and one declining it (the plain frame), act on what they read.
 
+mod common;
+
+use common::wait_for_clients;
+
 use std::time::{Duration, Instant};
 
 use agent::http_client::request;
@@ -14,18 +18,6 @@ use skewscope_core::record::ProbeRecord;
 use skewscope_os::log_files::read_file;
 
 const LIMIT: Duration = Duration::from_secs(30);
-
-async fn wait_for_clients(agent: &RunningAgent, n: usize) {
-    let deadline = Instant::now() + LIMIT;
-    while agent.clients() != n {
-        assert!(
-            Instant::now() < deadline,
-            "{} clients, want {n}",
-            agent.clients()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_copy_carries_the_same_time_to_act_where_and_as_asked() {

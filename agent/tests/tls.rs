@@ -6,6 +6,10 @@
 //! slow `wss://` client gets every frame whole and in order; the key's
 //! owner can change the certificate while clients stay connected.
 
+mod common;
+
+use common::wait_for_clients;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -132,18 +136,6 @@ async fn health(agent: &RunningAgent, tls: &Arc<rustls::ClientConfig>) -> serde_
     let (status, _, body) = https(agent, tls, "GET", "/healthz", b"").await.unwrap();
     assert_eq!(status, 200);
     serde_json::from_slice(&body).unwrap()
-}
-
-async fn wait_for_clients(agent: &RunningAgent, n: usize) {
-    let deadline = Instant::now() + LIMIT;
-    while agent.clients() != n {
-        assert!(
-            Instant::now() < deadline,
-            "{} clients, want {n}",
-            agent.clients()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// Bytes that say their own index at every position, so a frame cut,

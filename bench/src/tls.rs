@@ -212,19 +212,7 @@ fn tls_upgrade(addr: SocketAddr, tls: &Arc<rustls::ClientConfig>) -> anyhow::Res
     let mut socket = TcpStream::connect(addr)?;
     let mut session = rustls::ClientConnection::new(tls.clone(), ServerName::from(addr.ip()))?;
     let mut stream = rustls::Stream::new(&mut session, &mut socket);
-    stream.write_all(
-        b"GET /ws HTTP/1.1\r\nHost: bench\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
-    )?;
-    stream.flush()?;
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        stream.read_exact(&mut byte)?;
-        head.push(byte[0]);
-        ensure!(head.len() < 4096, "upgrade response too long");
-    }
-    ensure!(head.starts_with(b"HTTP/1.1 101"), "upgrade refused");
+    crate::ws_client::upgrade_over(&mut stream, "/ws")?;
     Ok(socket)
 }
 

@@ -49,16 +49,20 @@ def test_the_agents_clock_within_the_bound(agent):
     run(body())
 
 
+async def check_verified(clock) -> None:
+    """A keyed clock: every reply verified, offsets within the bound; closed after."""
+    try:
+        assert clock.authenticated
+        await wait_until(lambda: clock.exchanges >= 8, 30, "8 exchanges")
+        await check_offsets(clock)
+        assert clock.refused == 0
+    finally:
+        await clock.close()
+
+
 def test_with_the_token_every_reply_is_verified(keyed_agent):
     async def body():
-        clock = await connect_clock(keyed_agent.url, token=keyed_agent.token, timeout=20)
-        try:
-            assert clock.authenticated
-            await wait_until(lambda: clock.exchanges >= 8, 30, "8 exchanges")
-            await check_offsets(clock)
-            assert clock.refused == 0
-        finally:
-            await clock.close()
+        await check_verified(await connect_clock(keyed_agent.url, token=keyed_agent.token, timeout=20))
 
     run(body())
 
@@ -90,14 +94,7 @@ def test_over_tls_with_the_sites_ca_and_refused_without_it(tls_agent):
 
     async def body():
         trusted = ssl.create_default_context(cafile=str(tls_agent.ca))
-        clock = await connect_clock(tls_agent.url, token=tls_agent.token, ssl=trusted, timeout=20)
-        try:
-            assert clock.authenticated
-            await wait_until(lambda: clock.exchanges >= 8, 30, "8 exchanges")
-            await check_offsets(clock)
-            assert clock.refused == 0
-        finally:
-            await clock.close()
+        await check_verified(await connect_clock(tls_agent.url, token=tls_agent.token, ssl=trusted, timeout=20))
         with pytest.raises(ClockError, match="CERTIFICATE_VERIFY_FAILED"):
             await connect_clock(tls_agent.url, token=tls_agent.token, timeout=5)
 
