@@ -38,7 +38,15 @@ struct Row {
     /// the kernel's share, which on loopback moves between the sending
     /// thread and ksoftirqd from run to run.
     sealing: Summary,
+    /// The agent's CPU (every thread) per connection that connects, asks
+    /// `GET /healthz` and leaves: plain, and with its TLS handshake. Per
+    /// batch of [`CONNECTS`].
+    connect_plain: Summary,
+    connect_tls: Summary,
 }
+
+/// Connections per batch of the per-connection figure.
+const CONNECTS: usize = 50;
 
 /// Measures every size and prints the table (or JSON).
 pub fn run(sizes: &[usize], rounds: usize, json: bool) -> anyhow::Result<()> {
@@ -113,6 +121,11 @@ fn measure(n: usize, rounds: usize) -> anyhow::Result<Row> {
             }
         }
     }
+    let (mut connect_plain, mut connect_tls) = (Vec::new(), Vec::new());
+    for _ in 0..10 {
+        connect_plain.push(connect_cpu(&plain, None)?);
+        connect_tls.push(connect_cpu(&tls_agent, Some(&client_tls))?);
+    }
     plain.stop()?;
     tls_agent.stop()?;
     Ok(Row {
@@ -121,6 +134,8 @@ fn measure(n: usize, rounds: usize) -> anyhow::Result<Row> {
         plain: Summary::of(&plain_cpu).context("no rounds")?,
         tls: Summary::of(&tls_cpu).context("no rounds")?,
         sealing: Summary::of(&sealing).context("no rounds")?,
+        connect_plain: Summary::of(&connect_plain).context("no batches")?,
+        connect_tls: Summary::of(&connect_tls).context("no batches")?,
     })
 }
 
@@ -140,6 +155,19 @@ fn broadcast_cpu(
         "the broadcast missed clients: {said}"
     );
     Ok((after - before) as i64)
+}
+
+/// The agent's CPU (all its threads) per connection of a batch of
+/// [`CONNECTS`] that each connect, ask `/healthz` and leave.
+fn connect_cpu(
+    agent: &AgentProcess,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> anyhow::Result<i64> {
+    let before = agent.cpu()?;
+    for _ in 0..CONNECTS {
+        get(agent.addr, tls, "/healthz")?;
+    }
+    Ok(((agent.cpu()? - before).as_nanos() / CONNECTS as u128) as i64)
 }
 
 /// CPU time of the agent's shard threads so far.
@@ -271,6 +299,17 @@ fn print_table(rows: &[Row], rounds: usize) {
             us(r.sealing.p90),
             r.sealing.p50 as f64 / r.floor.p50 as f64,
             r.sealing.p50 as f64 / r.clients as f64 / 1e3,
+        );
+    }
+    if let Some(r) = rows.last() {
+        println!(
+            "\nagent CPU per connection (connect, GET /healthz, close), median (p90) of 10 batches of {CONNECTS}: \
+             http:// {} ({}), https:// {} ({}): the handshake adds {}",
+            us(r.connect_plain.p50),
+            us(r.connect_plain.p90),
+            us(r.connect_tls.p50),
+            us(r.connect_tls.p90),
+            us(r.connect_tls.p50 - r.connect_plain.p50),
         );
     }
 }
