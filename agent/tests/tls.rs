@@ -1,5 +1,6 @@
 //! TLS on the agent (`--tls-cert`, `--tls-key`) with a private CA, on
-//! 127.0.0.1:0, against real clients: rustls over tokio for `https://` and
+//! 127.0.0.1:0 (named by its address, which the certificate carries: a
+//! fresh Debian root may not resolve `localhost`), against real clients: rustls over tokio for `https://` and
 //! `wss://`, and the real probe with `--ca-file` receiving, stamping and
 //! uploading over TLS. Every endpoint answers under TLS only; a plain or an
 //! untrusting client is refused and counted while the rest are served; a
@@ -75,12 +76,12 @@ async fn https(
     body: &[u8],
 ) -> std::io::Result<(u16, String, Vec<u8>)> {
     let tcp = TcpStream::connect(agent.addr).await?;
-    let name = ServerName::try_from("localhost").unwrap();
+    let name = ServerName::from(agent.addr.ip());
     let mut stream = tokio_rustls::TlsConnector::from(tls.clone())
         .connect(name, tcp)
         .await?;
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).await?;
@@ -106,7 +107,7 @@ async fn wss(
     tls: &Arc<rustls::ClientConfig>,
     path: &str,
 ) -> Result<Wss, tokio_tungstenite::tungstenite::Error> {
-    let url = format!("wss://localhost:{}{path}", agent.addr.port());
+    let url = format!("wss://{}{path}", agent.addr);
     let request = url.into_client_request().unwrap();
     let tcp = TcpStream::connect(agent.addr).await.unwrap();
     let (ws, _) = tokio_tungstenite::client_async_tls_with_config(
@@ -233,13 +234,13 @@ async fn the_probe_receives_and_uploads_over_tls_with_its_ca_file() {
     let tls = trusting(&site.ca);
     let token = dir.path().join("token");
     let mut config = ProbeConfig::new(
-        format!("wss://localhost:{}/ws", agent.addr.port()),
+        format!("wss://{}/ws", agent.addr),
         dir.path().join("probe.sklog"),
     );
     config.name = "tls-probe".into();
     config.count = Some(3);
     config.ca_file = Some(site.ca.clone());
-    config.upload = Some(format!("https://localhost:{}", agent.addr.port()));
+    config.upload = Some(format!("https://{}", agent.addr));
     config.upload_token = Some(std::fs::read_to_string(&token).unwrap());
     config.time_exchange = false;
     let probe = RunningProbe::start(config).await.unwrap();

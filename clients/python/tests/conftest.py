@@ -93,8 +93,9 @@ class Agent:
         except BaseException:
             self.stop()
             raise
-        port = self.addr.rsplit(":", 1)[1]
-        self.url = f"wss://localhost:{port}/clock" if tls else f"ws://{self.addr}/clock"
+        # By address, which the certificate carries: a fresh Debian root may
+        # not resolve `localhost`.
+        self.url = f"{'wss' if tls else 'ws'}://{self.addr}/clock"
 
     def _read_address(self, timeout: float) -> str:
         """The first stdout line, `listening on HOST:PORT`, within ``timeout``."""
