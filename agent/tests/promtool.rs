@@ -5,6 +5,8 @@
 //! which `./test` installs, has promtool. That Prometheus itself reads the
 //! OpenMetrics side is `prometheus.rs`.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -27,6 +29,9 @@ async fn agent_with_a_probe(dir: &Path) -> RunningAgent {
     config.upload = Some(format!("http://{}", agent.addr));
     let probe = RunningProbe::start(config).await.unwrap();
     assert_eq!(probe.connected().await.opened, 1);
+    // The probe has its 101 before the agent hands its socket to a shard: a
+    // broadcast before that would miss it, and its run would never end.
+    common::wait_for_clients(&agent, 1).await;
     // A time exchange answered before the run's one receipt ends it: the
     // offset and its bound are then in its upload (on a loaded host a run
     // could end first, and /metrics would have no offset to serve).

@@ -245,6 +245,8 @@ async fn the_probe_receives_and_uploads_over_tls_with_its_ca_file() {
     config.time_exchange = false;
     let probe = RunningProbe::start(config).await.unwrap();
     assert_eq!(probe.connected().await.opened, 1);
+    // Its socket in a shard before the first broadcast (the 101 comes first).
+    wait_for_clients(&agent, 1).await;
     for _ in 0..3 {
         let (status, _, _) = https(&agent, &tls, "GET", "/start_test", b"")
             .await
