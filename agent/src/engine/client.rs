@@ -111,40 +111,36 @@ impl Client {
     /// behind it.
     pub fn offer(&mut self, frame: &Arc<[u8]>, id: u64, max_queue: usize) -> Offer {
         if self.queue.is_empty() {
-            let sealed;
-            let bytes: &[u8] = if self.wire.seals() {
-                match self.wire.seal(frame) {
-                    Ok(s) => sealed = s,
-                    Err(_) => return Offer::Failed,
-                }
-                &sealed
-            } else {
-                frame
+            // A TLS client's copy, sealed for it; a plain client's is the frame.
+            let sealed = match self.wire.seals().then(|| self.wire.seal(frame)) {
+                Some(Ok(sealed)) => Some(sealed),
+                Some(Err(_)) => return Offer::Failed,
+                None => None,
             };
+            let bytes: &[u8] = sealed.as_deref().unwrap_or(frame);
+            let len = bytes.len();
             let written = write_some(&mut self.stream, bytes);
             if let (Some(tx), Ok(n)) = (self.tx.as_mut(), &written) {
                 tx.wrote(*n);
-                if *n == bytes.len() {
+                if *n == len {
                     tx.frame_done(id);
                 }
             }
             match written {
-                Ok(n) if n == bytes.len() => return Offer::Written,
+                Ok(n) if n == len => return Offer::Written,
                 Ok(n) => {
                     self.front_offset = n;
-                    self.queued_bytes = bytes.len() - n;
-                    let chunk = if self.wire.seals() {
-                        Chunk::Sealed {
-                            bytes: bytes.to_vec(),
+                    self.queued_bytes = len - n;
+                    self.queue.push_back(match sealed {
+                        Some(bytes) => Chunk::Sealed {
+                            bytes,
                             id: Some(id),
-                        }
-                    } else {
-                        Chunk::Broadcast {
+                        },
+                        None => Chunk::Broadcast {
                             frame: frame.clone(),
                             id,
-                        }
-                    };
-                    self.queue.push_back(chunk);
+                        },
+                    });
                     return Offer::Queued;
                 }
                 Err(_) => return Offer::Failed,
@@ -225,7 +221,7 @@ impl Client {
     /// record its TLS session owes in answer (a key update's).
     pub fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.wire.read(&mut self.stream, buf)?;
-        if self.queue.is_empty() && self.take_owed_records()? {
+        if self.take_owed_records()? {
             self.flush(|_| {})?;
         }
         Ok(n)

@@ -226,13 +226,11 @@ async fn secure(tcp: TcpStream, context: &Context) -> Option<Conn> {
     let handshake = tls.acceptor().accept(stamped);
     match tokio::time::timeout(context.request_timeout, handshake).await {
         Ok(Ok(stream)) => Some(Conn::Tls(Box::new(stream), last_rx)),
-        Ok(Err(e)) => {
+        failed => {
             context.counters.tls_handshakes_failed.inc();
-            tracing::debug!(target: "agent::server", "TLS handshake failed: {e}");
-            None
-        }
-        Err(_) => {
-            context.counters.tls_handshakes_failed.inc();
+            if let Ok(Err(e)) = failed {
+                tracing::debug!(target: "agent::server", "TLS handshake failed: {e}");
+            }
             None
         }
     }
