@@ -168,3 +168,49 @@ pub fn auto_lead_line(a: &skewscope_core::analysis::actions::AutoLeadFigures) ->
         a.actions
     )
 }
+
+/// What one actor is, for people: whose actions a row of the report's
+/// "who acted" holds.
+pub fn actor_kind_text(a: &skewscope_core::analysis::actions::ActorFigures) -> String {
+    use skewscope_core::analysis::join::ActorKind;
+    match a.kind {
+        ActorKind::Probe => "probe".to_owned(),
+        ActorKind::ProbePage => "browser probe".to_owned(),
+        ActorKind::App => match &a.app {
+            Some(app) => format!("app ({})", app.module),
+            None => "app".to_owned(),
+        },
+        ActorKind::NativeApp => "app beside its probe".to_owned(),
+    }
+}
+
+/// An app beside a probe's notices, for people; `None` when all went out
+/// and every one was answered.
+pub fn notices_text(n: &skewscope_core::record::NoticeTotals) -> Option<String> {
+    if n.undelivered == 0 && n.unanswered == 0 && n.bad_answers == 0 {
+        return None;
+    }
+    let mut parts = vec![format!("{} notice(s) sent", n.sent)];
+    if n.undelivered > 0 {
+        parts.push(format!(
+            "{} NOT DELIVERED (the app was not listening or not reading)",
+            n.undelivered
+        ));
+    }
+    if n.unanswered > 0 {
+        parts.push(format!(
+            "{} NEVER ANSWERED (the app did not say it acted: those actions are not audited)",
+            n.unanswered
+        ));
+    }
+    if n.bad_answers > 0 {
+        parts.push(format!(
+            "{} answer(s) refused as malformed or unknown",
+            n.bad_answers
+        ));
+    }
+    Some(parts.join(", "))
+}
+
+/// What one frame is, next to the frames' skew.
+pub const FRAME_SENTENCE: &str = "a display shows an action at its next refresh: one frame is 16.7 ms at 60 Hz, and two displays' refreshes are not aligned, so what people see can differ by up to a frame more than this";

@@ -239,6 +239,16 @@ fn actions_paragraph(
         &a.action_skew_corrected_ns,
         "no offset estimates: no time exchange with an agent (give the probes --time-server)",
     );
+    if a.frames > 0 {
+        row(
+            out,
+            "frame skew",
+            &a.frame_skew_ns,
+            "no broadcast drawn by two pages",
+        );
+        bounded_row(out, "  corrected", &a.frame_skew_corrected_ns, "-");
+        let _ = writeln!(out, "    {}", crate::sentences::FRAME_SENTENCE);
+    }
     row(out, "timer error", &a.timer_error_ns, "no action in time");
     row(out, "lead given", &a.lead_given_ns, "needs the agent's log");
     if let Some(auto) = &a.auto_lead {
@@ -320,6 +330,47 @@ fn actions_paragraph(
             "    {} actions matched no broadcast",
             a.unmatched_actions
         );
+    }
+    who_acted(out, a);
+}
+
+/// Whose actions were whose: one row per probe, page and app, when any
+/// actor is not a plain probe (else the probes' own table says it).
+fn who_acted(out: &mut String, a: &ActionFigures) {
+    use skewscope_core::analysis::join::ActorKind;
+    if a.by_actor.iter().all(|x| x.kind == ActorKind::Probe) {
+        return;
+    }
+    let _ = writeln!(out, "  who acted:");
+    let _ = writeln!(
+        out,
+        "    {:<24} {:<30} {:>7} {:>5} {:>12} {:>12} {:>7}",
+        "", "", "actions", "late", "timer p50", "timer p99", "frames"
+    );
+    for x in &a.by_actor {
+        let timer = |q: fn(&Summary) -> i64| {
+            x.timer_error_ns
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |t| duration(q(t)))
+        };
+        let _ = writeln!(
+            out,
+            "    {:<24} {:<30} {:>7} {:>5} {:>12} {:>12} {:>7}",
+            x.name,
+            crate::sentences::actor_kind_text(x),
+            x.actions,
+            x.late,
+            timer(|t| t.p50),
+            timer(|t| t.p99),
+            if x.frames > 0 {
+                x.frames.to_string()
+            } else {
+                "-".to_owned()
+            }
+        );
+        if let Some(n) = x.notices.as_ref().and_then(crate::sentences::notices_text) {
+            let _ = writeln!(out, "      {n}");
+        }
     }
 }
 
@@ -550,6 +601,13 @@ fn probes_paragraph(out: &mut String, r: &Report) {
         }
         if let Some(page) = &p.page {
             let _ = writeln!(out, "  {:<16} {}", p.name, page_text(page));
+        }
+        if let Some(app) = &p.app {
+            let _ = writeln!(
+                out,
+                "  {:<16} an app's own run ({} in {}): it reports what it acted on, and is never counted missing the rest",
+                p.name, app.module, app.runtime
+            );
         }
         if p.deflate_connections > 0 {
             let _ = writeln!(

@@ -1,7 +1,9 @@
 //! `--act-notify`, on the real binaries: a native app beside the probe
 //! gets one datagram per action, at the action's moment, over a Unix
 //! datagram socket and over UDP; receipts that name no time send nothing;
-//! an app that is not listening costs the probe nothing and is counted.
+//! an app that is not listening costs the probe nothing and is counted; an
+//! app that never answers is counted; the documented readers answer, and
+//! the report lists them as actors with their own actions, once each.
 
 mod common;
 
@@ -12,7 +14,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::{
-    Reaped, count_of, probe_records, request_ok, sibling_binary, signal, start_agent,
+    Reaped, count_of, json_report, probe_records, request_ok, sibling_binary, signal, start_agent,
     trigger_with_lead, wait_until,
 };
 use nix::sys::signal::Signal;
@@ -147,16 +149,26 @@ fn each_action_reaches_the_app_at_its_moment_and_a_deaf_app_costs_nothing() {
 
     let mut delays = Vec::new();
     for (i, got) in received.iter().enumerate() {
-        // One datagram per action, and each is exactly the recorded action.
+        // One datagram per action, and each is exactly the recorded action,
+        // numbered from 0.
         let actions: Vec<ActNotice> = probe_records(&logs[i])
             .iter()
             .filter_map(|r| match r {
-                ProbeRecord::Action(a) => Some(ActNotice::of(a)),
+                ProbeRecord::Action(a) => Some(ActNotice::of(0, a)),
                 _ => None,
             })
             .collect();
         assert_eq!(actions.len(), BROADCASTS * connections[i]);
-        let mut notices: Vec<ActNotice> = got.iter().map(|(_, n)| n.clone()).collect();
+        let mut numbers: Vec<u64> = got.iter().map(|(_, n)| n.notice).collect();
+        numbers.sort_unstable();
+        assert_eq!(numbers, (0..actions.len() as u64).collect::<Vec<_>>());
+        let mut notices: Vec<ActNotice> = got
+            .iter()
+            .map(|(_, n)| ActNotice {
+                notice: 0,
+                ..n.clone()
+            })
+            .collect();
         let mut recorded = actions.clone();
         notices.sort_by_key(|n| (n.done_mono_ns, n.conn));
         recorded.sort_by_key(|n| (n.done_mono_ns, n.conn));
@@ -189,14 +201,54 @@ fn each_action_reaches_the_app_at_its_moment_and_a_deaf_app_costs_nothing() {
     assert!(deaf.iter().all(|a| a.late_ns == 0), "{deaf:?}");
     let said = std::fs::read_to_string(&errs[2]).unwrap();
     assert!(
-        said.contains(&format!("0 notice(s) sent, {BROADCASTS} not delivered")),
+        said.contains(&format!(
+            "0 notice(s) sent, 0 answered; {BROADCASTS} not delivered"
+        )),
         "{said}"
     );
+    // The listening apps here read but never answer: every notice sent is
+    // counted never answered, said at the end and written in the log.
     let said = std::fs::read_to_string(&errs[0]).unwrap();
     assert!(
-        said.contains(&format!("{} notice(s) sent", 2 * BROADCASTS)),
+        said.contains(&format!(
+            "{} notice(s) sent, 0 answered; 0 not delivered (the app was not listening, or not reading), {} never answered",
+            2 * BROADCASTS,
+            2 * BROADCASTS
+        )),
         "{said}"
     );
+    for (i, (sent, undelivered)) in [(2 * BROADCASTS, 0), (BROADCASTS, 0), (0, BROADCASTS)]
+        .into_iter()
+        .enumerate()
+    {
+        let totals: Vec<_> = probe_records(&logs[i])
+            .into_iter()
+            .filter_map(|r| match r {
+                ProbeRecord::NoticeTotals(t) => Some(t),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(totals.len(), 1, "probe {i}: {totals:?}");
+        let t = &totals[0];
+        assert_eq!(
+            (t.sent, t.undelivered, t.answered, t.unanswered),
+            (sent as u64, undelivered as u64, 0, sent as u64),
+            "probe {i}: {t:?}"
+        );
+        assert_eq!(
+            count_of(&logs[i], |r| matches!(r, ProbeRecord::AppAction(_))),
+            0
+        );
+    }
+    // The report lists each app beside its probe, with none of its actions
+    // seen and its notices said.
+    let (text, json) = json_report(&[&logs[0], &logs[1], &logs[2]]);
+    let actors = json["actions"]["by_actor"].as_array().unwrap();
+    let unix_app = actors.iter().find(|a| a["name"] == "unix/app").unwrap();
+    assert_eq!(unix_app["kind"], "native-app");
+    assert_eq!(unix_app["actions"], 0);
+    assert_eq!(unix_app["notices"]["unanswered"], 2 * BROADCASTS);
+    assert!(text.contains("NEVER ANSWERED"), "{text}");
 }
 
 /// A child's stdout lines, as they come.
@@ -292,6 +344,13 @@ fn the_documented_readers_act_on_every_notice() {
             count_of(log, |r| matches!(r, ProbeRecord::Action(_))) == 3
         });
     }
+    // Each reader answered each notice: the app's own action, recorded
+    // once, after the probe's timer fired and on the clock they share.
+    for log in &logs {
+        wait_until("three answers recorded", || {
+            count_of(log, |r| matches!(r, ProbeRecord::AppAction(_))) == 3
+        });
+    }
     for p in &probes {
         signal(&p.0, Signal::SIGTERM);
     }
@@ -300,4 +359,50 @@ fn the_documented_readers_act_on_every_notice() {
     }
     signal(&agent.0, Signal::SIGTERM);
     assert!(agent.0.wait().unwrap().success());
+    for log in &logs {
+        let records = probe_records(log);
+        let probe_done: Vec<(u32, u64, u64)> = records
+            .iter()
+            .filter_map(|r| match r {
+                ProbeRecord::Action(a) => Some((a.conn, a.act_at_ns, a.done.mono_ns)),
+                _ => None,
+            })
+            .collect();
+        let mut answered = 0;
+        for r in &records {
+            if let ProbeRecord::AppAction(app) = r {
+                answered += 1;
+                assert_eq!(app.app, "app");
+                let (_, _, fired) = probe_done
+                    .iter()
+                    .find(|(c, at, _)| *c == app.action.conn && *at == app.action.act_at_ns)
+                    .expect("the app's action is on a notice the probe sent");
+                assert!(app.action.done.mono_ns >= *fired, "{app:?}");
+            }
+            if let ProbeRecord::NoticeTotals(t) = r {
+                assert_eq!(
+                    (t.sent, t.answered, t.unanswered, t.bad_answers),
+                    (3, 3, 0, 0),
+                    "{t:?}"
+                );
+            }
+        }
+        assert_eq!(answered, 3);
+    }
+    // The report: each app is an actor of its own beside its probe, its
+    // three actions judged once each with the probe's clock.
+    let (_, json) = json_report(&[&logs[0], &logs[1]]);
+    let actions = &json["actions"];
+    assert_eq!(actions["actions"], 12, "{actions}");
+    for name in ["c/app", "py/app"] {
+        let app = actions["by_actor"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {actions}"));
+        assert_eq!(app["kind"], "native-app");
+        assert_eq!(app["actions"], 3);
+        assert_eq!(app["late"], 0);
+    }
 }

@@ -27,9 +27,9 @@ use crate::identity::{parse_test_message, payload_hash};
 use crate::ingest::{INGEST_VERSION, IngestError, ToAgent, ToProbe};
 use crate::log::encode_record;
 use crate::record::{
-    ActPlan, Action, ClockTags, MessageKey, MessagePayload, PAYLOAD_EXCERPT_BYTES, PageProbe,
-    ProbeConnectionClosed, ProbeConnectionFailed, ProbeConnectionOpened, ProbeRecord, ProbeStarted,
-    Receipt, RunIdentity, TimeSample,
+    ActPlan, Action, ActionFrame, AppRun, ClockTags, MessageKey, MessagePayload,
+    PAYLOAD_EXCERPT_BYTES, PageProbe, ProbeConnectionClosed, ProbeConnectionFailed,
+    ProbeConnectionOpened, ProbeRecord, ProbeStarted, Receipt, RunIdentity, TimeSample,
 };
 
 /// How a page names its connections to the agent's own hub, as the
@@ -44,9 +44,21 @@ pub fn page_label(run_id: u128, conn: u32) -> String {
     format!("{PAGE_LABEL_PREFIX}{run_id:032x}.{conn}")
 }
 
-/// The page run and connection a hub label names, if it is a page's.
+/// How an app that reports its own actions (the clock module given a
+/// name) names its connections to the agent's hub: `app.RUNID.CONN`, as a
+/// page does, for the same reason.
+pub const APP_LABEL_PREFIX: &str = "app.";
+
+/// The run and connection a hub label names, if it is a page's or an
+/// app's (`page.RUNID.CONN`, `app.RUNID.CONN`).
 pub fn parse_page_label(label: &str) -> Option<(u128, u32)> {
-    let (run, conn) = label.strip_prefix(PAGE_LABEL_PREFIX)?.split_once('.')?;
+    let rest = label
+        .strip_prefix(PAGE_LABEL_PREFIX)
+        .or_else(|| label.strip_prefix(APP_LABEL_PREFIX))?;
+    let (run, conn) = rest.split_once('.')?;
+    if conn.is_empty() || !conn.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
     Some((run_id_of(run).ok()?, conn.parse().ok()?))
 }
 
@@ -63,6 +75,9 @@ enum PageToAgent {
     Hello {
         version: u16,
         run_id: String,
+        /// The run's owner secret (32 hex digits), when the page keeps one.
+        #[serde(default)]
+        secret: Option<String>,
     },
     Events {
         first_seq: u64,
@@ -152,6 +167,15 @@ enum PageEvent {
         refused: u64,
         at_ms: f64,
     },
+    App {
+        module: String,
+        runtime: String,
+    },
+    Frame {
+        conn: u32,
+        message: PageMessage,
+        frame_ms: f64,
+    },
 }
 
 /// Decodes a page's text message into the binary protocol's message: a
@@ -159,7 +183,14 @@ enum PageEvent {
 pub fn decode(text: &str) -> Result<ToAgent, IngestError> {
     let message: PageToAgent = serde_json::from_str(text).map_err(|_| IngestError::Malformed)?;
     match message {
-        PageToAgent::Hello { version, run_id } => {
+        PageToAgent::Hello {
+            version,
+            run_id,
+            secret,
+        } => {
+            if let Some(secret) = secret {
+                run_id_of(&secret)?;
+            }
             if version != INGEST_VERSION {
                 return Err(IngestError::Version(version));
             }
@@ -317,6 +348,24 @@ fn record_of(event: PageEvent) -> Result<ProbeRecord, IngestError> {
             })
         }
         PageEvent::Stopped { at_ms } => ProbeRecord::Stopped(stamp(at_ms)?),
+        PageEvent::App { module, runtime } => ProbeRecord::App(AppRun {
+            module: text(module)?,
+            runtime: text(runtime)?,
+        }),
+        PageEvent::Frame {
+            conn,
+            message,
+            frame_ms,
+        } => {
+            let payload = payload_of(&message)?;
+            let (key, hash) = key_of(&payload, message.occurrence);
+            ProbeRecord::Frame(ActionFrame {
+                conn,
+                key,
+                hash,
+                at: stamp(frame_ms)?,
+            })
+        }
     })
 }
 
@@ -353,7 +402,7 @@ fn hex_bytes(hex: &str) -> Result<Vec<u8>, IngestError> {
 }
 
 fn run_id_of(hex: &str) -> Result<u128, IngestError> {
-    if hex.len() != 32 {
+    if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(IngestError::Malformed);
     }
     u128::from_str_radix(hex, 16).map_err(|_| IngestError::Malformed)
@@ -525,15 +574,81 @@ mod tests {
     }
 
     #[test]
+    fn an_app_run_says_so_and_its_frames_name_their_action() {
+        let batch = events(
+            0,
+            &format!(
+                r#"{{"kind": "started", "name": "kiosk-1", "url": "ws://h:1/clock", "connections": 0, "version": "skewscope_clock.py 1", "at_ms": 1700000000000}},
+                {{"kind": "identity", "run_id": "{RUN}", "clock_id": "app-abc"}},
+                {{"kind": "app", "module": "skewscope_clock.py 1", "runtime": "CPython 3.11.7"}},
+                {{"kind": "frame", "conn": 2, "message": {{"text": "{{\"at\": 1}}", "occurrence": 3}}, "frame_ms": 1700000000016.5}}"#
+            ),
+        );
+        let Ok(ToAgent::Records { first_seq, frames }) = decode(&batch) else {
+            panic!("{:?}", decode(&batch));
+        };
+        let accepted = accept_batch(0xfeed1, 0, first_seq, &frames).unwrap();
+        let r = &accepted.records;
+        assert!(
+            matches!(&r[2], ProbeRecord::App(a) if a.module == "skewscope_clock.py 1" && a.runtime == "CPython 3.11.7")
+        );
+        let ProbeRecord::Frame(f) = r[3] else {
+            panic!("{:?}", r[3])
+        };
+        assert_eq!(f.conn, 2);
+        assert_eq!(
+            f.key,
+            MessageKey::Hash {
+                hash: payload_hash(br#"{"at": 1}"#),
+                occurrence: 3
+            }
+        );
+        assert_eq!(f.at.wall_ns, 1_700_000_000_016_500_000);
+        let long = format!(
+            r#"{{"kind": "app", "module": "{}", "runtime": "x"}}"#,
+            "m".repeat(MAX_TEXT + 1)
+        );
+        assert_eq!(
+            decode(&events(3, &long)).unwrap_err(),
+            IngestError::Malformed
+        );
+    }
+
+    #[test]
+    fn a_hello_may_carry_the_runs_secret_in_hex() {
+        let with = format!(
+            r#"{{"hello": {{"version": 1, "run_id": "{RUN}", "secret": "0123456789abcdef0123456789ABCDEF"}}}}"#
+        );
+        assert!(decode(&with).is_ok());
+        for bad in [
+            "",
+            "0123",
+            "0123456789abcdef0123456789abcdeg",
+            "+123456789abcdef0123456789abcdef",
+        ] {
+            let hello =
+                format!(r#"{{"hello": {{"version": 1, "run_id": "{RUN}", "secret": "{bad}"}}}}"#);
+            assert_eq!(decode(&hello), Err(IngestError::Malformed), "{bad}");
+        }
+    }
+
+    #[test]
     fn page_labels_name_a_run_and_a_connection() {
         let label = page_label(0xfeed1, 3);
         assert_eq!(label, "page.000000000000000000000000000feed1.3");
         assert_eq!(parse_page_label(&label), Some((0xfeed1, 3)));
         // Within the 64 printable bytes the hub keeps of a label.
         assert!(page_label(u128::MAX, u32::MAX).len() <= 64);
+        assert_eq!(
+            parse_page_label("app.000000000000000000000000000feed1.7"),
+            Some((0xfeed1, 7))
+        );
         for other in [
             "lobby",
             "page.feed.1",
+            "page.000000000000000000000000000feed1.+1",
+            "app.000000000000000000000000000feed1.",
+            "apps.000000000000000000000000000feed1.1",
             "page.000000000000000000000000000feed1",
             "page.000000000000000000000000000feed1.x",
         ] {

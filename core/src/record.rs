@@ -451,6 +451,78 @@ pub enum ProbeRecord {
     /// many replies it refused: written when the exchange starts and after
     /// each exchange that refused one (at most one record an exchange).
     ClockTags(ClockTags),
+    /// The run is an app's own: the clock module inside a site's app
+    /// (Python's `connect_clock(.., name=)`, the page module's
+    /// `connectClock(.., {name})`), written after `Identity`. Its actions
+    /// are what the app itself did, not a probe's beside it: the report
+    /// lists it as a device of its own and says whose actions were whose.
+    App(AppRun),
+    /// The frame an action was drawn in (a page's next
+    /// `requestAnimationFrame` after its callback), on the run's clock:
+    /// what a screen shows waits for it.
+    Frame(ActionFrame),
+    /// An app beside the probe (`--act-notify`) answered a notice: the
+    /// moment it says it acted, on the device's monotonic clock it shares
+    /// with the probe. The app's action, as the probe's `Action` is the
+    /// probe's.
+    AppAction(AppAction),
+    /// What `--act-notify` sent its app and what came back, written when
+    /// the run ends: notices never answered are counted, never silent.
+    NoticeTotals(NoticeTotals),
+}
+
+/// An app that reports its own actions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AppRun {
+    /// The module and its version (`skewscope_clock.py 1`).
+    pub module: String,
+    /// What it runs in (a Python version, a browser's user agent, node's).
+    pub runtime: String,
+}
+
+/// The frame one action was drawn in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ActionFrame {
+    /// The connection whose action it drew.
+    pub conn: u32,
+    /// The message acted on, as the action names it.
+    pub key: MessageKey,
+    /// [`crate::identity::payload_hash`] of the payload.
+    pub hash: u64,
+    /// The frame's time (the animation frame's timestamp), on the run's
+    /// clocks.
+    pub at: Stamp,
+}
+
+/// One action of an app beside the probe (`--act-notify`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AppAction {
+    /// The app's name (`--act-notify-name`).
+    pub app: String,
+    /// The notice's action with `done` the moment the app says it acted
+    /// (its `CLOCK_MONOTONIC` reading; the wall reading is the probe's
+    /// wall clock at that moment).
+    pub action: Action,
+}
+
+/// `--act-notify`'s counts for one app.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NoticeTotals {
+    /// The app's name (`--act-notify-name`).
+    pub app: String,
+    /// When counted.
+    pub at: Stamp,
+    /// Notices sent.
+    pub sent: u64,
+    /// Notices the socket refused (the app was not listening or reading).
+    pub undelivered: u64,
+    /// Notices the app answered (each an `AppAction`).
+    pub answered: u64,
+    /// Notices sent that were never answered.
+    pub unanswered: u64,
+    /// Answers refused: malformed, naming no notice sent, or a second
+    /// answer to one notice.
+    pub bad_answers: u64,
 }
 
 /// A probe run's time exchange and its authentication.
@@ -586,12 +658,16 @@ impl ProbeRecord {
             ProbeRecord::ClockTags(t) => Some(t.at),
             ProbeRecord::ActPlan(p) => Some(p.at),
             ProbeRecord::Action(a) => Some(a.done),
+            ProbeRecord::Frame(f) => Some(f.at),
+            ProbeRecord::AppAction(a) => Some(a.action.done),
+            ProbeRecord::NoticeTotals(t) => Some(t.at),
             ProbeRecord::Identity(_)
             | ProbeRecord::ConnectionAddresses(_)
             | ProbeRecord::ConnectionTls(_)
             | ProbeRecord::ConnectionDeflate(_)
             | ProbeRecord::Payload(_)
-            | ProbeRecord::Page(_) => None,
+            | ProbeRecord::Page(_)
+            | ProbeRecord::App(_) => None,
         }
     }
 }

@@ -15,7 +15,9 @@
 //!   kept within `--keep-runs` and `--keep-bytes`);
 //!   `records-2026-12-06b.probe.sklog` its `ClockTags` (the time
 //!   exchange's authentication), `records-2026-12-06b.agent.sklog` the
-//!   agent's `LeadChosen` (`?lead=`, `lead=auto`).
+//!   agent's `LeadChosen` (`?lead=`, `lead=auto`);
+//!   `records-2026-12-06c.probe.sklog` the records of apps that report
+//!   their own actions (`AppRun`, `ActionFrame`, `AppAction`, `NoticeTotals`).
 //! - `data/c41f7be/`: logs written by the previous release's binaries (the
 //!   agent and a probe, three test broadcasts), read and joined here.
 //!
@@ -346,7 +348,55 @@ fn every_variant_is_frozen(a: &AgentRecord, p: &ProbeRecord) {
         ProbeRecord::Page(_) => {}
         ProbeRecord::LogsPruned(_) => {}
         ProbeRecord::ClockTags(_) => {}
+        ProbeRecord::App(_)
+        | ProbeRecord::Frame(_)
+        | ProbeRecord::AppAction(_)
+        | ProbeRecord::NoticeTotals(_) => {}
     }
+}
+
+/// Probe records appended after `records-2026-12-06b`, frozen in
+/// `records-2026-12-06c.probe.sklog`: apps that report their own actions.
+fn probe_records_added_2026_12_06c() -> Vec<ProbeRecord> {
+    let action = Action {
+        conn: 1,
+        key: MessageKey::Hash {
+            hash: 0xfeed,
+            occurrence: 2,
+        },
+        hash: 0xfeed,
+        act_at_ns: 1_764_633_600_300_000_000,
+        offset_ns: Some(-2_500),
+        offset_bound_ns: Some(700),
+        target: at(70),
+        done: at(71),
+        late_ns: 0,
+    };
+    vec![
+        ProbeRecord::App(AppRun {
+            module: "skewscope_clock.py 1".into(),
+            runtime: "CPython 3.11.7".into(),
+        }),
+        ProbeRecord::Frame(ActionFrame {
+            conn: 1,
+            key: MessageKey::Seq(9),
+            hash: 0xbeef,
+            at: at(72),
+        }),
+        ProbeRecord::AppAction(AppAction {
+            app: "kiosk-ui".into(),
+            action,
+        }),
+        ProbeRecord::NoticeTotals(NoticeTotals {
+            app: "kiosk-ui".into(),
+            at: at(73),
+            sent: 40,
+            undelivered: 1,
+            answered: 37,
+            unanswered: 2,
+            bad_answers: 3,
+        }),
+    ]
 }
 
 /// Agent records appended after `records-2026-12-02`, frozen in
@@ -471,6 +521,10 @@ fn every_record_variant_reads_as_it_was_written() {
             "records-2026-12-06b.probe.sklog",
             probe_records_added_2026_12_06b(),
         ),
+        (
+            "records-2026-12-06c.probe.sklog",
+            probe_records_added_2026_12_06c(),
+        ),
     ] {
         match read_file(&data(file)).unwrap() {
             AnyLog::Probe(d) => {
@@ -551,6 +605,15 @@ fn write_the_frozen_logs_of_2026_12_06b() {
         agent.append(&r).unwrap();
     }
     std::fs::write(data("records-2026-12-06b.agent.sklog"), agent.into_inner()).unwrap();
+}
+
+#[test]
+#[ignore = "writes a frozen file; run once, by hand, when variants are appended"]
+fn write_the_frozen_logs_of_2026_12_06c() {
+    write_probe_log(
+        "records-2026-12-06c.probe.sklog",
+        probe_records_added_2026_12_06c(),
+    );
 }
 
 #[test]

@@ -73,6 +73,26 @@ pub fn listener(addr: SocketAddr, backlog: i32) -> std::io::Result<std::net::Tcp
     Ok(socket.into())
 }
 
+/// Sends one datagram on `socket` (to `to`, when the socket is not
+/// connected) without waiting, whatever the socket's own blocking mode:
+/// `MSG_DONTWAIT`. Why: a socket another thread reads with a timeout must
+/// stay blocking, yet the sender must never wait on a full receive queue
+/// (the probe's actor, telling the app beside it when to act).
+pub fn send_nowait(
+    socket: &impl std::os::fd::AsFd,
+    bytes: &[u8],
+    to: Option<&std::path::Path>,
+) -> std::io::Result<usize> {
+    use nix::sys::socket::{MsgFlags, UnixAddr, send, sendto};
+    use std::os::fd::AsRawFd;
+    let fd = socket.as_fd().as_raw_fd();
+    let sent = match to {
+        Some(path) => sendto(fd, bytes, &UnixAddr::new(path)?, MsgFlags::MSG_DONTWAIT),
+        None => send(fd, bytes, MsgFlags::MSG_DONTWAIT),
+    };
+    sent.map_err(std::io::Error::from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

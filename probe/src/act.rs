@@ -25,7 +25,6 @@ use std::time::Duration;
 
 use skewscope_core::Stamp;
 use skewscope_core::act_at::ActAt;
-use skewscope_core::act_notice::ActNotice;
 use skewscope_core::record::{Action, MessageKey, ProbeRecord};
 
 use crate::act_notify::Notifier;
@@ -217,15 +216,22 @@ impl Actor {
         if let Some(t) = self.thread.take()
             && let Ok(Some(notifier)) = t.join()
         {
-            let (sent, undelivered) = notifier.counts();
-            let target = notifier.target();
-            if undelivered > 0 {
+            let target = notifier.target().clone();
+            let n = notifier.finish();
+            let said = format!(
+                "--act-notify {target} ({}): {} notice(s) sent, {} answered",
+                n.app, n.sent, n.answered
+            );
+            if n.undelivered > 0 || n.unanswered > 0 || n.bad_answers > 0 {
                 tracing::warn!(
                     target: "probe::act",
-                    "--act-notify {target}: {sent} notice(s) sent, {undelivered} not delivered (the app was not listening, or not reading)"
+                    "{said}; {} not delivered (the app was not listening, or not reading), {} never answered (the app did not say it acted: those actions are not audited), {} answer(s) refused",
+                    n.undelivered,
+                    n.unanswered,
+                    n.bad_answers
                 );
             } else {
-                tracing::info!(target: "probe::act", "--act-notify {target}: {sent} notice(s) sent");
+                tracing::info!(target: "probe::act", "{said}");
             }
         }
         let wide = self.clock.wide_actions();
@@ -319,7 +325,7 @@ fn run(
         // The app beside the probe acts now: its notices go first.
         if let Some(notifier) = notifier.as_deref_mut() {
             for p in &fired {
-                notifier.notify(&ActNotice::of(&action(p, done)));
+                notifier.notify(&action(p, done));
             }
         }
         // Writing the records down can wait for anything else due this

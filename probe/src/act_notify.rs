@@ -1,11 +1,15 @@
-//! Telling the app beside the probe when to act (`--act-notify`): at each
-//! action's moment the actor sends one datagram
-//! ([`skewscope_core::act_notice::ActNotice`]) to a Unix datagram socket or
-//! a UDP port, so a native app acts when the probe's timer fires.
+//! Telling the app beside the probe when to act (`--act-notify`), and
+//! hearing back when it did: at each action's moment the actor sends one
+//! datagram ([`skewscope_core::act_notice::ActNotice`]) to a Unix datagram
+//! socket or a UDP port, so a native app acts when the probe's timer fires;
+//! the app answers each with one datagram saying when it acted
+//! ([`skewscope_core::act_notice::ActAnswer`]), and a thread of this module
+//! records that as the app's own action. What was sent, refused, answered
+//! and never answered is counted ([`NoticeBook`]) and written at the end.
 //!
-//! The socket never blocks: an app that is not listening (no socket at the
-//! path, a closed port, a full receive queue) costs the actor one failed
-//! send, and is counted; the first failure is logged at once, the total
+//! The socket never blocks the actor: an app that is not listening (no
+//! socket at the path, a closed port, a full receive queue) costs one
+//! failed send, counted; the first failure is logged at once, the totals
 //! when the run ends. Nothing is queued or sent again: a notice later than
 //! its moment would be worse than none.
 
@@ -14,8 +18,24 @@ use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use skewscope_core::act_notice::ActNotice;
+use skewscope_core::act_notice::{MAX_ANSWER_BYTES, NoticeBook};
+use skewscope_core::record::{Action, NoticeTotals, ProbeRecord};
+
+use crate::recorder::Recorder;
+
+/// How long the run's end waits for the last notices' answers.
+pub const FINISH_ANSWERS: Duration = Duration::from_secs(2);
+/// How often the answers thread looks up from its socket (to expire
+/// notices and to see the run end).
+const ANSWERS_TICK: Duration = Duration::from_millis(100);
+/// The most bytes of a Unix socket path (`sun_path` holds 108 with its
+/// terminating zero).
+const MAX_UNIX_PATH: usize = 107;
 
 /// Where the notices go, as `--act-notify` names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,15 +54,27 @@ impl FromStr for NotifyTarget {
             if path.is_empty() {
                 return Err("unix: needs a socket path, like unix:/run/kiosk/act.sock".into());
             }
+            if path.len() > MAX_UNIX_PATH {
+                return Err(format!(
+                    "unix:{}...: a socket path is at most {MAX_UNIX_PATH} bytes (this one is {}): use a shorter directory",
+                    path.chars().take(40).collect::<String>(),
+                    path.len()
+                ));
+            }
             Ok(NotifyTarget::Unix(path.into()))
         } else if let Some(addr) = s.strip_prefix("udp:") {
-            if addr
-                .rsplit_once(':')
-                .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
-            {
-                return Err(format!(
-                    "udp:{addr}: needs HOST:PORT, like udp:127.0.0.1:7000 or udp:[::1]:7000"
-                ));
+            match addr.rsplit_once(':') {
+                Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0) => {}
+                Some((_, "0")) => {
+                    return Err(format!(
+                        "udp:{addr}: port 0 is no app's port: give the port the app listens on"
+                    ));
+                }
+                _ => {
+                    return Err(format!(
+                        "udp:{addr}: needs HOST:PORT, like udp:127.0.0.1:7000 or udp:[::1]:7000"
+                    ));
+                }
             }
             Ok(NotifyTarget::Udp(addr.into()))
         } else {
@@ -63,30 +95,82 @@ impl std::fmt::Display for NotifyTarget {
 }
 
 enum Socket {
+    /// Bound to an address of its own in the abstract namespace, so the
+    /// app can answer (`recvfrom` gives it); answers from any other sender
+    /// than the app's path are refused.
     Unix(UnixDatagram, PathBuf),
-    /// Connected, so a port nobody listens on is reported (the kernel's
-    /// ICMP answer fails the next send) rather than silently swallowed.
+    /// Connected: only the app's port can answer, and a port nobody listens
+    /// on is reported (the kernel's ICMP answer fails a later call).
     Udp(UdpSocket),
 }
 
-/// The actor's end of `--act-notify`: sends and counts.
+impl Socket {
+    /// Sends without waiting (the socket itself blocks, for the answers
+    /// thread's timed reads).
+    fn send(&self, bytes: &[u8]) -> io::Result<usize> {
+        match self {
+            Socket::Unix(socket, path) => {
+                skewscope_os::sockets::send_nowait(socket, bytes, Some(path))
+            }
+            Socket::Udp(socket) => skewscope_os::sockets::send_nowait(socket, bytes, None),
+        }
+    }
+
+    /// One answer from the app, within [`ANSWERS_TICK`]; `Ok(None)` when
+    /// none came or it came from someone else (`Some(false)` in the second).
+    fn receive(&self, buf: &mut [u8]) -> io::Result<Option<(usize, bool)>> {
+        let got = match self {
+            Socket::Unix(socket, path) => socket
+                .recv_from(buf)
+                .map(|(n, from)| (n, from.as_pathname() == Some(path.as_path()))),
+            Socket::Udp(socket) => socket.recv(buf).map(|n| (n, true)),
+        };
+        match got {
+            Ok(got) => Ok(Some(got)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// What the actor and the answers thread share.
+struct Shared {
+    book: Mutex<NoticeBook>,
+    /// Signalled when the last awaited answer came.
+    quiet: Condvar,
+    stop: AtomicBool,
+}
+
+/// The actor's end of `--act-notify`: sends, hears back, counts.
 pub struct Notifier {
     target: NotifyTarget,
-    socket: Socket,
-    sent: u64,
-    undelivered: u64,
+    socket: Arc<Socket>,
+    shared: Arc<Shared>,
+    answers: Option<JoinHandle<()>>,
+    recorder: Recorder,
+    /// Send failures so far (the first is logged at once).
+    failures: u64,
 }
 
 impl Notifier {
-    /// Opens the socket (a UDP target's host is resolved once, here): an
-    /// address that does not resolve fails the run's start, not each action.
-    pub fn open(target: NotifyTarget) -> io::Result<Notifier> {
+    /// Opens the socket (a UDP target's host is resolved once, here: an
+    /// address that does not resolve fails the run's start, not each
+    /// action) and starts hearing the app `app`'s answers, recorded into
+    /// `recorder`.
+    pub(crate) fn open(
+        target: NotifyTarget,
+        app: &str,
+        recorder: Recorder,
+    ) -> io::Result<Notifier> {
         let socket = match &target {
-            NotifyTarget::Unix(path) => {
-                let socket = UnixDatagram::unbound()?;
-                socket.set_nonblocking(true)?;
-                Socket::Unix(socket, path.clone())
-            }
+            NotifyTarget::Unix(path) => Socket::Unix(unix_socket()?, path.clone()),
             NotifyTarget::Udp(addr) => {
                 let to: SocketAddr = addr.to_socket_addrs()?.next().ok_or_else(|| {
                     io::Error::new(
@@ -101,48 +185,142 @@ impl Notifier {
                 };
                 let socket = UdpSocket::bind(from)?;
                 socket.connect(to)?;
-                socket.set_nonblocking(true)?;
+                socket.set_read_timeout(Some(ANSWERS_TICK))?;
                 Socket::Udp(socket)
             }
+        };
+        let socket = Arc::new(socket);
+        let shared = Arc::new(Shared {
+            book: Mutex::new(NoticeBook::new(app)),
+            quiet: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        let answers = {
+            let (socket, shared, recorder) = (socket.clone(), shared.clone(), recorder.clone());
+            std::thread::Builder::new()
+                .name("act-answers".into())
+                .spawn(move || hear_answers(&socket, &shared, &recorder))?
         };
         Ok(Notifier {
             target,
             socket,
-            sent: 0,
-            undelivered: 0,
+            shared,
+            answers: Some(answers),
+            recorder,
+            failures: 0,
         })
     }
 
-    /// Sends one notice now; a failure is counted, never retried.
-    pub fn notify(&mut self, notice: &ActNotice) {
-        let bytes = notice.to_datagram();
-        let result = match &self.socket {
-            Socket::Unix(socket, path) => socket.send_to(&bytes, path),
-            Socket::Udp(socket) => socket.send(&bytes),
-        };
-        match result {
-            Ok(_) => self.sent += 1,
-            Err(e) => {
-                if self.undelivered == 0 {
-                    tracing::warn!(
-                        target: "probe::act",
-                        "--act-notify {}: the app is not taking notices ({e}); the probe goes on acting and counts what it could not deliver",
-                        self.target
-                    );
-                }
-                self.undelivered += 1;
+    /// Sends the notice of `action` now; a failure is counted, never retried.
+    pub fn notify(&mut self, action: &Action) {
+        let notice = lock(&self.shared.book).notice(action, skewscope_os::clock::mono_ns());
+        let result = self.socket.send(&notice.to_datagram());
+        if let Err(e) = result {
+            lock(&self.shared.book).not_delivered(notice.notice);
+            if self.failures == 0 {
+                tracing::warn!(
+                    target: "probe::act",
+                    "--act-notify {}: the app is not taking notices ({e}); the probe goes on acting and counts what it could not deliver",
+                    self.target
+                );
             }
+            self.failures += 1;
         }
     }
 
-    /// How many notices went out, and how many could not be delivered.
-    pub fn counts(&self) -> (u64, u64) {
-        (self.sent, self.undelivered)
+    /// Waits up to [`FINISH_ANSWERS`] for the answers still due, stops
+    /// hearing, and records and returns the counts (every notice not
+    /// answered by then counted never answered).
+    pub fn finish(mut self) -> NoticeTotals {
+        let deadline = Instant::now() + FINISH_ANSWERS;
+        let mut book = lock(&self.shared.book);
+        while book.awaiting() > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            book = self
+                .shared
+                .quiet
+                .wait_timeout(book, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        drop(book);
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.answers.take() {
+            let _ = t.join();
+        }
+        let totals = lock(&self.shared.book).close(skewscope_os::clock::now());
+        self.recorder
+            .record(ProbeRecord::NoticeTotals(totals.clone()));
+        totals
     }
 
     /// Where the notices go.
     pub fn target(&self) -> &NotifyTarget {
         &self.target
+    }
+}
+
+/// A datagram socket bound to a fresh abstract address, so the app's
+/// answers can reach it.
+fn unix_socket() -> io::Result<UnixDatagram> {
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!(
+        "skewscope-probe/{}/{:016x}",
+        std::process::id(),
+        fastrand::u64(..)
+    );
+    let socket = UnixDatagram::bind_addr(&std::os::unix::net::SocketAddr::from_abstract_name(
+        name.as_bytes(),
+    )?)?;
+    socket.set_read_timeout(Some(ANSWERS_TICK))?;
+    Ok(socket)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The answers thread: each answer the app's action, recorded; notices
+/// left unanswered too long counted.
+fn hear_answers(socket: &Socket, shared: &Shared, recorder: &Recorder) {
+    let mut buf = vec![0u8; MAX_ANSWER_BYTES + 1];
+    let mut refused_logged = false;
+    while !shared.stop.load(Ordering::Relaxed) {
+        let got = socket.receive(&mut buf);
+        let now = skewscope_os::clock::now();
+        let mut book = lock(&shared.book);
+        match got {
+            Ok(Some((n, true))) => match book.answered(&buf[..n], now) {
+                Ok(action) => recorder.record(ProbeRecord::AppAction(action)),
+                Err(e) => {
+                    tracing::debug!(target: "probe::act", "--act-notify: an answer refused: {e}")
+                }
+            },
+            // Someone else than the app: refused, counted.
+            Ok(Some((_, false))) => book.refused_sender(),
+            Ok(None) => {}
+            // A UDP port nobody listens on: the kernel's ICMP answer.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                book.refused_by_port();
+                if !refused_logged {
+                    refused_logged = true;
+                    tracing::warn!(target: "probe::act", "--act-notify: the app's port is closed (the kernel answered the notices with ICMP): they are counted not delivered");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(target: "probe::act", "--act-notify: reading the app's answers failed ({e}); notices still go out, and are counted never answered");
+                drop(book);
+                std::thread::sleep(ANSWERS_TICK);
+                continue;
+            }
+        }
+        book.expire(now.mono_ns);
+        if book.awaiting() == 0 {
+            shared.quiet.notify_all();
+        }
     }
 }
 
@@ -174,46 +352,15 @@ mod tests {
             let e = bad.parse::<NotifyTarget>().unwrap_err();
             assert!(e.contains("unix:") || e.contains("HOST:PORT"), "{bad}: {e}");
         }
-    }
-
-    #[test]
-    fn an_app_not_listening_is_counted_not_waited_for() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut n = Notifier::open(NotifyTarget::Unix(dir.path().join("nobody.sock"))).unwrap();
-        let notice = ActNotice {
-            conn: 0,
-            seq: Some(1),
-            hash: "0000000000000001".into(),
-            occurrence: None,
-            act_at_ns: 1,
-            target_wall_ns: 1,
-            target_mono_ns: 1,
-            done_wall_ns: 1,
-            done_mono_ns: 1,
-            late: false,
-            late_ns: 0,
-            offset_ns: None,
-            offset_bound_ns: None,
-        };
-        n.notify(&notice);
-        n.notify(&notice);
-        assert_eq!(n.counts(), (0, 2));
-
-        let app = UnixDatagram::bind(dir.path().join("app.sock")).unwrap();
-        let mut n = Notifier::open(NotifyTarget::Unix(dir.path().join("app.sock"))).unwrap();
-        n.notify(&notice);
-        let mut buf = [0u8; 1024];
-        let len = app.recv(&mut buf).unwrap();
-        assert_eq!(&buf[..len], notice.to_datagram());
-        assert_eq!(n.counts(), (1, 0));
-
-        // An app that stopped reading: its queue fills, and the sends that
-        // do not fit fail at once rather than wait.
-        for _ in 0..10_000 {
-            n.notify(&notice);
-        }
-        let (sent, undelivered) = n.counts();
-        assert_eq!(sent + undelivered, 10_001);
-        assert!(undelivered > 0, "{sent} sent");
+        let e = "udp:127.0.0.1:0".parse::<NotifyTarget>().unwrap_err();
+        assert!(e.contains("port 0"), "{e}");
+        let long = format!("unix:/{}", "d".repeat(MAX_UNIX_PATH));
+        let e = long.parse::<NotifyTarget>().unwrap_err();
+        assert!(e.contains("at most 107 bytes"), "{e}");
+        assert!(
+            format!("unix:/{}", "d".repeat(MAX_UNIX_PATH - 1))
+                .parse::<NotifyTarget>()
+                .is_ok()
+        );
     }
 }

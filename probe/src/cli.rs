@@ -226,6 +226,12 @@ pub struct Args {
     /// app that is not listening costs the probe nothing; it is counted.
     #[arg(long, value_name = "unix:PATH|udp:HOST:PORT", requires = "act_at")]
     pub act_notify: Option<String>,
+
+    /// What the report calls the app beside the probe: it answers each
+    /// notice with when it acted ({"notice": N, "acted_mono_ns": T}), and
+    /// the audit judges those actions as the app's own.
+    #[arg(long, value_name = "NAME", default_value = crate::config::DEFAULT_ACT_NOTIFY_NAME, requires = "act_notify")]
+    pub act_notify_name: String,
 }
 
 impl skewscope_os::settings::FileSettings for Args {
@@ -297,6 +303,7 @@ impl Args {
                 max_runs: self.keep_runs,
                 max_bytes: self.keep_bytes as u64,
             }),
+            act_notify_name: self.act_notify_name,
             act_notify: match &self.act_notify {
                 Some(target) => Some(
                     target

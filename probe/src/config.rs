@@ -18,6 +18,10 @@ pub const DEFAULT_MAX_MESSAGE: usize = 16 * 1024 * 1024;
 /// never far from a receipt, rare enough to cost nothing.
 pub const DEFAULT_TIME_INTERVAL: Duration = Duration::from_secs(1);
 
+/// What the app beside the probe is called when `--act-notify-name` is
+/// not given.
+pub const DEFAULT_ACT_NOTIFY_NAME: &str = "app";
+
 /// Settings for one probe run.
 #[derive(Clone, Debug)]
 pub struct ProbeConfig {
@@ -76,6 +80,9 @@ pub struct ProbeConfig {
     /// Tell the app beside the probe at each action's moment
     /// (`--act-notify`): one datagram per action.
     pub act_notify: Option<crate::act_notify::NotifyTarget>,
+    /// What the report calls the app beside the probe that answers its
+    /// notices (`--act-notify-name`).
+    pub act_notify_name: String,
     /// Keep the directory of `out` within these limits, deleting the
     /// oldest earlier runs' logs the agent has in full (`--out-dir`, with
     /// `--keep-runs` and `--keep-bytes`); `None`: keep every log.
@@ -110,6 +117,7 @@ impl ProbeConfig {
             act_at: None,
             act_realtime: false,
             act_notify: None,
+            act_notify_name: DEFAULT_ACT_NOTIFY_NAME.to_owned(),
             retention: None,
         }
     }
@@ -132,6 +140,14 @@ impl ProbeConfig {
             "name must not be empty"
         } else if self.act_notify.is_some() && self.act_at.is_none() {
             "act notify needs act at: notices are sent when the probe acts"
+        } else if self.act_notify_name.is_empty()
+            || self.act_notify_name.len() > 64
+            || self
+                .act_notify_name
+                .chars()
+                .any(|c| c.is_control() || c == '/')
+        {
+            "act notify name must be 1 to 64 printable characters, without '/'"
         } else {
             return Ok(());
         };

@@ -283,11 +283,14 @@ impl RunningProbe {
                     at: skewscope_os::clock::now(),
                 }));
                 let notifier = match &config.act_notify {
-                    Some(target) => {
-                        Some(act_notify::Notifier::open(target.clone()).map_err(|e| {
-                            ProbeError::Config(format!("--act-notify {target}: {e}"))
-                        })?)
-                    }
+                    Some(target) => Some(
+                        act_notify::Notifier::open(
+                            target.clone(),
+                            &config.act_notify_name,
+                            recorder.clone(),
+                        )
+                        .map_err(|e| ProbeError::Config(format!("--act-notify {target}: {e}")))?,
+                    ),
                     None => None,
                 };
                 let (actor, acting) = act::Actor::start(

@@ -21,8 +21,10 @@
 
 use serde::Serialize;
 
+use std::collections::BTreeMap;
+
 use crate::analysis::clock_figures::{BoundedSummary, BoundedSummaryBuilder};
-use crate::analysis::join::{Joined, JoinedBroadcast};
+use crate::analysis::join::{ActorKind, Joined, JoinedBroadcast};
 use crate::analysis::stats::{Summary, SummaryBuilder};
 use crate::analysis::timebase::{place, spread_of_all};
 use crate::clock::DeviceClock;
@@ -86,6 +88,52 @@ pub struct ActionFigures {
     /// the leads chosen; `None` when none was.
     #[serde(default)]
     pub auto_lead: Option<AutoLeadFigures>,
+    /// Who acted, one row each: the probes, their pages, the apps that
+    /// report their own actions and the apps beside probes: whose actions
+    /// were whose.
+    #[serde(default)]
+    pub by_actor: Vec<ActorFigures>,
+    /// Actions whose frame a page reported (the next animation frame after
+    /// its callback).
+    #[serde(default)]
+    pub frames: u64,
+    /// Per broadcast drawn by two pages or more: last − first frame, each
+    /// device's clock as it is. What people see spreads by this, not by the
+    /// action skew: a display shows an action at its next refresh, and two
+    /// displays' refreshes are not aligned.
+    #[serde(default)]
+    pub frame_skew_ns: Option<Summary>,
+    /// The same in the agent's timebase, with intervals that contain the
+    /// truth.
+    #[serde(default)]
+    pub frame_skew_corrected_ns: Option<BoundedSummary>,
+}
+
+/// One actor's actions: what it did, and how well.
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct ActorFigures {
+    /// Its name: the run's (`--name`, the app's `name`), `PROBE/APP` for an
+    /// app beside a probe.
+    pub name: String,
+    /// What it is.
+    pub kind: ActorKind,
+    /// Its actions joined to a broadcast.
+    pub actions: u64,
+    /// Of those, late.
+    pub late: u64,
+    /// Actual − target on its monotonic clock, actions in time. For an app
+    /// beside a probe: the moment it says it acted against the probe's
+    /// target, so the notice's trip and the app's wake-up are in it.
+    pub timer_error_ns: Option<Summary>,
+    /// Target minus its message's read: the time it had to spare.
+    pub spare_ns: Option<Summary>,
+    /// Of its actions, those with the frame they were drawn in.
+    pub frames: u64,
+    /// For an app beside a probe (`--act-notify`): the notices it was sent
+    /// and what came back.
+    pub notices: Option<crate::record::NoticeTotals>,
+    /// For an app's own run: its module and what it runs in.
+    pub app: Option<crate::record::AppRun>,
 }
 
 /// What `lead=auto` chose for the broadcasts acted on.
@@ -124,6 +172,22 @@ pub struct ActionsBuilder {
     auto_on_probes: u64,
     auto_actions: u64,
     auto_late: u64,
+    actors: BTreeMap<(usize, Option<String>), ActorBuilder>,
+    frames: u64,
+    frame_skew: SummaryBuilder,
+    frame_skew_corrected: BoundedSummaryBuilder,
+}
+
+/// One actor's figures, built one action at a time.
+#[derive(Default)]
+struct ActorBuilder {
+    /// A connection of it, for its name and kind.
+    connection: usize,
+    actions: u64,
+    late: u64,
+    timer_error: SummaryBuilder,
+    spare: SummaryBuilder,
+    frames: u64,
 }
 
 /// One broadcast's action skew: raw, and corrected with its interval when
@@ -195,6 +259,25 @@ impl ActionsBuilder {
             self.auto_actions += u64::from(here.actions);
             self.auto_late += u64::from(here.late);
         }
+        let frames: Vec<_> = b
+            .actions
+            .iter()
+            .filter_map(|a| a.frame.map(|f| (a, f)))
+            .collect();
+        self.frames += frames.len() as u64;
+        if frames.len() >= 2 {
+            let walls = frames.iter().map(|(_, f)| f.wall_ns);
+            let spread = walls.clone().max().unwrap_or(0) - walls.min().unwrap_or(0);
+            self.frame_skew.add(spread as i64);
+            let placed = frames.iter().map(|(a, f)| {
+                clocks[joined.connections[a.connection].probe]
+                    .at(*f)
+                    .map(|c| place(c, f.wall_ns))
+            });
+            if let Some(c) = spread_of_all(placed) {
+                self.frame_skew_corrected.add(c);
+            }
+        }
         if let Some(s) = here.skew_ns {
             self.skew.add(s as i64);
             if let Some(r) = b.skew_ns() {
@@ -207,19 +290,35 @@ impl ActionsBuilder {
             None => {}
         }
         for a in &b.actions {
+            let c = &joined.connections[a.connection];
+            let actor = self
+                .actors
+                .entry((c.probe, c.app.clone()))
+                .or_insert_with(|| ActorBuilder {
+                    connection: a.connection,
+                    ..ActorBuilder::default()
+                });
+            actor.actions += 1;
+            actor.late += u64::from(a.late_ns > 0);
+            actor.frames += u64::from(a.frame.is_some());
+            if a.late_ns == 0 {
+                actor.timer_error.add(a.timer_error_ns());
+            }
             if a.late_ns == 0 {
                 self.timer_error.add(a.timer_error_ns());
             } else {
-                let c = &joined.connections[a.connection];
                 self.late_listed.push(LateAction {
                     broadcast: b.key.describe(),
-                    connection: format!("{} #{}", joined.probes[c.probe].name, c.conn),
+                    connection: format!("{} #{}", joined.actor_name(a.connection), c.conn),
                     late_ns: a.late_ns,
                 });
             }
             if let Some(read) = b.receipts.iter().find(|r| r.connection == a.connection) {
                 let spare = a.target.mono_ns as i64 - read.mono_ns as i64;
                 self.spare.add(spare);
+                if let Some(actor) = self.actors.get_mut(&(c.probe, c.app.clone())) {
+                    actor.spare.add(spare);
+                }
                 if a.late_ns == 0 && a.bound_acted_on_ns.is_none_or(|bound| bound as i64 > spare) {
                     self.on_wide_bound += 1;
                 }
@@ -245,10 +344,54 @@ impl ActionsBuilder {
 
     /// The figures; `None` when no probe acted.
     pub fn finish(&mut self, joined: &Joined) -> Option<ActionFigures> {
-        if self.actions == 0 && !joined.probes.iter().any(|p| p.act_plan.is_some()) {
+        let acting = |p: &crate::analysis::join::Probe| {
+            p.act_plan.is_some() || p.app.is_some() || !p.notices.is_empty()
+        };
+        if self.actions == 0 && !joined.probes.iter().any(acting) {
             return None;
         }
         self.trim_late();
+        let mut by_actor: Vec<ActorFigures> = self
+            .actors
+            .iter()
+            .map(|((probe, app), a)| ActorFigures {
+                name: joined.actor_name(a.connection),
+                kind: joined.actor_of(a.connection),
+                actions: a.actions,
+                late: a.late,
+                timer_error_ns: a.timer_error.finish(),
+                spare_ns: a.spare.finish(),
+                frames: a.frames,
+                notices: app.as_ref().and_then(|app| {
+                    joined.probes[*probe]
+                        .notices
+                        .iter()
+                        .find(|n| &n.app == app)
+                        .cloned()
+                }),
+                app: joined.probes[*probe].app.clone().filter(|_| app.is_none()),
+            })
+            .collect();
+        // An app beside a probe that never answered acted on nothing the
+        // report can see: it is listed all the same, with its notices.
+        for (probe, p) in joined.probes.iter().enumerate() {
+            for n in &p.notices {
+                if !self.actors.contains_key(&(probe, Some(n.app.clone()))) {
+                    by_actor.push(ActorFigures {
+                        name: format!("{}/{}", p.name, n.app),
+                        kind: ActorKind::NativeApp,
+                        actions: 0,
+                        late: 0,
+                        timer_error_ns: None,
+                        spare_ns: None,
+                        frames: 0,
+                        notices: Some(n.clone()),
+                        app: None,
+                    });
+                }
+            }
+        }
+        by_actor.sort_by(|a, b| a.kind.cmp(&b.kind).then(a.name.cmp(&b.name)));
         Some(ActionFigures {
             actions: self.actions,
             late: self.late,
@@ -270,6 +413,10 @@ impl ActionsBuilder {
                 actions: self.auto_actions,
                 late: self.auto_late,
             }),
+            by_actor,
+            frames: self.frames,
+            frame_skew_ns: self.frame_skew.finish(),
+            frame_skew_corrected_ns: self.frame_skew_corrected.finish(),
         })
     }
 }

@@ -19,8 +19,9 @@ mod stream;
 pub(crate) mod tests;
 
 pub use model::{
-    Agent, AgentSide, BroadcastKey, ClockIdentity, Joined, JoinedAction, JoinedBroadcast,
-    JoinedReceipt, Probe, ProbeConnection, RunEnd, TapSummary, TappedClient, Window,
+    ActorKind, Agent, AgentSide, BroadcastKey, ClockIdentity, Joined, JoinedAction,
+    JoinedBroadcast, JoinedReceipt, Probe, ProbeConnection, RunEnd, TapSummary, TappedClient,
+    Window,
 };
 pub use source::{AgentSource, BroadcastSink, ProbeSource};
 
@@ -168,6 +169,9 @@ pub fn join_runs_sources(
             }
             for m in &mut b.missing {
                 *m += offset;
+            }
+            for a in &mut b.actions {
+                a.connection += offset;
             }
             sink.broadcast(&merged, b);
         });

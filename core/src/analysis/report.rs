@@ -166,6 +166,10 @@ pub struct ProbeSummary {
     /// stamps are userspace readings of the page's clock, its bound the
     /// WebSocket time exchange's.
     pub page: Option<crate::record::PageProbe>,
+    /// When it is an app's own run (the clock module in a site's app, given
+    /// a name): its module and what it runs in. It receives only what it
+    /// acted on, so it is never counted missing anything.
+    pub app: Option<crate::record::AppRun>,
     /// What it deleted from its `--out-dir` at start (only logs the agent
     /// had in full) and kept, within `--keep-runs` and `--keep-bytes`;
     /// `None` when it kept no limits (`--out`, or logs from before them).
@@ -466,12 +470,15 @@ impl ReportBuilder {
                 tls_unverified: p.tls_unverified,
                 deflate_connections: p.deflate_connections,
                 page: p.page.clone(),
+                app: p.app.clone(),
                 logs_pruned: p.logs_pruned.clone(),
                 clock_tags: p.clock_tags,
             })
             .collect();
         let mut seen = std::collections::HashSet::new();
-        for c in &joined.connections {
+        // An app's connection beside a probe holds its actions, not one of
+        // the probe's connections.
+        for c in joined.connections.iter().filter(|c| c.app.is_none()) {
             if seen.insert((c.probe, c.conn)) {
                 probes[c.probe].connections += 1;
             } else {

@@ -338,6 +338,7 @@ mod tests {
             tls_unverified: 0,
             deflate_connections: 0,
             page: None,
+            app: None,
             logs_pruned: None,
             clock_tags: None,
             clock: DeviceClockSummary {

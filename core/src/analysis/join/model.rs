@@ -31,6 +31,12 @@ pub struct ProbeConnection {
     /// Its (local, remote) socket addresses, when recorded: what joins it to
     /// a tapped connection.
     pub addresses: Option<(String, String)>,
+    /// The app beside the probe whose actions these are (`--act-notify`):
+    /// such a connection holds only that app's actions on the messages the
+    /// probe's connection of the same index received, so an app's action
+    /// and the probe's on one broadcast are two actions. It receives
+    /// nothing itself and is never missing anything.
+    pub app: Option<String>,
 }
 
 /// What names the clock a log was stamped with: receipts share a clock
@@ -107,6 +113,27 @@ pub struct Probe {
     pub logs_pruned: Option<crate::record::LogsPruned>,
     /// Its time exchange's authentication, as its last record said.
     pub clock_tags: Option<crate::record::ClockTags>,
+    /// When the run is an app's own (the clock module in a site's app):
+    /// what it is. Its actions are the app's, not a probe's.
+    pub app: Option<crate::record::AppRun>,
+    /// `--act-notify`'s last counts, per app beside the probe.
+    pub notices: Vec<crate::record::NoticeTotals>,
+}
+
+/// Who did an action: what the report lists as the actor.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum ActorKind {
+    /// The native probe (`--act-at`).
+    Probe,
+    /// The browser probe page (`/probe`).
+    ProbePage,
+    /// An app's own code through the clock module (Python or a page's).
+    App,
+    /// A native app beside a probe that answered its notices (`--act-notify`).
+    NativeApp,
 }
 
 /// The agent run's identity.
@@ -206,9 +233,26 @@ pub struct JoinedAction {
     /// The clock bound the device acted on (`None`: it had no estimate and
     /// took its own clock for the server's).
     pub bound_acted_on_ns: Option<u64>,
+    /// The frame the action was drawn in, on the device's clocks, where a
+    /// page reported it.
+    pub frame: Option<Stamp>,
 }
 
 impl JoinedAction {
+    /// The action `a` a record of `connection` holds (its frame, if any,
+    /// comes in a later record).
+    pub fn of(connection: usize, a: &crate::record::Action) -> JoinedAction {
+        JoinedAction {
+            connection,
+            act_at_ns: a.act_at_ns,
+            target: a.target,
+            done: a.done,
+            late_ns: a.late_ns,
+            bound_acted_on_ns: a.offset_bound_ns,
+            frame: None,
+        }
+    }
+
     /// Actual minus target on the device's monotonic clock: what its timer
     /// missed by (for an action in time).
     pub fn timer_error_ns(&self) -> i64 {
@@ -347,6 +391,32 @@ impl Window {
 }
 
 impl Joined {
+    /// Who did the actions of `connection`.
+    pub fn actor_of(&self, connection: usize) -> ActorKind {
+        let c = &self.connections[connection];
+        let probe = &self.probes[c.probe];
+        if c.app.is_some() {
+            ActorKind::NativeApp
+        } else if probe.app.is_some() {
+            ActorKind::App
+        } else if probe.page.is_some() {
+            ActorKind::ProbePage
+        } else {
+            ActorKind::Probe
+        }
+    }
+
+    /// The name an actor is listed by: the run's name, and for an app
+    /// beside a probe `PROBE/APP`.
+    pub fn actor_name(&self, connection: usize) -> String {
+        let c = &self.connections[connection];
+        let name = &self.probes[c.probe].name;
+        match &c.app {
+            Some(app) => format!("{name}/{app}"),
+            None => name.clone(),
+        }
+    }
+
     /// Keeps only the broadcasts inside `window`. Clock samples, claims and
     /// connections stay whole: they bound the clocks over the window too.
     pub fn keep(&mut self, window: &Window) {

@@ -20,6 +20,9 @@ use crate::record::{LogFull, MessageKey, ProbeRecord};
 #[derive(Default)]
 pub(super) struct Episodes {
     current: BTreeMap<u32, usize>,
+    /// (a connection's episode, the app beside the probe) → the connection
+    /// holding that app's actions on what the episode received.
+    apps: HashMap<(usize, String), usize>,
     opened: HashSet<usize>,
     /// Connections in the order this probe's records made them.
     made: Vec<usize>,
@@ -89,18 +92,45 @@ impl Episodes {
         self.current.get(&conn).copied()
     }
 
-    /// Feeds one record; for a receipt, returns its connection (`usize::MAX`
-    /// if a replay meets a connection the first pass did not make).
-    pub(super) fn follow(&mut self, record: &ProbeRecord) -> Option<usize> {
+    /// The connections an app's action on a message of probe connection
+    /// `conn` is about: (the probe's connection, which names the message;
+    /// the app's own, which holds the action). `create` is called with
+    /// `None` for the probe's and the app's name for the app's.
+    pub(super) fn app_action(
+        &mut self,
+        conn: u32,
+        app: &str,
+        create: &mut dyn FnMut(Option<&str>) -> usize,
+    ) -> (usize, usize) {
+        let of = self.receipt(conn, &mut || create(None));
+        if let Some(&i) = self.apps.get(&(of, app.to_owned())) {
+            return (of, i);
+        }
+        let i = self.make(&mut || create(Some(app)));
+        self.apps.insert((of, app.to_owned()), i);
+        (of, i)
+    }
+
+    /// Feeds one record; for one about a message (a receipt, an action, a
+    /// frame), returns which connection names its message and which holds
+    /// it (`usize::MAX` if a replay meets a connection the first pass did
+    /// not make).
+    pub(super) fn follow(&mut self, record: &ProbeRecord) -> Option<(usize, usize)> {
         let mut none = || usize::MAX;
+        let on = |i: usize| Some((i, i));
         match record {
             ProbeRecord::ConnectionOpened(o) => {
                 self.opened(o.conn, &mut none);
                 None
             }
-            ProbeRecord::Receipt(r) => Some(self.receipt(r.conn, &mut none)),
-            // An action fires after its receipt, on the connection it came on.
-            ProbeRecord::Action(a) => Some(self.receipt(a.conn, &mut none)),
+            ProbeRecord::Receipt(r) => on(self.receipt(r.conn, &mut none)),
+            // An action fires after its receipt, on the connection it came
+            // on; its frame is drawn after it.
+            ProbeRecord::Action(a) => on(self.receipt(a.conn, &mut none)),
+            ProbeRecord::Frame(f) => on(self.receipt(f.conn, &mut none)),
+            ProbeRecord::AppAction(a) => {
+                Some(self.app_action(a.action.conn, &a.app, &mut |_| usize::MAX))
+            }
             _ => None,
         }
     }
@@ -187,17 +217,19 @@ pub(super) fn collect_probes(probes: &[&dyn ProbeSource]) -> ProbeSide {
         let mut last_wall = 0u64;
         let mut closed: HashMap<usize, u64> = HashMap::new();
         let first_connection = connections.len();
-        let new_episode = |conn: u32, connections: &mut Vec<ProbeConnection>| -> usize {
-            connections.push(ProbeConnection {
-                probe: p,
-                conn,
-                agent_conn: None,
-                opened_wall_ns: None,
-                until_wall_ns: 0,
-                addresses: None,
-            });
-            connections.len() - 1
-        };
+        let new_episode =
+            |conn: u32, app: Option<&str>, connections: &mut Vec<ProbeConnection>| -> usize {
+                connections.push(ProbeConnection {
+                    probe: p,
+                    conn,
+                    agent_conn: None,
+                    opened_wall_ns: None,
+                    until_wall_ns: 0,
+                    addresses: None,
+                    app: app.map(str::to_owned),
+                });
+                connections.len() - 1
+            };
         for record in source.records() {
             if let Some(at) = record.stamp() {
                 thinner.offer(at, &mut info.stamps);
@@ -215,7 +247,8 @@ pub(super) fn collect_probes(probes: &[&dyn ProbeSource]) -> ProbeSide {
                     info.host = s.host.clone();
                 }
                 ProbeRecord::ConnectionOpened(o) => {
-                    let i = episodes.opened(o.conn, &mut || new_episode(o.conn, &mut connections));
+                    let i = episodes
+                        .opened(o.conn, &mut || new_episode(o.conn, None, &mut connections));
                     connections[i].agent_conn = o.agent_conn;
                     connections[i].opened_wall_ns = Some(o.at.wall_ns);
                 }
@@ -228,7 +261,7 @@ pub(super) fn collect_probes(probes: &[&dyn ProbeSource]) -> ProbeSide {
                 ProbeRecord::Receipt(r) => {
                     receipts += 1;
                     hash_keyed |= matches!(r.key, MessageKey::Hash { .. });
-                    episodes.receipt(r.conn, &mut || new_episode(r.conn, &mut connections));
+                    episodes.receipt(r.conn, &mut || new_episode(r.conn, None, &mut connections));
                 }
                 // Recording ended there: later broadcasts are not missing.
                 ProbeRecord::Stopped(_) => info.ended = RunEnd::Stopped,
@@ -250,12 +283,26 @@ pub(super) fn collect_probes(probes: &[&dyn ProbeSource]) -> ProbeSide {
                 }
                 ProbeRecord::ActPlan(plan) => info.act_plan = Some(plan),
                 ProbeRecord::Action(a) => {
-                    episodes.receipt(a.conn, &mut || new_episode(a.conn, &mut connections));
+                    episodes.receipt(a.conn, &mut || new_episode(a.conn, None, &mut connections));
+                }
+                ProbeRecord::Frame(f) => {
+                    episodes.receipt(f.conn, &mut || new_episode(f.conn, None, &mut connections));
+                }
+                ProbeRecord::AppAction(a) => {
+                    let conn = a.action.conn;
+                    episodes.app_action(conn, &a.app, &mut |app| {
+                        new_episode(conn, app, &mut connections)
+                    });
                 }
                 ProbeRecord::Payload(_) => {}
                 ProbeRecord::Page(page) => info.page = Some(page),
                 ProbeRecord::LogsPruned(p) => info.logs_pruned = Some(p),
                 ProbeRecord::ClockTags(t) => info.clock_tags = Some(t),
+                ProbeRecord::App(app) => info.app = Some(app),
+                ProbeRecord::NoticeTotals(t) => {
+                    info.notices.retain(|n| n.app != t.app);
+                    info.notices.push(t);
+                }
             }
         }
         info.clock = ClockIdentity::of(&info.host, info.identity.as_ref());
@@ -288,6 +335,8 @@ pub(super) fn connection_time(record: &ProbeRecord) -> Option<u64> {
         ProbeRecord::ConnectionClosed(c) => Some(c.at.wall_ns),
         ProbeRecord::Receipt(r) => Some(r.at.wall_ns),
         ProbeRecord::Action(a) => Some(a.done.wall_ns),
+        ProbeRecord::Frame(f) => Some(f.at.wall_ns),
+        ProbeRecord::AppAction(a) => Some(a.action.done.wall_ns),
         ProbeRecord::Started(_)
         | ProbeRecord::ActPlan(_)
         | ProbeRecord::Stopped(_)
@@ -301,6 +350,8 @@ pub(super) fn connection_time(record: &ProbeRecord) -> Option<u64> {
         | ProbeRecord::Page(_)
         | ProbeRecord::LogsPruned(_)
         | ProbeRecord::ClockTags(_)
+        | ProbeRecord::App(_)
+        | ProbeRecord::NoticeTotals(_)
         | ProbeRecord::LogFull(_) => None,
     }
 }

@@ -84,6 +84,8 @@ impl std::hash::Hasher for Spread {
 struct Pending {
     receipts: BTreeMap<usize, JoinedReceipt>,
     actions: BTreeMap<usize, JoinedAction>,
+    /// The frames actions were drawn in, by connection.
+    frames: BTreeMap<usize, crate::Stamp>,
     seen: u32,
     /// The payload hash its receipts carried.
     hash: Option<u64>,
@@ -126,16 +128,16 @@ pub(super) fn plan(agent: Option<&dyn AgentSource>, probes: &[&dyn ProbeSource])
     for (p, source) in probes.iter().enumerate() {
         let mut episodes = Episodes::replay(side.made[p].clone());
         for record in source.records() {
-            let Some((connection, key, hash, is_receipt)) = observed(&mut episodes, &record) else {
+            let Some(o) = observed(&mut episodes, &record) else {
                 continue;
             };
-            if connection >= joined.connections.len() {
+            if o.named_on.max(o.held_by) >= joined.connections.len() {
                 continue;
             }
-            if let Some(t) = target(&joined, index.as_ref(), connection, key, hash) {
+            if let Some(t) = target(&joined, index.as_ref(), o.named_on, o.key, o.hash) {
                 *expected.entry(fingerprint(&t)).or_insert(0) += 1;
-                if index.is_some() && is_receipt {
-                    matched_episodes.insert(connection);
+                if index.is_some() && o.is_receipt {
+                    matched_episodes.insert(o.named_on);
                 }
             }
         }
@@ -149,18 +151,37 @@ pub(super) fn plan(agent: Option<&dyn AgentSource>, probes: &[&dyn ProbeSource])
     }
 }
 
-/// A receipt's or an action's connection and message: (connection, key,
-/// hash, whether it is a receipt); `None` for any other record.
-fn observed(
-    episodes: &mut Episodes,
-    record: &ProbeRecord,
-) -> Option<(usize, MessageKey, u64, bool)> {
-    let connection = episodes.follow(record)?;
-    match record {
-        ProbeRecord::Receipt(r) => Some((connection, r.key, r.hash, true)),
-        ProbeRecord::Action(a) => Some((connection, a.key, a.hash, false)),
-        _ => None,
-    }
+/// A record about one message on one connection, as the join matches it.
+struct Observed {
+    /// The connection whose receipts name the message.
+    named_on: usize,
+    /// The connection the record belongs to (an app's beside the probe
+    /// holds its actions on messages the probe's connection received).
+    held_by: usize,
+    key: MessageKey,
+    hash: u64,
+    /// A receipt (else an action or a frame).
+    is_receipt: bool,
+}
+
+/// A receipt's, an action's or a frame's connections and message; `None`
+/// for any other record.
+fn observed(episodes: &mut Episodes, record: &ProbeRecord) -> Option<Observed> {
+    let (named_on, held_by) = episodes.follow(record)?;
+    let (key, hash, is_receipt) = match record {
+        ProbeRecord::Receipt(r) => (r.key, r.hash, true),
+        ProbeRecord::Action(a) => (a.key, a.hash, false),
+        ProbeRecord::AppAction(a) => (a.action.key, a.action.hash, false),
+        ProbeRecord::Frame(f) => (f.key, f.hash, false),
+        _ => return None,
+    };
+    Some(Observed {
+        named_on,
+        held_by,
+        key,
+        hash,
+        is_receipt,
+    })
 }
 
 /// The broadcast a receipt or an action on `connection` of the message
@@ -263,12 +284,19 @@ impl Plan {
             if stream.next.is_some() {
                 heap.push(Reverse((stream.at, i)));
             }
-            let Some((connection, key, hash, is_receipt)) = seen else {
+            let Some(Observed {
+                named_on,
+                held_by: connection,
+                key,
+                hash,
+                is_receipt,
+            }) = seen
+            else {
                 continue;
             };
             // A connection the first pass never saw: the log changed
             // between the passes (the collector checks for that too).
-            if connection >= self.joined.connections.len() {
+            if named_on.max(connection) >= self.joined.connections.len() {
                 if is_receipt {
                     unmatched += 1;
                 } else {
@@ -284,7 +312,7 @@ impl Plan {
                 let (_, id) = unreceived.pop().expect("just looked");
                 self.finish(Target::Agent(id), Pending::default(), sink);
             }
-            let Some(t) = target(&self.joined, self.agent.as_ref(), connection, key, hash) else {
+            let Some(t) = target(&self.joined, self.agent.as_ref(), named_on, key, hash) else {
                 if is_receipt {
                     unmatched += 1;
                 } else {
@@ -304,20 +332,19 @@ impl Plan {
                         }
                     }
                 }
-                ProbeRecord::Action(a) => match entry.actions.entry(connection) {
-                    std::collections::btree_map::Entry::Occupied(_) => unmatched_actions += 1,
-                    std::collections::btree_map::Entry::Vacant(v) => {
-                        v.insert(JoinedAction {
-                            connection,
-                            act_at_ns: a.act_at_ns,
-                            target: a.target,
-                            done: a.done,
-                            late_ns: a.late_ns,
-                            bound_acted_on_ns: a.offset_bound_ns,
-                        });
+                ProbeRecord::Action(a)
+                | ProbeRecord::AppAction(crate::record::AppAction { action: a, .. }) => {
+                    match entry.actions.entry(connection) {
+                        std::collections::btree_map::Entry::Occupied(_) => unmatched_actions += 1,
+                        std::collections::btree_map::Entry::Vacant(v) => {
+                            v.insert(JoinedAction::of(connection, &a));
+                        }
                     }
-                },
-                _ => unreachable!("observed() takes receipts and actions only"),
+                }
+                ProbeRecord::Frame(f) => {
+                    entry.frames.entry(connection).or_insert(f.at);
+                }
+                _ => unreachable!("observed() takes receipts, actions and frames only"),
             }
             entry.seen += 1;
             held += 1;
@@ -396,7 +423,14 @@ impl Plan {
                 None => return,
             },
         };
-        row.actions = got.actions.into_values().collect();
+        row.actions = got
+            .actions
+            .into_values()
+            .map(|mut a| {
+                a.frame = got.frames.get(&a.connection).copied();
+                a
+            })
+            .collect();
         sink(&self.joined, row);
     }
 
@@ -494,13 +528,16 @@ impl Plan {
     }
 }
 
-/// The connection episodes of browser probes (whose records name no hub
-/// connection), in the order they opened, by page run and connection.
+/// The connection episodes of browser probes and apps (whose records name
+/// no hub connection), in the order they opened, by run and connection.
 fn page_openings(joined: &Joined) -> HashMap<(u128, u32), VecDeque<usize>> {
     let mut openings: HashMap<(u128, u32), VecDeque<usize>> = HashMap::new();
     for (i, c) in joined.connections.iter().enumerate() {
         let probe = &joined.probes[c.probe];
-        if let (None, Some(_), Some(identity)) = (c.agent_conn, &probe.page, &probe.identity) {
+        let page_or_app = probe.page.is_some() || probe.app.is_some();
+        if let (None, true, None, Some(identity)) =
+            (c.agent_conn, page_or_app, &c.app, &probe.identity)
+        {
             openings
                 .entry((identity.run_id, c.conn))
                 .or_default()
