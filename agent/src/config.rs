@@ -110,6 +110,14 @@ pub struct AgentConfig {
     #[arg(long, default_value_t = 1024 * 1024)]
     pub max_publish: usize,
 
+    /// The longest lead `lead=auto` gives. A site whose reads need more
+    /// gets this, a warning in the response, a count on /metrics and a
+    /// line in the report; a device whose reads are later than it while
+    /// others' are within it is left out of the lead and named.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = skewscope_core::units::parse_duration)]
+    #[serde(with = "skewscope_os::settings::duration_text")]
+    pub max_lead: Duration,
+
     /// Most WebSocket clients at once; an upgrade past it is answered 503
     /// and counted (`/healthz` `refused_clients`), so the operator can keep
     /// the box safe. No limit by default.

@@ -168,8 +168,13 @@ impl RunningAgent {
         let figures = LiveFigures::new();
         let auto_lead = figures.auto_lead();
         let metrics = metrics::Metrics::new(&counters, &figures);
-        let (live, feed) = LiveThread::start(figures, skewscope_os::clock::now().wall_ns, shards)
-            .map_err(StartError::os("start the live join's thread"))?;
+        let (live, feed) = LiveThread::start(
+            figures,
+            skewscope_os::clock::now().wall_ns,
+            shards,
+            config.max_lead,
+        )
+        .map_err(StartError::os("start the live join's thread"))?;
         let recorder = RecorderThread::start(
             &config.data_dir,
             limits,

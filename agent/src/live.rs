@@ -62,26 +62,43 @@ pub struct LiveFigures {
     probe_last_upload: ProbeGauge,
     auto_lead: AutoLeadHandle,
     auto_lead_seconds: Gauge<f64, AtomicU64>,
+    auto_lead_wanted_seconds: Gauge<f64, AtomicU64>,
     auto_lead_copies: Gauge,
+    auto_lead_left_out: Gauge,
 }
 
 /// The lead `lead=auto` gives now: the live thread writes it after each
-/// judgement, `/publish` and `/start_test` read it.
+/// judgement, `/publish` and `/start_test` read it, and count each lead
+/// the ceiling cut short.
 #[derive(Clone, Debug)]
-pub struct AutoLeadHandle(Arc<Mutex<AutoLeadNow>>);
+pub struct AutoLeadHandle {
+    now: Arc<Mutex<AutoLeadNow>>,
+    capped: Counter,
+}
 
 impl AutoLeadHandle {
     fn new() -> AutoLeadHandle {
-        AutoLeadHandle(Arc::new(Mutex::new(AutoLead::new().now())))
+        AutoLeadHandle {
+            now: Arc::new(Mutex::new(AutoLead::default().now())),
+            capped: Counter::default(),
+        }
     }
 
     /// The lead to give a broadcast now, and what it rests on.
     pub fn now(&self) -> AutoLeadNow {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.now.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// A broadcast was given a lead, `auto` what `lead=auto` chose it
+    /// from: counted when the ceiling cut it short.
+    pub fn given(&self, auto: Option<&AutoLeadNow>) {
+        if auto.is_some_and(AutoLeadNow::capped) {
+            self.capped.inc();
+        }
     }
 
     fn set(&self, now: AutoLeadNow) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = now;
+        *self.now.lock().unwrap_or_else(|p| p.into_inner()) = now;
     }
 }
 
@@ -125,7 +142,9 @@ impl LiveFigures {
             probe_last_upload: ProbeGauge::default(),
             auto_lead: AutoLeadHandle::new(),
             auto_lead_seconds: Gauge::default(),
+            auto_lead_wanted_seconds: Gauge::default(),
             auto_lead_copies: Gauge::default(),
+            auto_lead_left_out: Gauge::default(),
         }
     }
 
@@ -135,13 +154,16 @@ impl LiveFigures {
     }
 
     fn show_auto_lead(&self, now: AutoLeadNow) {
-        self.auto_lead.set(now);
         self.auto_lead_seconds.set(now.lead_ns as f64 / 1e9);
+        self.auto_lead_wanted_seconds
+            .set(now.wanted_ns as f64 / 1e9);
         let copies = match now.basis {
-            LeadBasis::Probes { copies } => copies as i64,
+            LeadBasis::Probes { copies, .. } => copies as i64,
             LeadBasis::FanoutOnly { .. } | LeadBasis::Nothing => 0,
         };
         self.auto_lead_copies.set(copies);
+        self.auto_lead_left_out.set(now.left_out.len() as i64);
+        self.auto_lead.set(now);
     }
 
     /// Registers every figure for `/metrics`.
@@ -197,18 +219,34 @@ impl LiveFigures {
         registry.register(
             "skewscope_auto_lead_seconds",
             format!(
-                "The lead lead=auto gives now: p{} of the probes' reads (start to read in the agent's clock plus the clock bound) over the last {} judged broadcasts, plus {} us or 1/16 of it; without probe uploads the fan-out span plus {} ms for the network",
-                skewscope_core::analysis::auto_lead::QUANTILE * 100.0,
-                skewscope_core::analysis::auto_lead::WINDOW_BROADCASTS,
-                skewscope_core::analysis::auto_lead::MARGIN_NS / 1_000,
+                "The lead lead=auto gives now: p{} of the reads (start to read in the agent's clock at the latest its bound allows) over the last {} s, a tail model with fewer than {} reads, plus the slowest device's readiness and {} us or 1/16 of it; at most --max-lead; without uploads the fan-out span plus {} ms for the network",
+                skewscope_core::analysis::lead_rule::QUANTILE * 100.0,
+                skewscope_core::analysis::auto_lead::WINDOW_NS / 1_000_000_000,
+                skewscope_core::analysis::lead_rule::MIN_EVIDENCE,
+                skewscope_core::analysis::lead_rule::MARGIN_NS / 1_000,
                 skewscope_core::analysis::auto_lead::NETWORK_ALLOWANCE_NS / 1_000_000
             ),
             self.auto_lead_seconds.clone(),
         );
         registry.register(
+            "skewscope_auto_lead_wanted_seconds",
+            "What the reads ask lead=auto for before the ceiling (--max-lead): above the ceiling, broadcasts get the ceiling and some copies will be late",
+            self.auto_lead_wanted_seconds.clone(),
+        );
+        registry.register(
+            "skewscope_auto_lead_capped",
+            "Broadcasts given the ceiling (--max-lead) by lead=auto because the reads asked for more: their slowest copies are late",
+            self.auto_lead.capped.clone(),
+        );
+        registry.register(
             "skewscope_auto_lead_copies",
-            "Probe copies that lead rests on (0: the fan-out span and the network allowance, no probe uploads)",
+            "Copies that lead rests on (0: the fan-out span and the network allowance, no uploads)",
             self.auto_lead_copies.clone(),
+        );
+        registry.register(
+            "skewscope_auto_lead_left_out_devices",
+            "Devices left out of lead=auto's lead for implausible reads (later than the ceiling while others are within it, before the start, or far outside every other device's); the /publish response names them",
+            self.auto_lead_left_out.clone(),
         );
         registry.register(
             "skewscope_broadcasts_pending_judgement",
@@ -313,12 +351,15 @@ pub struct LiveThread {
 
 impl LiveThread {
     /// Starts the live join for an agent run of `shards` shards that started
-    /// at `started_wall_ns`, keeping `figures`.
+    /// at `started_wall_ns`, keeping `figures`; `lead=auto` gives at most
+    /// `max_lead`.
     pub fn start(
         figures: LiveFigures,
         started_wall_ns: u64,
         shards: usize,
+        max_lead: Duration,
     ) -> std::io::Result<(LiveThread, LiveFeed)> {
+        let max_lead_ns = u64::try_from(max_lead.as_nanos()).unwrap_or(u64::MAX);
         let (events, queue) = mpsc::sync_channel(QUEUE);
         let feed = LiveFeed {
             events: events.clone(),
@@ -332,7 +373,7 @@ impl LiveThread {
                 if let Err(e) = skewscope_os::priority::lower_this_thread() {
                     tracing::warn!(target: "agent::live", "the live join runs at normal priority: {e}");
                 }
-                run(join, &queue, &figures);
+                run(join, &queue, &figures, max_lead_ns);
             })?;
         Ok((
             LiveThread {
@@ -352,9 +393,9 @@ impl LiveThread {
     }
 }
 
-fn run(mut join: LiveJoin, queue: &Receiver<Event>, figures: &LiveFigures) {
+fn run(mut join: LiveJoin, queue: &Receiver<Event>, figures: &LiveFigures, max_lead_ns: u64) {
     let mut shown = Shown::default();
-    let mut auto = AutoLead::new();
+    let mut auto = AutoLead::new(max_lead_ns);
     loop {
         // Ticks only while something can become final by time alone.
         let wait = if join.pending_broadcasts() > 0 {
@@ -405,7 +446,8 @@ fn run(mut join: LiveJoin, queue: &Receiver<Event>, figures: &LiveFigures) {
         // lead shown has taken it in (its reads, moved: nothing else reads
         // them).
         for j in &mut judged {
-            auto.add_judged(now_wall_ns, std::mem::take(&mut j.reads_upper_ns));
+            auto.add_judged(now_wall_ns, &j.reads, &j.act_delays, &j.names);
+            j.reads = Vec::new();
         }
         auto.tick(now_wall_ns);
         figures.show_auto_lead(auto.now());
@@ -617,7 +659,8 @@ mod tests {
         // /metrics rendering its histogram.
         let figures = LiveFigures::new();
         let metrics = Metrics::new(&AgentCounters::new(false), &figures);
-        let (thread, mut feed) = LiveThread::start(figures.clone(), 0, 2).unwrap();
+        let (thread, mut feed) =
+            LiveThread::start(figures.clone(), 0, 2, Duration::from_secs(1)).unwrap();
         for r in &records {
             feed.observe(r);
         }

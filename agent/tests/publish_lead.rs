@@ -154,7 +154,8 @@ async fn lead_auto_without_probes_rests_on_the_fanout_and_says_so() {
         .await
         .unwrap();
     let (lead, basis) = auto(&first);
-    use skewscope_core::analysis::auto_lead::{MARGIN_NS, NETWORK_ALLOWANCE_NS};
+    use skewscope_core::analysis::auto_lead::NETWORK_ALLOWANCE_NS;
+    use skewscope_core::analysis::lead_rule::MARGIN_NS;
     assert_eq!(lead, NETWORK_ALLOWANCE_NS + MARGIN_NS);
     assert!(basis.contains("nothing measured"), "{basis}");
 

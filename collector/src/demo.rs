@@ -26,9 +26,9 @@ pub struct DemoOptions {
     pub interval: Duration,
     /// Where to keep the logs; a temporary directory (removed) when `None`.
     pub keep: Option<PathBuf>,
-    /// The time to act, this long after each broadcast's start; `None`:
-    /// receive only (`--no-act`).
-    pub lead: Option<Duration>,
+    /// The time to act, this long after each broadcast's start, or what
+    /// the agent's `lead=auto` picks; `None`: receive only (`--no-act`).
+    pub lead: Option<skewscope_core::lead::LeadChoice>,
 }
 
 /// Longest wait for every probe connection to be served by the agent.
@@ -85,7 +85,10 @@ pub async fn run(
     let agent = RunningAgent::start(config).await?;
     let devices = if options.clients >= 2 { 2 } else { 1 };
     let acting = match options.lead {
-        Some(lead) => format!(", each to be acted on {lead:?} after its start"),
+        Some(skewscope_core::lead::LeadChoice::Auto) => {
+            ", each to be acted on after the lead the agent picks (lead=auto)".to_owned()
+        }
+        Some(lead) => format!(", each to be acted on {lead} after its start"),
         None => String::new(),
     };
     say(&format!(
@@ -163,7 +166,7 @@ async fn measure(
     }
 
     let trigger = match options.lead {
-        Some(lead) => format!("/start_test?lead={}us", lead.as_micros()),
+        Some(lead) => format!("/start_test?lead={}", lead.query_value()),
         None => "/start_test".to_owned(),
     };
     for _ in 0..options.broadcasts {

@@ -107,9 +107,16 @@ enum Command {
         /// The time to act, this long after each broadcast's start: 50ms is
         /// ample for 100 loopback connections on a loaded 2-core machine
         /// (their copies are read within a few ms); the report says how
-        /// short it could have been.
-        #[arg(long, default_value = "50ms", value_parser = skewscope_core::units::parse_duration, conflicts_with = "no_act")]
-        lead: Duration,
+        /// short it could have been. `auto`: the agent picks it from what
+        /// the probes' uploads measure (the first broadcasts, before any
+        /// is judged, get its allowance for an unmeasured network).
+        #[arg(
+            long,
+            default_value = "50ms",
+            allow_hyphen_values = true,
+            conflicts_with = "no_act"
+        )]
+        lead: skewscope_core::lead::LeadChoice,
         /// Receive only: no time to act in the broadcasts, no actions.
         #[arg(long)]
         no_act: bool,
@@ -178,9 +185,16 @@ struct AuditArgs {
     /// each is sent (`/start_test?lead=`): probes run with `--act-at /at_ns`
     /// act then, and the verdict can judge their actions. A foreign server
     /// (`--trigger`) puts its own time to act in its messages: give the
-    /// lead in its trigger URL if it takes one.
-    #[arg(long, value_name = "D", value_parser = skewscope_core::units::parse_duration, conflicts_with = "trigger")]
-    lead: Option<std::time::Duration>,
+    /// lead in its trigger URL if it takes one. `auto`: the agent picks
+    /// each from what the probes' uploads measure (`lead=auto`), and the
+    /// report says what it chose and how many actions were late.
+    #[arg(
+        long,
+        value_name = "D|auto",
+        allow_hyphen_values = true,
+        conflicts_with = "trigger"
+    )]
+    lead: Option<skewscope_core::lead::LeadChoice>,
 
     /// Most 99th-percentile action skew per broadcast allowed (judged on its
     /// upper bound across clocks, as skew is); needs probes with --act-at.

@@ -34,18 +34,31 @@ pub fn claim_text(claim: Option<&skewscope_core::record::ClockState>) -> String 
 
 /// The lead to give a broadcast's time to act, from the latencies measured.
 pub fn lead_line(lead: &LeadAdvice) -> String {
-    let bound = if lead.worst_bound_ns > 0 {
+    use skewscope_core::analysis::lead_rule::{Evidence, MIN_EVIDENCE};
+    let reads = match (lead.worst_bound_ns, lead.from) {
+        (0, "trigger") => "the p99.9 of the reads from the triggers".to_owned(),
+        (0, _) => "the p99.9 of the reads (one clock)".to_owned(),
+        (bound, _) => format!(
+            "the p99.9 of the reads at their clock bounds' latest (worst bound {})",
+            duration(bound as i64)
+        ),
+    };
+    let evidence = match lead.evidence {
+        Evidence::Quantile { .. } => String::new(),
+        Evidence::TailModel { reads } => format!(
+            "; from {reads} reads a tail model, never below their largest: the p99.9 itself needs {MIN_EVIDENCE}"
+        ),
+    };
+    let readiness = if lead.readiness_ns > 0 {
         format!(
-            " (p99.9 of latency plus the worst clock bound, {})",
-            duration(lead.worst_bound_ns as i64)
+            ", plus {} the slowest device needs from read to act",
+            duration(lead.readiness_ns as i64)
         )
-    } else if lead.from == "trigger" {
-        " (p99.9 of latency from the triggers)".to_owned()
     } else {
-        " (p99.9 of latency; one clock)".to_owned()
+        String::new()
     };
     format!(
-        "  lead: act {} after the {}: 99.9 % of copies arrive by then{bound};\n        every one of the {} copies by {}",
+        "  lead: act {} after the {}: by then 99.9 % of copies are read and their devices ready\n        ({reads}{evidence}{readiness}, and a margin);\n        every one of the {} copies was read by {}",
         duration(lead.p999_ns),
         lead.from,
         lead.copies,
@@ -150,15 +163,15 @@ pub fn refused_text(tags: &skewscope_core::record::ClockTags) -> Option<String> 
 /// What `lead=auto` chose, for people: one line (the text and the HTML).
 pub fn auto_lead_line(a: &skewscope_core::analysis::actions::AutoLeadFigures) -> String {
     let basis = if a.on_probe_reads == a.broadcasts {
-        "each on the probes' measured reads".to_owned()
+        "each on the devices' measured reads".to_owned()
     } else {
         format!(
-            "{} on the probes' measured reads, {} on the hub's fan-out span and a network allowance",
+            "{} on the devices' measured reads, {} on the hub's fan-out span and a network allowance",
             a.on_probe_reads,
             a.broadcasts - a.on_probe_reads
         )
     };
-    format!(
+    let mut line = format!(
         "lead=auto chose the lead of {} broadcast(s): {} to {} (p50 {}), {basis}; {} of their {} actions late",
         a.broadcasts,
         duration(a.lead_ns.min),
@@ -166,7 +179,30 @@ pub fn auto_lead_line(a: &skewscope_core::analysis::actions::AutoLeadFigures) ->
         duration(a.lead_ns.p50),
         a.late,
         a.actions
-    )
+    );
+    if a.on_tail_model > 0 {
+        line += &format!(
+            "\n    {} of them on a tail model: too few reads yet for the p99.9 itself",
+            a.on_tail_model
+        );
+    }
+    if a.capped > 0
+        && let (Some(ceiling), Some(wanted)) = (a.ceiling_ns, a.wanted_max_ns)
+    {
+        line += &format!(
+            "\n    CEILING: {} broadcast(s) needed more than --max-lead {} (up to {}) and were given the ceiling: their slowest copies are late",
+            a.capped,
+            duration(ceiling as i64),
+            duration(wanted as i64)
+        );
+    }
+    if !a.left_out.is_empty() {
+        line += &format!(
+            "\n    left out of the lead for implausible reads: {}",
+            a.left_out.join(", ")
+        );
+    }
+    line
 }
 
 /// What one actor is, for people: whose actions a row of the report's

@@ -53,11 +53,18 @@ fn leaves(v: &Value, path: String, out: &mut Vec<(String, Value)>) {
     }
 }
 
-/// Figures the clock model decides (or that name the files read).
+/// Figures the clock model decides (or that name the files read), and the
+/// lead advice, which the lead rule (`lead_rule`: a tail model below 10,000
+/// reads, readiness and a margin) decides since.
 fn decided_by_the_clock_model(path: &str) -> bool {
-    ["/skew_corrected_ns", "/latency_corrected_ns", "/network_ns"]
-        .iter()
-        .any(|p| path.starts_with(p))
+    [
+        "/skew_corrected_ns",
+        "/latency_corrected_ns",
+        "/network_ns",
+        "/lead/p999_ns",
+    ]
+    .iter()
+    .any(|p| path.starts_with(p))
         || (path.starts_with("/probes/") && path.contains("/offset"))
         || path.ends_with("/file")
 }
@@ -83,6 +90,13 @@ fn the_previous_releases_logs_report_the_same_figures() {
     let new = report(&["c41f7be/agent.sklog", "c41f7be/probe.sklog"]);
     let old = previous("report-49441c1-c41f7be.json");
     assert!(same_beyond_the_clock_model(&old, &new) > 150);
+    // Six reads: the lead rests on a tail model, never below the largest.
+    let lead = &new["lead"];
+    assert_eq!(lead["evidence"]["tail-model"]["reads"], 6, "{lead}");
+    assert!(
+        lead["p999_ns"].as_i64() > lead["every_copy_ns"].as_i64(),
+        "{lead}"
+    );
     // One host: the truth is 0, inside the new bound as it was the old.
     let probe = &new["probes"][0];
     let (offset, bound) = (

@@ -74,6 +74,30 @@ pub enum AgentRecord {
     /// The lead a broadcast's time to act was given (`?lead=`), and whether
     /// `lead=auto` chose it: written right after its `Broadcast`.
     LeadChosen(LeadChosen),
+    /// What `lead=auto` weighed for a broadcast's lead, written right after
+    /// its `LeadChosen`: what the reads asked for before the ceiling, the
+    /// readiness in it, its evidence, and the devices left out of it.
+    AutoLeadBasis(AutoLeadBasis),
+}
+
+/// What `lead=auto` weighed for one broadcast.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AutoLeadBasis {
+    /// The broadcast.
+    pub broadcast: u64,
+    /// What the measurements asked for; above `ceiling_ns` the ceiling was
+    /// given and copies may be late.
+    pub wanted_ns: u64,
+    /// The ceiling (`--max-lead`).
+    pub ceiling_ns: u64,
+    /// The slowest included device's readiness, within the lead.
+    pub readiness_ns: u64,
+    /// Reads the rule rested on.
+    pub reads: u64,
+    /// Too few reads for the quantile: a tail model was used.
+    pub tail_model: bool,
+    /// Devices left out of the lead (implausible reads), by name.
+    pub left_out: Vec<String>,
 }
 
 /// How a broadcast's time to act was set.

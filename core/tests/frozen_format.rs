@@ -17,7 +17,8 @@
 //!   exchange's authentication), `records-2026-12-06b.agent.sklog` the
 //!   agent's `LeadChosen` (`?lead=`, `lead=auto`);
 //!   `records-2026-12-06c.probe.sklog` the records of apps that report
-//!   their own actions (`AppRun`, `ActionFrame`, `AppAction`, `NoticeTotals`).
+//!   their own actions (`AppRun`, `ActionFrame`, `AppAction`, `NoticeTotals`),
+//!   `records-2026-12-06c.agent.sklog` `lead=auto`'s `AutoLeadBasis`.
 //! - `data/c41f7be/`: logs written by the previous release's binaries (the
 //!   agent and a probe, three test broadcasts), read and joined here.
 //!
@@ -326,6 +327,7 @@ fn every_variant_is_frozen(a: &AgentRecord, p: &ProbeRecord) {
         | AgentRecord::RecordsLost(_) => {}
         // Appended after the first frozen files: in their own.
         AgentRecord::LeadChosen(_) => {}
+        AgentRecord::AutoLeadBasis(_) => {}
     }
     match p {
         ProbeRecord::Started(_)
@@ -353,6 +355,20 @@ fn every_variant_is_frozen(a: &AgentRecord, p: &ProbeRecord) {
         | ProbeRecord::AppAction(_)
         | ProbeRecord::NoticeTotals(_) => {}
     }
+}
+
+/// Agent records appended after `records-2026-12-06b`, frozen in
+/// `records-2026-12-06c.agent.sklog`.
+fn agent_records_added_2026_12_06c() -> Vec<AgentRecord> {
+    vec![AgentRecord::AutoLeadBasis(AutoLeadBasis {
+        broadcast: 9,
+        wanted_ns: 1_400_000_000,
+        ceiling_ns: 1_000_000_000,
+        readiness_ns: 350_000,
+        reads: 812,
+        tail_model: true,
+        left_out: vec!["kiosk-7".into()],
+    })]
 }
 
 /// Probe records appended after `records-2026-12-06b`, frozen in
@@ -501,12 +517,23 @@ fn every_record_variant_reads_as_it_was_written() {
         }
         AnyLog::Agent(_) => panic!("a probe log"),
     }
-    match read_file(&data("records-2026-12-06b.agent.sklog")).unwrap() {
-        AnyLog::Agent(d) => {
-            assert_eq!((d.skipped_bytes, d.torn_tail), (0, false));
-            assert_eq!(d.records, agent_records_added_2026_12_06b());
+    for (file, records) in [
+        (
+            "records-2026-12-06b.agent.sklog",
+            agent_records_added_2026_12_06b(),
+        ),
+        (
+            "records-2026-12-06c.agent.sklog",
+            agent_records_added_2026_12_06c(),
+        ),
+    ] {
+        match read_file(&data(file)).unwrap() {
+            AnyLog::Agent(d) => {
+                assert_eq!((d.skipped_bytes, d.torn_tail), (0, false), "{file}");
+                assert_eq!(d.records, records, "{file}");
+            }
+            AnyLog::Probe(_) => panic!("{file}: an agent log"),
         }
-        AnyLog::Probe(_) => panic!("an agent log"),
     }
     for (file, records) in [
         (
@@ -614,6 +641,11 @@ fn write_the_frozen_logs_of_2026_12_06c() {
         "records-2026-12-06c.probe.sklog",
         probe_records_added_2026_12_06c(),
     );
+    let mut agent = LogWriter::new(Vec::new(), LogKind::Agent).unwrap();
+    for r in agent_records_added_2026_12_06c() {
+        agent.append(&r).unwrap();
+    }
+    std::fs::write(data("records-2026-12-06c.agent.sklog"), agent.into_inner()).unwrap();
 }
 
 #[test]

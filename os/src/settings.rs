@@ -116,6 +116,48 @@ pub fn print<T: Serialize>(settings: &T) -> String {
     toml::to_string_pretty(settings).unwrap_or_else(|e| format!("# cannot print: {e}\n"))
 }
 
+/// Durations in settings files, written as on the command line ("10s",
+/// "500ms"): one spelling for a setting wherever it is given.
+pub mod duration_text {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes a duration as `NNNms`.
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{}ms", d.as_millis()))
+    }
+
+    /// Reads a duration as the command line takes it.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        skewscope_core::units::parse_duration(&text).map_err(serde::de::Error::custom)
+    }
+
+    /// The same for an optional duration.
+    pub mod option {
+        use std::time::Duration;
+
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        /// Writes it, or nothing.
+        pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+            match d {
+                Some(d) => super::serialize(d, s),
+                None => s.serialize_none(),
+            }
+        }
+
+        /// Reads it.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+            let text = String::deserialize(d)?;
+            skewscope_core::units::parse_duration(&text)
+                .map(Some)
+                .map_err(serde::de::Error::custom)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,6 +22,8 @@ fn parse_size_or_zero(text: &str) -> Result<usize, String> {
     }
 }
 
+use skewscope_os::settings::duration_text;
+
 use crate::config::ProbeConfig;
 use crate::error::ProbeError;
 
@@ -425,42 +427,6 @@ fn read_token(path: &std::path::Path) -> Result<String, ProbeError> {
         )));
     }
     Ok(token)
-}
-
-/// Durations in config files, written as on the command line ("10s", "500ms").
-mod duration_text {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&format!("{}ms", d.as_millis()))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        skewscope_core::units::parse_duration(&text).map_err(serde::de::Error::custom)
-    }
-
-    pub mod option {
-        use std::time::Duration;
-
-        use serde::{Deserialize, Deserializer, Serializer};
-
-        pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-            match d {
-                Some(d) => super::serialize(d, s),
-                None => s.serialize_none(),
-            }
-        }
-
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-            let text = String::deserialize(d)?;
-            skewscope_core::units::parse_duration(&text)
-                .map(Some)
-                .map_err(serde::de::Error::custom)
-        }
-    }
 }
 
 #[cfg(test)]

@@ -173,11 +173,17 @@ async fn handle(
                     Ok(lead) => lead,
                     Err(msg) => return respond(&mut stream, 400, "", &msg).await,
                 };
-                let sent = context.hub.start_test(lead.map(|l| l.duration)).await;
+                let sent = context
+                    .hub
+                    .start_test(lead.as_ref().map(|l| l.duration))
+                    .await;
                 let Some(lead) = lead else {
                     return respond(&mut stream, 200, "", &outcome_json(sent)).await;
                 };
-                context.hub.record(lead.record(sent.id));
+                for record in lead.records(sent.id) {
+                    context.hub.record(record);
+                }
+                context.auto_lead.given(lead.auto.as_ref());
                 let mut out: serde_json::Value =
                     serde_json::from_str(&outcome_json(sent)).expect("our own JSON");
                 lead.describe(&mut out);

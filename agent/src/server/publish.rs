@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use crate::server::conn::Conn;
 use skewscope_core::act_at::ActUnit;
-use skewscope_core::analysis::auto_lead::{AutoLeadNow, LeadBasis};
-use skewscope_core::record::{AgentRecord, LeadChosen};
-use skewscope_core::units::parse_duration;
+use skewscope_core::analysis::auto_lead::{self, AutoLeadNow, LeadBasis};
+use skewscope_core::analysis::lead_rule::{self, Evidence};
+use skewscope_core::lead::LeadChoice;
+use skewscope_core::record::{AgentRecord, AutoLeadBasis, LeadChosen};
 use tokio::io::AsyncReadExt;
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -55,11 +56,8 @@ impl Drop for Held {
     }
 }
 
-/// The longest `?lead=`: a time to act an hour away is a mistake.
-pub const MAX_LEAD: Duration = Duration::from_secs(3600);
-
 /// A lead to give a broadcast: the caller's, or `lead=auto`'s choice.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Lead {
     /// Time to act minus the moment the message is built.
     pub duration: Duration,
@@ -68,35 +66,84 @@ pub struct Lead {
 }
 
 impl Lead {
-    /// The record of it, for broadcast `id`.
-    pub fn record(&self, broadcast: u64) -> AgentRecord {
-        AgentRecord::LeadChosen(LeadChosen {
+    /// The records of it, for broadcast `id`: how it was set, and for
+    /// `lead=auto` what it weighed (for the report's line on it).
+    pub fn records(&self, broadcast: u64) -> Vec<AgentRecord> {
+        let mut out = vec![AgentRecord::LeadChosen(LeadChosen {
             broadcast,
             lead_ns: self.duration.as_nanos() as u64,
             auto: self.auto.is_some(),
-            basis_copies: match self.auto.map(|a| a.basis) {
-                Some(LeadBasis::Probes { copies }) => copies as u64,
+            basis_copies: match self.auto.as_ref().map(|a| a.basis) {
+                Some(LeadBasis::Probes { copies, .. }) => copies as u64,
                 _ => 0,
             },
-        })
+        })];
+        if let Some(auto) = &self.auto {
+            let (reads, tail_model) = match auto.basis {
+                LeadBasis::Probes { evidence, .. } => (
+                    evidence.reads(),
+                    matches!(evidence, Evidence::TailModel { .. }),
+                ),
+                LeadBasis::FanoutOnly { .. } | LeadBasis::Nothing => (0, false),
+            };
+            out.push(AgentRecord::AutoLeadBasis(AutoLeadBasis {
+                broadcast,
+                wanted_ns: auto.wanted_ns,
+                ceiling_ns: auto.ceiling_ns,
+                readiness_ns: auto.readiness_ns,
+                reads,
+                tail_model,
+                left_out: auto.left_out.iter().map(|l| l.name.clone()).collect(),
+            }));
+        }
+        out
     }
 
     /// What a response says of it: `lead_ns`, and for `lead=auto` what it
-    /// rests on.
+    /// rests on, a warning when the ceiling cut it short, and the devices
+    /// left out of it.
     pub fn describe(&self, out: &mut serde_json::Value) {
         out["lead_ns"] = (self.duration.as_nanos() as u64).into();
-        if let Some(auto) = self.auto {
-            out["lead"] = "auto".into();
-            out["lead_basis"] = match auto.basis {
-                LeadBasis::Probes { copies } => {
-                    format!("p99.9 of {copies} probe copies' reads, plus their clock bounds and a margin")
-                }
-                LeadBasis::FanoutOnly { broadcasts } => format!(
-                    "no probe uploads: the fan-out span over {broadcasts} broadcasts plus a network allowance"
-                ),
-                LeadBasis::Nothing => "nothing measured yet: the network allowance".to_owned(),
+        let Some(auto) = &self.auto else {
+            return;
+        };
+        out["lead"] = "auto".into();
+        out["lead_basis"] = match auto.basis {
+            LeadBasis::Probes { copies, evidence } => {
+                let quantile = match evidence {
+                    Evidence::Quantile { .. } => format!("p99.9 of {copies} reads"),
+                    Evidence::TailModel { .. } => format!(
+                        "a tail model of {copies} reads (the p99.9 needs {}; never below their largest)",
+                        lead_rule::MIN_EVIDENCE
+                    ),
+                };
+                format!(
+                    "{quantile} of the last {} s at their clock bounds' latest, plus the slowest device's readiness ({} us) and a margin",
+                    auto_lead::WINDOW_NS / 1_000_000_000,
+                    auto.readiness_ns / 1_000
+                )
             }
+            LeadBasis::FanoutOnly { broadcasts } => format!(
+                "no uploads: the fan-out span over {broadcasts} broadcasts plus a network allowance"
+            ),
+            LeadBasis::Nothing => "nothing measured yet: the network allowance".to_owned(),
+        }
+        .into();
+        if auto.capped() {
+            out["warning"] = format!(
+                "the reads asked for a lead of {} ms but --max-lead is {} ms: this broadcast has the ceiling, and the slowest copies will be late",
+                auto.wanted_ns / 1_000_000,
+                auto.ceiling_ns / 1_000_000
+            )
             .into();
+        }
+        if !auto.left_out.is_empty() {
+            out["lead_left_out"] = auto
+                .left_out
+                .iter()
+                .map(|l| serde_json::json!({"name": l.name, "why": l.why}))
+                .collect::<Vec<_>>()
+                .into();
         }
     }
 }
@@ -105,20 +152,21 @@ impl Lead {
 /// `/publish` take it, `lead=auto` read from `auto`; the text of a 400
 /// when it is not one.
 pub fn lead_param(request: &Request, auto: AutoLeadNow) -> Result<Option<Lead>, String> {
-    match request.query_param("lead") {
-        None => Ok(None),
-        Some("auto") => Ok(Some(Lead {
+    let Some(text) = request.query_param("lead") else {
+        return Ok(None);
+    };
+    match text
+        .parse::<LeadChoice>()
+        .map_err(|e| format!("lead={e}\n"))?
+    {
+        LeadChoice::Auto => Ok(Some(Lead {
             duration: Duration::from_nanos(auto.lead_ns),
             auto: Some(auto),
         })),
-        Some(text) => match parse_duration(text) {
-            Ok(lead) if lead <= MAX_LEAD => Ok(Some(Lead {
-                duration: lead,
-                auto: None,
-            })),
-            Ok(_) => Err("lead= is at most 1h (or auto)\n".to_owned()),
-            Err(e) => Err(format!("lead={e} (a duration, or auto)\n")),
-        },
+        LeadChoice::Fixed(lead) => Ok(Some(Lead {
+            duration: lead,
+            auto: None,
+        })),
     }
 }
 
@@ -237,7 +285,10 @@ pub async fn publish(mut stream: Conn, request: Request, context: &Context) {
             }
         };
     let mut sent = context.hub.publish(&payload).await;
-    context.hub.record(stamping.lead.record(sent.id));
+    for record in stamping.lead.records(sent.id) {
+        context.hub.record(record);
+    }
+    context.auto_lead.given(stamping.lead.auto.as_ref());
     sent.at_wall_ns = Some(at);
     let mut out: serde_json::Value =
         serde_json::from_str(&outcome_json(sent)).expect("our own JSON");

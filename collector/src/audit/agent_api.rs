@@ -166,9 +166,12 @@ impl AgentApi {
 
     /// `GET /start_test`: one test broadcast through the hub; with a
     /// `lead`, it carries its time to act that long after it is sent.
-    pub fn start_test(&self, lead: Option<std::time::Duration>) -> Result<Sent, ApiError> {
+    pub fn start_test(
+        &self,
+        lead: Option<skewscope_core::lead::LeadChoice>,
+    ) -> Result<Sent, ApiError> {
         let url = match lead {
-            Some(lead) => format!("{}/start_test?lead={}ns", self.base, lead.as_nanos()),
+            Some(lead) => format!("{}/start_test?lead={}", self.base, lead.query_value()),
             None => format!("{}/start_test", self.base),
         };
         let body = self.get(&url, 1 << 20)?.1;

@@ -33,8 +33,9 @@ pub struct AuditOptions {
     /// `GET` or `POST` for `trigger`.
     pub trigger_method: String,
     /// The time to act the hub's test broadcasts carry, after their start
-    /// (`/start_test?lead=`); a foreign server's trigger carries its own.
-    pub lead: Option<Duration>,
+    /// (`/start_test?lead=`), or `lead=auto`'s; a foreign server's trigger
+    /// carries its own.
+    pub lead: Option<skewscope_core::lead::LeadChoice>,
     /// What the verdict holds the report to.
     pub thresholds: Thresholds,
     /// Where to keep the copy of the agent's logs (a temporary directory

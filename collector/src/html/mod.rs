@@ -277,6 +277,7 @@ fn summary(out: &mut String, r: &Report) {
     plain("device delivery", &r.delivery_ns);
     if let Some(a) = &r.actions {
         plain("action skew (raw clocks)", &a.action_skew_ns);
+        plain("frame skew (raw clocks)", &a.frame_skew_ns);
         plain("timer error", &a.timer_error_ns);
     }
     let mut bounded = |name: &str, s: &Option<BoundedSummary>| {
@@ -305,8 +306,19 @@ fn summary(out: &mut String, r: &Report) {
     bounded("network", &r.network_ns);
     if let Some(a) = &r.actions {
         bounded("action skew, agent's clock", &a.action_skew_corrected_ns);
+        bounded("frame skew, agent's clock", &a.frame_skew_corrected_ns);
     }
     out.push_str("</table></div>");
+    if r.actions.as_ref().is_some_and(|a| a.frames > 0) {
+        let _ = write!(
+            out,
+            r#"<p class="lead">Frame skew: {}.</p>"#,
+            escape(crate::sentences::FRAME_SENTENCE)
+        );
+    }
+    if let Some(a) = &r.actions {
+        who_acted(out, a);
+    }
     if let Some(a) = &r.actions {
         let _ = write!(
             out,
@@ -495,3 +507,45 @@ fn inputs(out: &mut String, r: &Report) {
 
 #[cfg(test)]
 mod tests;
+
+/// Whose actions were whose: a row per probe, page and app, when any actor
+/// is not a plain probe.
+fn who_acted(out: &mut String, a: &skewscope_core::analysis::actions::ActionFigures) {
+    use skewscope_core::analysis::join::ActorKind;
+    if a.by_actor.iter().all(|x| x.kind == ActorKind::Probe) {
+        return;
+    }
+    out.push_str(
+        r#"<div class="table"><table><caption>Who acted</caption><tr><th></th><th>kind</th><th>actions</th><th>late</th><th>timer p50</th><th>timer p99</th><th>frames</th></tr>"#,
+    );
+    for x in &a.by_actor {
+        let timer = |q: fn(&Summary) -> i64| {
+            x.timer_error_ns
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |t| duration(q(t)))
+        };
+        let notices = x
+            .notices
+            .as_ref()
+            .and_then(crate::sentences::notices_text)
+            .map(|n| format!(r#"<br><span class="bad">{}</span>"#, escape(&n)))
+            .unwrap_or_default();
+        let _ = write!(
+            out,
+            r#"<tr><th>{}{notices}</th><td>{}</td><td>{}</td><td class="{}">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+            escape(&x.name),
+            escape(&crate::sentences::actor_kind_text(x)),
+            x.actions,
+            if x.late > 0 { "bad" } else { "" },
+            x.late,
+            timer(|t| t.p50),
+            timer(|t| t.p99),
+            if x.frames > 0 {
+                x.frames.to_string()
+            } else {
+                "-".to_owned()
+            }
+        );
+    }
+    out.push_str("</table></div>");
+}

@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 
 use crate::analysis::clock_figures::{BoundedSummary, BoundedSummaryBuilder};
 use crate::analysis::join::{ActorKind, Joined, JoinedBroadcast};
+use crate::analysis::lead_rule::{self, Evidence};
 use crate::analysis::stats::{Summary, SummaryBuilder};
 use crate::analysis::timebase::{place, spread_of_all};
 use crate::clock::DeviceClock;
@@ -129,6 +130,10 @@ pub struct ActorFigures {
     pub spare_ns: Option<Summary>,
     /// Of its actions, those with the frame they were drawn in.
     pub frames: u64,
+    /// Its readiness: the p99 of its actions' delays past the later of
+    /// their target and their read ([`crate::analysis::lead_rule`]), what
+    /// the lead must leave it.
+    pub readiness_ns: u64,
     /// For an app beside a probe (`--act-notify`): the notices it was sent
     /// and what came back.
     pub notices: Option<crate::record::NoticeTotals>,
@@ -150,6 +155,24 @@ pub struct AutoLeadFigures {
     pub actions: u64,
     /// Of those, late.
     pub late: u64,
+    /// Broadcasts whose reads asked for more than the ceiling
+    /// (`--max-lead`): they were given the ceiling.
+    #[serde(default)]
+    pub capped: u64,
+    /// The ceiling, and the most any broadcast's reads asked for, when
+    /// the agent recorded them.
+    #[serde(default)]
+    pub ceiling_ns: Option<u64>,
+    /// See `ceiling_ns`.
+    #[serde(default)]
+    pub wanted_max_ns: Option<u64>,
+    /// Broadcasts whose lead rested on a tail model (fewer reads than the
+    /// quantile needs).
+    #[serde(default)]
+    pub on_tail_model: u64,
+    /// Devices left out of the lead (implausible reads), by name.
+    #[serde(default)]
+    pub left_out: Vec<String>,
 }
 
 /// [`ActionFigures`] built one broadcast at a time.
@@ -172,6 +195,11 @@ pub struct ActionsBuilder {
     auto_on_probes: u64,
     auto_actions: u64,
     auto_late: u64,
+    auto_capped: u64,
+    auto_ceiling: Option<u64>,
+    auto_wanted_max: Option<u64>,
+    auto_tail_model: u64,
+    auto_left_out: std::collections::BTreeSet<String>,
     actors: BTreeMap<(usize, Option<String>), ActorBuilder>,
     frames: u64,
     frame_skew: SummaryBuilder,
@@ -187,6 +215,7 @@ struct ActorBuilder {
     late: u64,
     timer_error: SummaryBuilder,
     spare: SummaryBuilder,
+    delays: SummaryBuilder,
     frames: u64,
 }
 
@@ -258,6 +287,13 @@ impl ActionsBuilder {
             self.auto_on_probes += u64::from(lead.basis_copies > 0);
             self.auto_actions += u64::from(here.actions);
             self.auto_late += u64::from(here.late);
+            if let Some(t) = b.agent.and_then(|a| a.auto_terms) {
+                self.auto_capped += u64::from(t.wanted_ns > t.ceiling_ns);
+                self.auto_ceiling = Some(t.ceiling_ns);
+                self.auto_wanted_max = Some(self.auto_wanted_max.unwrap_or(0).max(t.wanted_ns));
+                self.auto_tail_model += u64::from(t.tail_model);
+            }
+            self.auto_left_out.extend(b.auto_left_out.iter().cloned());
         }
         let frames: Vec<_> = b
             .actions
@@ -301,6 +337,11 @@ impl ActionsBuilder {
             actor.actions += 1;
             actor.late += u64::from(a.late_ns > 0);
             actor.frames += u64::from(a.frame.is_some());
+            actor.delays.add(lead_rule::act_delay_ns(
+                a.target.mono_ns,
+                a.late_ns,
+                a.done.mono_ns,
+            ));
             if a.late_ns == 0 {
                 actor.timer_error.add(a.timer_error_ns());
             }
@@ -362,6 +403,7 @@ impl ActionsBuilder {
                 timer_error_ns: a.timer_error.finish(),
                 spare_ns: a.spare.finish(),
                 frames: a.frames,
+                readiness_ns: a.delays.finish().map_or(0, |d| lead_rule::readiness_ns(&d)),
                 notices: app.as_ref().and_then(|app| {
                     joined.probes[*probe]
                         .notices
@@ -385,6 +427,7 @@ impl ActionsBuilder {
                         timer_error_ns: None,
                         spare_ns: None,
                         frames: 0,
+                        readiness_ns: 0,
                         notices: Some(n.clone()),
                         app: None,
                     });
@@ -412,6 +455,11 @@ impl ActionsBuilder {
                 on_probe_reads: self.auto_on_probes,
                 actions: self.auto_actions,
                 late: self.auto_late,
+                capped: self.auto_capped,
+                ceiling_ns: self.auto_ceiling,
+                wanted_max_ns: self.auto_wanted_max,
+                on_tail_model: self.auto_tail_model,
+                left_out: self.auto_left_out.iter().cloned().collect(),
             }),
             by_actor,
             frames: self.frames,
@@ -423,8 +471,9 @@ impl ActionsBuilder {
 
 /// How long after a broadcast's start its time to act should be, from the
 /// latencies measured to each copy's read by its client (its userspace
-/// stamp: an app cannot act before it has the message): a copy read after
-/// its time makes its client act late.
+/// stamp: an app cannot act before it has the message), by the one rule
+/// `lead=auto` follows too ([`crate::analysis::lead_rule`]): a copy read
+/// after its time makes its client act late.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct LeadAdvice {
     /// What the latencies are measured from: `"start"` (the agent's
@@ -436,38 +485,52 @@ pub struct LeadAdvice {
     /// The smallest lead that would have put every copy in time: the
     /// largest latency's upper bound (each clock's bound added).
     pub every_copy_ns: i64,
-    /// The lead to use: the 99.9th percentile of latency plus the worst
-    /// clock bound of any device (which each device's timing can be off by).
+    /// The lead to use: the p99.9 of the reads at the latest their clock
+    /// bounds allow (a tail model with fewer than
+    /// [`lead_rule::MIN_EVIDENCE`] reads), plus the slowest device's
+    /// readiness and a margin.
     pub p999_ns: i64,
-    /// That worst clock bound.
+    /// The worst clock bound of any read (in `p999_ns` through each
+    /// read's upper bound).
     pub worst_bound_ns: u64,
+    /// What the quantile rests on.
+    pub evidence: Evidence,
+    /// The slowest acting device's readiness, in `p999_ns`.
+    pub readiness_ns: u64,
 }
 
 impl LeadAdvice {
-    /// From the latency in the agent's timebase (estimates and bounds) and
-    /// the worst clock bound seen.
+    /// From the latency in the agent's timebase (estimates and bounds),
+    /// the worst clock bound seen and the slowest device's readiness.
     pub fn from_corrected(
         latency: &BoundedSummary,
         worst_bound_ns: u64,
+        readiness_ns: u64,
         from: &'static str,
     ) -> LeadAdvice {
+        let covering = lead_rule::covering(&latency.hi);
         LeadAdvice {
             from,
             copies: latency.estimate.count,
             every_copy_ns: latency.hi.max,
-            p999_ns: latency.estimate.p999 + worst_bound_ns as i64,
+            p999_ns: lead_rule::lead_ns(&covering, readiness_ns) as i64,
             worst_bound_ns,
+            evidence: covering.evidence,
+            readiness_ns,
         }
     }
 
     /// From latencies on one clock (no clock error to add).
-    pub fn from_raw(latency: &Summary, from: &'static str) -> LeadAdvice {
+    pub fn from_raw(latency: &Summary, readiness_ns: u64, from: &'static str) -> LeadAdvice {
+        let covering = lead_rule::covering(latency);
         LeadAdvice {
             from,
             copies: latency.count,
             every_copy_ns: latency.max,
-            p999_ns: latency.p999,
+            p999_ns: lead_rule::lead_ns(&covering, readiness_ns) as i64,
             worst_bound_ns: 0,
+            evidence: covering.evidence,
+            readiness_ns,
         }
     }
 }

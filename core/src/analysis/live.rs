@@ -68,7 +68,7 @@ struct Pending {
     start: Stamp,
     /// The probes' connections it was sent to, and their receipts.
     targets: Targets,
-    /// Actions on it (`--act-at` probes): agent connection, and the action.
+    /// Actions on it (probes, pages, apps): agent connection, and the action.
     actions: Vec<(u64, Acted)>,
     /// Its first receipt on a probe's clock, once one came: what a probe's
     /// records must move past before nothing more of it can come.
@@ -82,8 +82,13 @@ struct Pending {
 #[derive(Clone, Copy, Debug)]
 struct Acted {
     run: u128,
+    /// An app beside the probe acted (`--act-notify`), not the probe.
+    by_app: bool,
     done: Stamp,
     late: bool,
+    /// Past the later of its target and its read, on the device's clock:
+    /// what `lead=auto` takes the device's readiness from.
+    delay_ns: i64,
 }
 
 /// A receipt waiting for its broadcast's record.
@@ -133,6 +138,10 @@ struct Run {
     /// It acts on broadcasts (its `ActPlan` came): a receipt is complete
     /// only with its action.
     acts: bool,
+    /// Connections it opened that no agent connection was known for yet
+    /// (a page's or an app's, whose hub label the agent's record of the
+    /// connection brings, which can come after the upload).
+    unbound: std::collections::HashSet<u32>,
 }
 
 impl Run {
@@ -187,11 +196,17 @@ pub struct Judged {
     /// Upper bound of its action skew in the agent's timebase; `None`
     /// unless two actions came and every one's clock was bounded.
     pub action_skew_upper_ns: Option<u64>,
-    /// Each copy's read, start to read in the agent's clock plus its
-    /// clock's bound (the latest the read truly was), for copies whose
+    /// Each copy's read, start to read in the agent's clock at the
+    /// latest and earliest its clock's bound allows, for copies whose
     /// clock was bounded: what `lead=auto` ([`crate::analysis::auto_lead`])
     /// must cover.
-    pub reads_upper_ns: Vec<u64>,
+    pub reads: Vec<crate::analysis::auto_lead::Read>,
+    /// Each action's delay past the later of its target and its read, by
+    /// run ([`crate::analysis::lead_rule::act_delay_ns`]): the devices'
+    /// readiness.
+    pub act_delays: Vec<(u128, i64)>,
+    /// The names of the runs in `reads` and `act_delays`.
+    pub names: Vec<(u128, String)>,
 }
 
 /// One probe run's clock, as monitoring shows it.
@@ -329,6 +344,19 @@ impl LiveJoin {
                 if let Some(name) = &o.label {
                     if let Some(page) = parse_page_label(name) {
                         self.page_conns.insert(page, o.conn);
+                        // Its run may have uploaded the opening already.
+                        if let Some(run) = self.runs.get_mut(&page.0)
+                            && run.unbound.remove(&page.1)
+                        {
+                            run.conns.insert(page.1, o.conn);
+                            self.holder.insert(
+                                o.conn,
+                                Holder {
+                                    run: page.0,
+                                    closed_wall_ns: None,
+                                },
+                            );
+                        }
                     }
                     let name = name.clone();
                     self.labelled.insert(
@@ -376,15 +404,22 @@ impl LiveJoin {
             // Connection ids restart with the agent: an earlier run's are not ours.
             ProbeRecord::ConnectionOpened(o) if !before_run(started, o.at.wall_ns) => {
                 let by_label = self.page_conns.get(&(run_id, o.conn)).copied();
-                if let Some(agent_conn) = o.agent_conn.or(by_label) {
-                    run.conns.insert(o.conn, agent_conn);
-                    self.holder.insert(
-                        agent_conn,
-                        Holder {
-                            run: run_id,
-                            closed_wall_ns: None,
-                        },
-                    );
+                match o.agent_conn.or(by_label) {
+                    Some(agent_conn) => {
+                        run.unbound.remove(&o.conn);
+                        run.conns.insert(o.conn, agent_conn);
+                        self.holder.insert(
+                            agent_conn,
+                            Holder {
+                                run: run_id,
+                                closed_wall_ns: None,
+                            },
+                        );
+                    }
+                    None => {
+                        run.conns.remove(&o.conn);
+                        run.unbound.insert(o.conn);
+                    }
                 }
             }
             ProbeRecord::ConnectionClosed(c) => {
@@ -399,34 +434,11 @@ impl LiveJoin {
             }
             ProbeRecord::TimeSample(t) => run.add_exchange(t),
             ProbeRecord::ClockState(c) => run.claim = Some((**c).clone()),
-            ProbeRecord::ActPlan(_) => run.acts = true,
-            ProbeRecord::Action(a) => {
-                let Some(agent_conn) = run.conns.get(&a.conn).copied() else {
-                    return;
-                };
-                match self
-                    .placed
-                    .get(&(agent_conn, a.key))
-                    .and_then(|id| self.pending.get_mut(id))
-                {
-                    Some(p) if !p.actions.iter().any(|(c, _)| *c == agent_conn) => {
-                        if let Some(first) = p.first_receipt_wall_ns {
-                            self.lead_seen_ns =
-                                self.lead_seen_ns.max(a.done.wall_ns.saturating_sub(first));
-                        }
-                        p.actions.push((
-                            agent_conn,
-                            Acted {
-                                run: run_id,
-                                done: a.done,
-                                late: a.late_ns > 0,
-                            },
-                        ));
-                    }
-                    // Its broadcast was judged, or a second action: counted.
-                    _ => self.counts.unmatched_actions += 1,
-                }
-            }
+            // A probe that acts, or an app's own run (it records only what
+            // it acted on): a receipt is complete with its action.
+            ProbeRecord::ActPlan(_) | ProbeRecord::App(_) => run.acts = true,
+            ProbeRecord::Action(a) => self.add_action(run_id, a, false),
+            ProbeRecord::AppAction(a) => self.add_action(run_id, &a.action, true),
             ProbeRecord::Stopped(_) | ProbeRecord::LogFull(_) => run.stopped = true,
             ProbeRecord::Receipt(r) => {
                 // A previous agent run's traffic (a probe uploading an old log).
@@ -467,6 +479,51 @@ impl LiveJoin {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// An action of run `run_id` (of the app beside it when `by_app`) into
+    /// the broadcast its connection's receipt was placed in.
+    fn add_action(&mut self, run_id: u128, a: &crate::record::Action, by_app: bool) {
+        let Some(agent_conn) = self
+            .runs
+            .get(&run_id)
+            .and_then(|r| r.conns.get(&a.conn))
+            .copied()
+        else {
+            return;
+        };
+        match self
+            .placed
+            .get(&(agent_conn, a.key))
+            .and_then(|id| self.pending.get_mut(id))
+        {
+            Some(p)
+                if !p
+                    .actions
+                    .iter()
+                    .any(|(c, x)| *c == agent_conn && x.by_app == by_app) =>
+            {
+                if let Some(first) = p.first_receipt_wall_ns {
+                    self.lead_seen_ns = self.lead_seen_ns.max(a.done.wall_ns.saturating_sub(first));
+                }
+                p.actions.push((
+                    agent_conn,
+                    Acted {
+                        run: run_id,
+                        by_app,
+                        done: a.done,
+                        late: a.late_ns > 0,
+                        delay_ns: crate::analysis::lead_rule::act_delay_ns(
+                            a.target.mono_ns,
+                            a.late_ns,
+                            a.done.mono_ns,
+                        ),
+                    },
+                ));
+            }
+            // Its broadcast was judged, or a second action: counted.
+            _ => self.counts.unmatched_actions += 1,
         }
     }
 
@@ -607,7 +664,7 @@ impl LiveJoin {
     fn judge_one(&mut self, id: u64, p: &Pending) -> Judged {
         let mut raw = Vec::new();
         let mut corrected = Vec::new();
-        let mut reads_upper_ns = Vec::new();
+        let mut reads = Vec::new();
         let (mut missing, mut unjudged) = (0u32, 0u32);
         for (conn, arrival) in p.targets.iter() {
             if let Some(a) = arrival {
@@ -617,8 +674,12 @@ impl LiveJoin {
                 corrected.push(correction.map(|c| place(c, wall)));
                 if let Some(c) = correction {
                     let (read, bound) = place(c, a.at.wall_ns);
-                    let upper = read.saturating_add(bound) - p.start.wall_ns as i64;
-                    reads_upper_ns.push(upper.max(0) as u64);
+                    let since_start = read - p.start.wall_ns as i64;
+                    reads.push(crate::analysis::auto_lead::Read {
+                        run: a.run,
+                        upper_ns: since_start.saturating_add(bound),
+                        lower_ns: since_start.saturating_sub(bound),
+                    });
                 }
                 continue;
             }
@@ -652,7 +713,17 @@ impl LiveJoin {
             actions: p.actions.len() as u32,
             late: p.actions.iter().filter(|(_, a)| a.late).count() as u32,
             action_skew_upper_ns,
-            reads_upper_ns,
+            act_delays: p.actions.iter().map(|(_, a)| (a.run, a.delay_ns)).collect(),
+            names: {
+                let mut runs: Vec<u128> = reads.iter().map(|r| r.run).collect();
+                runs.extend(p.actions.iter().map(|(_, a)| a.run));
+                runs.sort_unstable();
+                runs.dedup();
+                runs.into_iter()
+                    .filter_map(|r| Some((r, self.runs.get(&r)?.name.clone())))
+                    .collect()
+            },
+            reads,
         }
     }
 

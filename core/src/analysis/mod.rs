@@ -19,6 +19,8 @@
 //!   broadcast, one rule for the live join and the audit;
 //! - [`report`]: the whole report, as rendered and as JSON;
 //! - [`actions`]: what the probes' actions came to, and the lead to give;
+//! - [`lead_rule`]: how long a lead must be, one rule for the report's
+//!   advice and `lead=auto`;
 //! - [`auto_lead`]: `lead=auto`, the shortest lead the live join's reads allow;
 //! - [`diagnosis`]: why: how much of the skew the fan-out order and the
 //!   network explain, what delivery adds, who is late every time;
@@ -31,6 +33,7 @@ pub mod diagnosis;
 pub(crate) mod fanout;
 pub mod figures;
 pub mod join;
+pub mod lead_rule;
 pub mod live;
 pub(crate) mod matching;
 pub mod report;

@@ -309,17 +309,30 @@ impl Report {
     /// The lead advice from the best latency the report has: from the
     /// start in the agent's timebase, else on one clock, else from triggers.
     fn advise_lead(&self) -> Option<LeadAdvice> {
+        // What the slowest acting device needs from read to act.
+        let readiness = self
+            .actions
+            .iter()
+            .flat_map(|a| &a.by_actor)
+            .map(|a| a.readiness_ns)
+            .max()
+            .unwrap_or(0);
         // To the probes' reads: an app cannot act before it has the message.
         if self.clock_basis != ClockBasis::SingleHost
             && let Some(l) = &self.read_latency_corrected
         {
-            return Some(LeadAdvice::from_corrected(l, self.worst_bound_ns, "start"));
+            return Some(LeadAdvice::from_corrected(
+                l,
+                self.worst_bound_ns,
+                readiness,
+                "start",
+            ));
         }
         if let Some(l) = &self.read_latency_raw {
-            return Some(LeadAdvice::from_raw(l, "start"));
+            return Some(LeadAdvice::from_raw(l, readiness, "start"));
         }
         let from_trigger = self.latency_from_trigger.as_ref()?.latency_ns.as_ref()?;
-        Some(LeadAdvice::from_raw(from_trigger, "trigger"))
+        Some(LeadAdvice::from_raw(from_trigger, readiness, "trigger"))
     }
 
     /// Computes the report of a joined run.

@@ -351,6 +351,7 @@ impl TapJoin {
                 receipts,
                 missing,
                 actions,
+                auto_left_out: Vec::new(),
             },
         );
     }
@@ -384,6 +385,7 @@ fn agent_side(b: &TapBroadcast) -> Option<AgentSide> {
         dropped: 0,
         fanout_span_ns: Some(last.saturating_sub(first)),
         lead: None,
+        auto_terms: None,
     })
 }
 

@@ -275,6 +275,25 @@ pub struct AgentSide {
     pub fanout_span_ns: Option<u64>,
     /// How its time to act was set (`?lead=`), when the agent recorded it.
     pub lead: Option<crate::record::LeadChosen>,
+    /// For `lead=auto`: what it weighed (wanted before the ceiling, the
+    /// readiness, the evidence), when the agent recorded it.
+    pub auto_terms: Option<AutoLeadTerms>,
+}
+
+/// What `lead=auto` weighed for a broadcast, as the join keeps it (the
+/// devices left out are in [`JoinedBroadcast::auto_left_out`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AutoLeadTerms {
+    /// What the reads asked for before the ceiling.
+    pub wanted_ns: u64,
+    /// The ceiling.
+    pub ceiling_ns: u64,
+    /// The readiness within it.
+    pub readiness_ns: u64,
+    /// Reads it rested on.
+    pub reads: u64,
+    /// Too few reads for the quantile: a tail model.
+    pub tail_model: bool,
 }
 
 /// One broadcast with everything known about its delivery.
@@ -295,6 +314,8 @@ pub struct JoinedBroadcast {
     pub missing: Vec<usize>,
     /// One action per connection that acted on it (`--act-at`).
     pub actions: Vec<JoinedAction>,
+    /// Devices `lead=auto` left out of its lead, by name.
+    pub auto_left_out: Vec<String>,
 }
 
 impl JoinedBroadcast {
@@ -445,6 +466,8 @@ pub(crate) struct AgentBroadcast {
     pub(crate) fanout: Option<Fanout>,
     /// How its time to act was set (`?lead=`), when it had one.
     pub(crate) lead: Option<crate::record::LeadChosen>,
+    /// What `lead=auto` weighed for it.
+    pub(crate) auto_basis: Option<crate::record::AutoLeadBasis>,
 }
 
 /// One target's copy as the agent recorded it.

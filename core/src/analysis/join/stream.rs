@@ -12,8 +12,8 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 
 use super::model::{
-    Agent, AgentBroadcast, AgentSide, BroadcastKey, ClockIdentity, Joined, JoinedAction,
-    JoinedBroadcast, JoinedReceipt, RunEnd, Slot, listening,
+    Agent, AgentBroadcast, AgentSide, AutoLeadTerms, BroadcastKey, ClockIdentity, Joined,
+    JoinedAction, JoinedBroadcast, JoinedReceipt, RunEnd, Slot, listening,
 };
 use super::probes::{Episodes, StampThinner, collect_probes};
 use super::source::{AgentSource, ProbeSource};
@@ -457,6 +457,7 @@ impl Plan {
             receipts: receipts_of.into_values().collect(),
             missing,
             actions: Vec::new(),
+            auto_left_out: Vec::new(),
         }
     }
 
@@ -520,10 +521,22 @@ impl Plan {
                 dropped: b.fanout.as_ref().map_or(0, |f| f.dropped),
                 fanout_span_ns: b.fanout.as_ref().and_then(Fanout::span_ns),
                 lead: b.lead,
+                auto_terms: b.auto_basis.as_ref().map(|a| AutoLeadTerms {
+                    wanted_ns: a.wanted_ns,
+                    ceiling_ns: a.ceiling_ns,
+                    readiness_ns: a.readiness_ns,
+                    reads: a.reads,
+                    tail_model: a.tail_model,
+                }),
             }),
             receipts: receipts_of.into_values().collect(),
             missing,
             actions: Vec::new(),
+            auto_left_out: b
+                .auto_basis
+                .as_ref()
+                .map(|a| a.left_out.clone())
+                .unwrap_or_default(),
         }
     }
 }
@@ -608,6 +621,7 @@ fn index_agent(
                         slots: HashMap::new(),
                         fanout: None,
                         lead: None,
+                        auto_basis: None,
                     },
                 );
             }
@@ -690,6 +704,11 @@ fn index_agent(
             AgentRecord::LeadChosen(l) => {
                 if let Some(b) = broadcasts.get_mut(&l.broadcast) {
                     b.lead = Some(l);
+                }
+            }
+            AgentRecord::AutoLeadBasis(a) => {
+                if let Some(b) = broadcasts.get_mut(&a.broadcast) {
+                    b.auto_basis = Some(a);
                 }
             }
             AgentRecord::RecordsLost(l) => {

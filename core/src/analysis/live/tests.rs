@@ -569,6 +569,52 @@ fn a_pages_connection_is_found_by_its_label() {
     assert_eq!(live.counts().unmatched, 0);
 }
 
+#[test]
+fn a_pages_opening_uploaded_before_the_hub_records_its_label_is_bound_when_it_does() {
+    // The page uploads its opening as soon as its socket opens; the hub's
+    // record of the connection (and its label) can reach the join after.
+    let mut live = LiveJoin::new();
+    let now = T0 + 10_000_000_000;
+    let run = 0xfeed_u128;
+    live.add_probe_record(run, &started("lobby-tv", stamp(0)), now);
+    live.add_probe_record(
+        run,
+        &ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
+            conn: 0,
+            agent_conn: None,
+            at: stamp(0),
+        }),
+        now,
+    );
+    live.add_agent_record(&AgentRecord::ConnectionOpened(AgentConnectionOpened {
+        conn: 9,
+        label: Some(crate::page_ingest::page_label(run, 0)),
+        peer: "127.0.0.1:1".into(),
+        shard: 0,
+        at: stamp(0),
+    }));
+    live.add_agent_record(&AgentRecord::Broadcast(BroadcastStarted {
+        id: 1,
+        seq: None,
+        hash: 77,
+        len: 3,
+        text: true,
+        at: stamp(1_000_000),
+    }));
+    live.add_agent_record(&crate::analysis::join::tests::shard_sends(
+        1,
+        stamp(1_000_000),
+        1_000,
+        &[9],
+    ));
+    live.add_probe_record(run, &receipt(0, 77, 0, 1_200_000), now);
+    live.add_probe_record(run, &ProbeRecord::Stopped(stamp(5_000_000_000)), now);
+    let judged = live.judge_final(now);
+    assert_eq!(judged.len(), 1);
+    assert_eq!((judged[0].receipts, judged[0].missing), (1, 0));
+    assert_eq!(live.counts().unmatched, 0);
+}
+
 /// A probe record's moment on its device's wall clock (0 for those that
 /// name none), to feed records in the order a probe writes them.
 fn wall_of(r: &ProbeRecord) -> u64 {

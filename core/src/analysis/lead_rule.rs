@@ -1,0 +1,174 @@
+//! The one rule for how long a broadcast's lead must be: what the report
+//! advises and what `lead=auto` gives (over its recent window) are this
+//! function of the same figures.
+//!
+//! A time to act is in time at a device when the device has read the
+//! message and can still arm its timer and have it fire precisely. So the
+//! lead covers [`QUANTILE`] of the copies' reads (start to read, in the
+//! agent's clock, each at the latest its clock bound allows), plus the
+//! **readiness** of the slowest device (from reading a message to acting:
+//! the p99 of its actions' delay past the later of their target and their
+//! read, [`act_delay_ns`]), plus a margin.
+//!
+//! A quantile needs evidence: the p99.9 of a few hundred reads is only
+//! their maximum. With [`MIN_EVIDENCE`] reads (ten times 1/(1 − q)) the
+//! empirical quantile is used. With fewer, an exponential tail is fitted
+//! above the p90 (its slope from the p90 and the p99) and extrapolated to
+//! the quantile, its slope widened by a factor that shrinks with the reads
+//! above the p90 (about an upper 97.5 % limit of an exponential's mean),
+//! and never below the largest read seen: [`Evidence::TailModel`] says it.
+
+use serde::Serialize;
+
+use crate::analysis::stats::Summary;
+
+/// The share of copies a lead covers: at most one action in a thousand late.
+pub const QUANTILE: f64 = 0.999;
+/// Reads needed before the empirical [`QUANTILE`] is used: ten times
+/// 1/(1 − q).
+pub const MIN_EVIDENCE: u64 = 10_000;
+/// Added at least: what a device does between reading a message and
+/// planning its timer beyond its measured readiness, and rounding.
+pub const MARGIN_NS: u64 = 250_000;
+/// The margin's share of the covering read: a link's jitter grows with its
+/// delay (found over the link emulator: a copy 0.14 ms past the largest of
+/// the first slow ones, at a 40 ms lead).
+pub const MARGIN_SHARE: f64 = 1.0 / 16.0;
+
+/// What the covering read rests on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Evidence {
+    /// The empirical quantile of this many reads ([`MIN_EVIDENCE`] or more).
+    Quantile {
+        /// Reads.
+        reads: u64,
+    },
+    /// Too few reads for it: an exponential tail fitted above their p90,
+    /// and at least their largest.
+    TailModel {
+        /// Reads.
+        reads: u64,
+    },
+}
+
+impl Evidence {
+    /// The reads it rests on.
+    pub fn reads(&self) -> u64 {
+        match *self {
+            Evidence::Quantile { reads } | Evidence::TailModel { reads } => reads,
+        }
+    }
+}
+
+/// The read a lead must cover, and what says so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Covering {
+    /// The read (start to read, ns) that [`QUANTILE`] of copies are within.
+    pub read_ns: i64,
+    /// Its evidence.
+    pub evidence: Evidence,
+}
+
+/// The read [`QUANTILE`] of copies are within, from the reads' summary.
+pub fn covering(reads: &Summary) -> Covering {
+    if reads.count >= MIN_EVIDENCE {
+        return Covering {
+            read_ns: reads.p999,
+            evidence: Evidence::Quantile { reads: reads.count },
+        };
+    }
+    // Exponential above the p90: the p99 is one decade further, the p99.9
+    // one more. Its slope's uncertainty with k reads above the p90 is
+    // about 1/sqrt(k); two of it widen the slope.
+    let above_p90 = (reads.count as f64 * 0.1).max(1.0);
+    let widen = 1.0 + 2.0 / above_p90.sqrt();
+    let decade = (reads.p99 - reads.p90).max(0) as f64 * widen;
+    let modelled = reads.p99 as f64 + decade;
+    Covering {
+        read_ns: (modelled.min(i64::MAX as f64) as i64).max(reads.max),
+        evidence: Evidence::TailModel { reads: reads.count },
+    }
+}
+
+/// The lead for a covering read and the slowest device's readiness: their
+/// sum and the margin.
+pub fn lead_ns(covering: &Covering, readiness_ns: u64) -> u64 {
+    let read = covering.read_ns.max(0) as u64;
+    with_margin(read).saturating_add(readiness_ns)
+}
+
+/// `read_ns` and the margin on top: [`MARGIN_NS`], or [`MARGIN_SHARE`] of
+/// it when that is more.
+pub fn with_margin(read_ns: u64) -> u64 {
+    let share = (read_ns as f64 * MARGIN_SHARE) as u64;
+    read_ns.saturating_add(share.max(MARGIN_NS))
+}
+
+/// One action's delay past the moment it could first have acted: past its
+/// target when it read the message in time (its timer's error), past its
+/// read when it read it late (its reaction). `target_mono_ns`, `late_ns`
+/// and `done_mono_ns` as the action records them.
+pub fn act_delay_ns(target_mono_ns: u64, late_ns: u64, done_mono_ns: u64) -> i64 {
+    done_mono_ns as i64 - target_mono_ns.saturating_add(late_ns) as i64
+}
+
+/// A device's readiness from its actions' delays: their p99, at least 0.
+pub fn readiness_ns(delays: &Summary) -> u64 {
+    delays.p99.max(0) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: i64 = 1_000_000;
+
+    #[test]
+    fn with_enough_reads_the_quantile_is_the_reads_own() {
+        let reads: Vec<i64> = (1..=20_000).map(|i| i * 1_000).collect();
+        let s = Summary::of(&reads).unwrap();
+        let c = covering(&s);
+        assert_eq!(c.evidence, Evidence::Quantile { reads: 20_000 });
+        assert_eq!(c.read_ns, s.p999);
+    }
+
+    #[test]
+    fn with_few_reads_the_tail_is_modelled_above_the_largest() {
+        // 500 reads of an exponential-ish tail: 1 ms, 2 ms at the p90, 4 ms
+        // at the p99, 5 ms the largest. The modelled p99.9 is past 6 ms.
+        let mut reads = vec![MS; 440];
+        reads.extend(vec![2 * MS; 50]);
+        reads.extend(vec![4 * MS; 9]);
+        reads.push(5 * MS);
+        let s = Summary::of(&reads).unwrap();
+        let c = covering(&s);
+        assert_eq!(c.evidence, Evidence::TailModel { reads: 500 });
+        assert!(c.read_ns > 6 * MS, "{c:?} {s:?}");
+        // Never below the largest read.
+        let flat = Summary::of(&[MS, MS, MS, 30 * MS]).unwrap();
+        assert!(covering(&flat).read_ns >= 30 * MS);
+    }
+
+    #[test]
+    fn the_lead_adds_the_readiness_and_the_margin() {
+        let c = Covering {
+            read_ns: 40 * MS,
+            evidence: Evidence::Quantile { reads: 10_000 },
+        };
+        assert_eq!(lead_ns(&c, 300_000), 40_000_000 + 2_500_000 + 300_000);
+        let short = Covering {
+            read_ns: 1_000_000,
+            evidence: Evidence::TailModel { reads: 3 },
+        };
+        assert_eq!(lead_ns(&short, 0), 1_000_000 + MARGIN_NS);
+    }
+
+    #[test]
+    fn an_action_is_delayed_past_its_target_or_its_late_read() {
+        // In time: the timer's error.
+        assert_eq!(act_delay_ns(1_000, 0, 1_040), 40);
+        // Read 500 ns late: acted 60 ns after the read.
+        assert_eq!(act_delay_ns(1_000, 500, 1_560), 60);
+    }
+}
