@@ -193,6 +193,8 @@ pub fn read_inputs_matching(
                     foreign_ports: Default::default(),
                 };
                 let mut foreign_conns = std::collections::HashSet::new();
+                let mut opened_conns = std::collections::HashSet::new();
+                let mut app_run = false;
                 while let Some(r) = reader.next_record::<ProbeRecord>()? {
                     count += 1;
                     match r {
@@ -205,10 +207,18 @@ pub fn read_inputs_matching(
                         ProbeRecord::ConnectionOpened(o) => {
                             log.hub_side |= o.agent_conn.is_some();
                             log.foreign_side |= o.agent_conn.is_none();
+                            opened_conns.insert(o.conn);
                             if o.agent_conn.is_none() {
                                 foreign_conns.insert(o.conn);
                             }
                         }
+                        // An app's own socket, which it never reports
+                        // opening (it hands the module what it read): a
+                        // server the agent did not name.
+                        ProbeRecord::Receipt(r) if app_run && !opened_conns.contains(&r.conn) => {
+                            log.foreign_side = true;
+                        }
+                        ProbeRecord::App(_) => app_run = true,
                         ProbeRecord::Payload(p) => {
                             if let (Some((_, m)), Some(matching)) = (matcher, &mut inputs.matching)
                             {

@@ -6,6 +6,15 @@ skewscope agent's ``GET /clock`` WebSocket, and actions at a time in it.
     clock.bound()   # how far off that can be, ± seconds
     clock.act_at(message["at"], lambda acted: go(acted.late))
 
+With ``name=`` the app reports its own actions to the agent (uploaded
+exactly once, across reconnects, kills and restarts):
+
+    clock = await connect_clock(url, token=token, name="kiosk-1")
+    async with clock.subscribe("ws://server:8080/ws") as hub:
+        async for message in hub:
+            clock.act_at(json.loads(message.text)["at"], show, message=message)
+    await clock.close()
+
 A port of the page module ``clients/js/skewscope-clock.js``: the same
 clock model (checked to the bit against ``clients/clock-vectors``), the same
 schedule, the same tag check.
@@ -13,15 +22,22 @@ schedule, the same tag check.
 
 from .client import (
     ANSWER_WAIT_NS,
+    CLOSE_TIMEOUT_S,
+    SPIN_GAP_NS,
     SPIN_S,
+    UPLOAD_TIMEOUT_S,
     Acted,
     Action,
     Clock,
     ClockError,
     ClockEstimate,
     Exchange,
+    Received,
+    Subscription,
+    UploadStatus,
     check_reply,
     connect_clock,
+    parse_reply,
     reply_tag,
     time_key,
     to_epoch_seconds,
@@ -52,15 +68,22 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ANSWER_WAIT_NS",
+    "CLOSE_TIMEOUT_S",
+    "SPIN_GAP_NS",
     "SPIN_S",
+    "UPLOAD_TIMEOUT_S",
     "Acted",
     "Action",
     "Clock",
     "ClockError",
     "ClockEstimate",
     "Exchange",
+    "Received",
+    "Subscription",
+    "UploadStatus",
     "check_reply",
     "connect_clock",
+    "parse_reply",
     "reply_tag",
     "time_key",
     "to_epoch_seconds",

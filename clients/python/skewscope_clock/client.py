@@ -17,6 +17,7 @@ import hmac
 import inspect
 import json
 import math
+import os
 import re
 import ssl as ssl_module
 import time
@@ -27,11 +28,18 @@ from typing import Any, Callable
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from .hub import Received, Subscription, label_url
 from .model import HORIZON_NS, ClockModel, Schedule
+from .recorder import Recorder, UploadStatus
+from .spool import MAX_TEXT, RunBusy
+from .upload import _close_bounded
 
 __all__ = [
     "ANSWER_WAIT_NS",
     "SPIN_S",
+    "SPIN_GAP_NS",
+    "CLOSE_TIMEOUT_S",
+    "UPLOAD_TIMEOUT_S",
     "ClockError",
     "Exchange",
     "ClockEstimate",
@@ -43,6 +51,10 @@ __all__ = [
     "time_key",
     "reply_tag",
     "check_reply",
+    "parse_reply",
+    "Received",
+    "Subscription",
+    "UploadStatus",
 ]
 
 #: How long a reply may take before the exchange counts as lost, ns (300 ms):
@@ -60,6 +72,23 @@ TAG_LEN = 16
 #: A page's clock that moves unlike the wall clock by more than this between
 #: two exchanges means the device slept: what was learned is dropped.
 JUMP_NS = 1_000_000_000
+#: Two readings of an action's final wait further apart than this: the
+#: process was not running in between (preempted, or woken late). An
+#: action whose moment passed in such a gap ran late: ``Acted.missed``.
+SPIN_GAP_NS = 20_000
+#: How long close() gives the sockets to close before it cuts them, s.
+CLOSE_TIMEOUT_S = 2.0
+#: How long close() gives a named clock to upload what is left, s.
+UPLOAD_TIMEOUT_S = 5.0
+#: Times the agent's clock can have, ns: (0, 2^64).
+_MAX_NS = 2**64
+#: When an upload batch waits for an action due this soon, s.
+QUIET_S = 0.02
+#: The longest it waits for one, s.
+QUIET_MAX_S = 0.05
+#: Monotonic to wall, for the stamps of a clock without a name (a named
+#: one keeps its boot's offset in its state directory).
+_LOCAL_EPOCH_NS = time.time_ns() - time.monotonic_ns()
 
 _DIGITS = re.compile(r"[0-9]{1,20}")
 _HEX_TAG = re.compile(r"[0-9a-fA-F]{%d}" % (2 * TAG_LEN))
@@ -144,9 +173,32 @@ def check_reply(key: bytes, request_text: str, reply: Any):
     if not hmac.compare_digest(mac[:TAG_LEN], bytes.fromhex(tag)):
         return None
     t2, t3 = int(t2s), int(t3s)
-    if t2 >= 2**64 or t3 >= 2**64:
+    if not (0 < t2 < _MAX_NS and 0 < t3 < _MAX_NS):
         return None
     return t2, t3
+
+
+def _refuse_constant(name):
+    raise ValueError(f"not JSON: {name}")
+
+
+def parse_reply(data) -> dict | None:
+    """A /clock frame as a JSON object, or None: a binary frame, text that
+    is not JSON (NaN and Infinity included), nested past Python's limit,
+    or any JSON value but an object (null, a number, an array, a string).
+    Never raises: a frame is the peer's to choose."""
+    if not isinstance(data, str):
+        return None
+    try:
+        reply = json.loads(data, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError, MemoryError):
+        return None
+    return reply if isinstance(reply, dict) else None
+
+
+def _is_time_ns(v) -> bool:
+    """An agent time: an int (not a bool) in (0, 2^64) ns."""
+    return type(v) is int and 0 < v < _MAX_NS
 
 
 @dataclass(frozen=True)
@@ -177,12 +229,23 @@ class ClockEstimate:
 class Acted:
     """What an action at a time did, in the server's clock (seconds since the
     epoch): the ``target`` asked, the ``actual`` moment it ran, and how
-    ``late`` (actual − target: about 0 on time; a time already past when it
-    was asked runs at once, late by that much)."""
+    ``late`` (actual − target: a few µs, one reading of the clock, when on
+    time; a time already past when it was asked runs at once, late by that
+    much).
+
+    ``missed``: it did not run at its moment but after it. Either the time
+    had passed when it was asked (its message came late: it ran at once),
+    or its moment passed while the process was not running (the final wait
+    found the clock already past it, or two of its readings were more than
+    ``SPIN_GAP_NS`` apart across it: a busy host woke it late). An action
+    not missed ran at the first reading of the clock at or after its
+    moment. Report an action as late when ``missed`` is true, whatever
+    ``late`` says."""
 
     target: float
     actual: float
     late: float
+    missed: bool = False
 
 
 class Action:
@@ -224,6 +287,10 @@ class Clock:
     tagged under it are used: anyone who can rewrite packets on the path
     could otherwise move this clock while every bound still looks right.
     Others are refused and counted (``refused``), never used.
+
+    With ``name`` the app reports its own actions: a run is kept in
+    ``state_dir`` and uploaded to the agent's ``/ingest`` (see
+    :func:`connect_clock`).
     """
 
     def __init__(
@@ -234,17 +301,31 @@ class Clock:
         every: float = 1.0,
         on_exchange: Callable[[Exchange], Any] | None = None,
         ssl: ssl_module.SSLContext | None = None,
+        name: str | None = None,
+        state_dir: str | os.PathLike | None = None,
     ):
         if not every > 0:
             raise ValueError("every must be a positive number of seconds")
         if token is not None and not token:
             raise ValueError("an empty token: the agent never has one (give None for no token)")
+        if name is not None:
+            if not isinstance(name, str) or not name:
+                raise ValueError("name must be a non-empty str (what the report lists the app as)")
+            if len(name.encode("utf-8", "surrogatepass")) > MAX_TEXT or len(url.encode("utf-8", "surrogatepass")) > MAX_TEXT:
+                raise ValueError(f"name and url must each be at most {MAX_TEXT} bytes (the agent's limit)")
         self.url = url
         self.every = every
+        self.name = name
+        self._state_dir = state_dir
+        self._token = token
         self._ssl = ssl
         self._key = time_key(token) if token is not None else None
         #: Replies whose tag did not verify (or that had none), with a token.
         self.refused = 0
+        #: Frames ignored: not a JSON object, another request's id (a reply
+        #: past its window), times missing, out of range or impossible.
+        #: Never used, never raised.
+        self.ignored = 0
         #: Exchanges kept since the start.
         self.exchanges = 0
         #: Times the monotonic clock jumped against the wall clock (the host
@@ -262,6 +343,13 @@ class Clock:
         self._next_id = 1
         self._last_seen: tuple[int, int] | None = None
         self._actions: set[asyncio.Task] = set()
+        #: Pending actions' targets (server seconds): the upload waits for them.
+        self._due: dict[asyncio.Task, float] = {}
+        self._subscriptions: set[Subscription] = set()
+        self._local_conn = 0
+        self._app: Recorder | None = None
+        #: Exchanges kept before the run was begun (written at its start).
+        self._early: list[Exchange] = []
 
     # -- the clock -----------------------------------------------------------
 
@@ -309,10 +397,19 @@ class Clock:
         e = self.model.at(time.monotonic_ns())
         return math.inf if e is None else e.bound_ns / 1e9
 
-    def act_at(self, at, callback: Callable[[Acted], Any], *, unit: str = "auto", spin: float = SPIN_S) -> Action:
+    def act_at(
+        self,
+        at,
+        callback: Callable[[Acted], Any],
+        *,
+        unit: str = "auto",
+        spin: float = SPIN_S,
+        message: Received | str | bytes | None = None,
+    ) -> Action:
         """Runs ``callback(acted)`` when the server's clock reaches ``at``
         (seconds since the epoch; or ms/us/ns, read as
-        :func:`to_epoch_seconds` reads them).
+        :func:`to_epoch_seconds` reads them; a time that is not a finite
+        number raises ValueError).
 
         Why this way: asyncio sleeps to ``spin`` (4 ms) before the moment,
         as its timers fire a millisecond or more late on a busy host; then
@@ -322,19 +419,42 @@ class Clock:
         loop those few ms), and the server's clock is read until it says
         the moment has come: never early, late by a read. A time already
         past runs at once (before this returns), and ``acted.late`` says by
-        how much. A coroutine the callback returns is scheduled. Returns an
+        how much (``acted.missed``: it did not run at its moment). A
+        coroutine the callback returns is scheduled. Returns an
         :class:`Action`: await it, or cancel it.
+
+        ``message``: what the action is on, for a clock with a ``name``:
+        a message of :meth:`subscribe` (read when it was stamped), or the
+        text (str) or bytes the app read from its own socket (read now).
+        Its receipt is written now, its action once the callback has run
+        (after it: the record never delays the action). Without a name it
+        changes nothing.
         """
         target = to_epoch_seconds(at, unit)
         loop = asyncio.get_running_loop()
-        now = self.now()
+        mono = time.monotonic_ns()
+        e = self.model.at(mono)
+        if e is None:
+            raise ClockError("skewscope clock: not synced yet")
+        now = (mono + e.agent_minus_mono_ns) / 1e9
+        target_ns = math.ceil(Fraction(target) * 10**9)
+        record = None
+        if message is not None and self._app is not None:
+            record = self._app.receipt(message, mono, target * 1e3)
         if now > target:
             future = loop.create_future()
-            future.set_result(self._run_callback(callback, Acted(target, now, now - target)))
+            acted = Acted(target, now, now - target, missed=True)
+            done = time.monotonic_ns()
+            self._run_callback(callback, acted)
+            future.set_result(acted)
+            if record is not None:
+                self._app.action(record, act_at_ms=target * 1e3, estimate=e, target_mono=target_ns - e.agent_minus_mono_ns, done_mono=done)
             return Action(target, future)
-        task = loop.create_task(self._act(target, callback, spin))
+        plan = (e, target_ns - e.agent_minus_mono_ns)
+        task = loop.create_task(self._act(target, callback, spin, record, plan))
         self._actions.add(task)
-        task.add_done_callback(self._actions.discard)
+        self._due[task] = target
+        task.add_done_callback(self._action_done)
         return Action(target, task)
 
     def hurry(self) -> bool:
@@ -346,20 +466,87 @@ class Clock:
             self._wake.set()
         return True
 
+    def subscribe(
+        self,
+        url: str,
+        *,
+        ssl: ssl_module.SSLContext | None = None,
+        additional_headers: Any = None,
+        subprotocols: list[str] | None = None,
+        max_size: int | None = 1 << 20,
+    ) -> Subscription:
+        """The broadcasts of the hub at ``url`` (``ws://server:8080/ws``),
+        each message stamped when it was read: use it with ``async with``
+        and ``async for``; each is a :class:`Received` (``.text``,
+        ``.read_ms``, ...), to hand to :meth:`act_at` as ``message=``.
+
+        It reconnects after a lost connection (250 ms .. 10 s, jittered)
+        until it is closed. With a ``name``, each connection is written
+        opened and closed in the run, and its URL gets ``probe=app.RUNID.CONN``
+        (the agent's hub labels the connection with it: the report finds it
+        so). ``ssl`` defaults to the clock's; ``additional_headers``,
+        ``subprotocols`` and ``max_size`` are websockets' ``connect()``'s.
+        """
+        sub = Subscription(
+            self,
+            url,
+            ssl=ssl if ssl is not None else self._ssl,
+            additional_headers=additional_headers,
+            subprotocols=subprotocols,
+            max_size=max_size,
+        )
+        self._subscriptions.add(sub)
+        return sub
+
+    @property
+    def run_id(self) -> str | None:
+        """The run a named clock records (32 hex digits), once started."""
+        app = self._app
+        return app.run.run_id if app is not None and app.run is not None else None
+
+    def upload_status(self) -> UploadStatus | None:
+        """Where a named clock's upload stands (None without a name, or
+        before start)."""
+        return self._app.status() if self._app is not None else None
+
+    def app_ms(self) -> float:
+        """The app clock now, ms: what the run's events (and each
+        :class:`Received`'s ``read_ms``) are stamped on."""
+        return self._app_ms(time.monotonic_ns())
+
     # -- the connection --------------------------------------------------------
 
     async def start(self, timeout: float = 5.0) -> "Clock":
         """Opens the socket and starts exchanging in a background task;
         returns once one exchange was kept. Raises :class:`ClockError` when
         none is within ``timeout`` seconds (saying so when replies came but
-        were refused: the wrong token, or someone altering them)."""
+        were refused: the wrong token, or someone altering them). With a
+        ``name``, also begins (or resumes) the run and its upload."""
         self._wake = asyncio.Event()
         self._synced = asyncio.Event()
+        if self.name is not None:
+            try:
+                self._app = Recorder(
+                    name=self.name, clock_url=self.url, state_dir=self._state_dir, token=self._token, ssl=self._ssl
+                )
+            except RunBusy as e:
+                self.closed = True
+                raise ClockError(f"skewscope clock: {e}") from e
+            except OSError as e:
+                self.closed = True
+                raise ClockError(f"skewscope clock: cannot keep the run of {self.name!r}: {e}") from e
         try:
             tls = {} if self._ssl is None else {"ssl": self._ssl}
-            self._ws = await connect(self.url, open_timeout=timeout, compression=None, max_size=1 << 16, **tls)
+            self._ws = await connect(
+                self.url,
+                open_timeout=timeout,
+                close_timeout=CLOSE_TIMEOUT_S,
+                compression=None,
+                max_size=1 << 16,
+                **tls,
+            )
         except Exception as e:
-            self.closed = True
+            await self.close()
             raise ClockError(f"skewscope clock: cannot reach {self.url}: {e}") from e
         self._task = asyncio.get_running_loop().create_task(self._run())
         synced = asyncio.ensure_future(self._synced.wait())
@@ -368,6 +555,9 @@ class Clock:
         finally:
             synced.cancel()
         if self._synced.is_set():
+            if self._app is not None:
+                early, self._early = self._early, []
+                self._app.begin(keyed=self.authenticated, refused=self.refused, exchanges=early, quiet=self._quiet)
             return self
         error = self._error
         if self._task.done() and not self._task.cancelled() and self._task.exception() is not None:
@@ -383,25 +573,47 @@ class Clock:
             raise ClockError(f"skewscope clock: {self.url} closed before one exchange: {error}") from error
         raise ClockError(f"skewscope clock: no reply from {self.url} within {timeout} s")
 
-    async def close(self) -> None:
+    async def close(self, timeout: float = CLOSE_TIMEOUT_S, *, upload_timeout: float = UPLOAD_TIMEOUT_S) -> None:
         """Closes the socket and stops exchanging (pending actions still run,
-        on what was learned)."""
+        on what was learned, but are no longer recorded), and closes the
+        subscriptions. It returns within ``timeout`` s: a socket whose close
+        handshake has not ended by then is cut, so a peer that floods it or
+        never answers cannot hold it up.
+
+        With a ``name``: writes ``stopped``, then uploads what is left for
+        at most ``upload_timeout`` s more, and lets go of the run; what the
+        agent did not acknowledge stays in the state directory and is
+        uploaded by the next start of the same name."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+
+        def left() -> float:
+            return max(0.0, deadline - loop.time())
+
         self.closed = True
         if self._wake is not None:
             self._wake.set()
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
-        if self._ws is not None:
-            try:
-                await self._ws.close()
-            except Exception:
-                pass
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            await _close_bounded(ws, left())
         if task is not None:
             try:
-                await task
-            except BaseException:
+                async with asyncio.timeout(left()):
+                    await asyncio.gather(task, return_exceptions=True)
+            except TimeoutError:
                 pass
+        subs = list(self._subscriptions)
+        if subs:
+            await asyncio.gather(*(sub.close(left()) for sub in subs), return_exceptions=True)
+        app = self._app
+        if app is not None and not app.closed:
+            if app.run is None:
+                app.release()
+            else:
+                await app.close(upload_timeout=upload_timeout, timeout=left)
 
     async def __aenter__(self) -> "Clock":
         return self
@@ -410,6 +622,51 @@ class Clock:
         await self.close()
 
     # -- inside --------------------------------------------------------------
+
+    def _app_ms(self, mono: int) -> float:
+        app = self._app
+        if app is not None:
+            return app.clock.ms(mono)
+        return (mono + _LOCAL_EPOCH_NS) / 1_000_000
+
+    def _hub_connection(self, url: str) -> tuple[int, str]:
+        """A new connection's number and URL (labelled for a named run)."""
+        app = self._app
+        conn = app.new_conn() if app is not None else None
+        if conn is None:
+            conn = self._local_conn
+            self._local_conn += 1
+            return conn, url
+        return conn, label_url(url, f"app.{app.run.run_id}.{conn}")
+
+    def _record_opened(self, conn: int) -> None:
+        if self._app is not None:
+            self._app.opened(conn)
+
+    def _record_closed(self, conn: int, reason: str) -> None:
+        if self._app is not None:
+            self._app.closed_conn(conn, reason)
+
+    def _action_done(self, task: asyncio.Task) -> None:
+        self._actions.discard(task)
+        self._due.pop(task, None)
+
+    async def _quiet(self) -> None:
+        """Waits while an action is due within QUIET_S (at most QUIET_MAX_S):
+        an upload batch then never competes with it for the loop."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + QUIET_MAX_S
+        while self._due:
+            try:
+                left = min(self._due.values()) - self.now()
+            except ClockError:
+                return
+            if not 0 <= left <= QUIET_S:
+                return
+            wait = min(left + 0.001, deadline - loop.time())
+            if wait <= 0:
+                return
+            await asyncio.sleep(wait)
 
     async def _run(self) -> None:
         try:
@@ -440,7 +697,12 @@ class Clock:
                 pass
 
     async def _exchange_once(self) -> Exchange | None:
-        """One request, and its reply within the answer window (None: lost)."""
+        """One request, and its reply within the answer window (None: lost).
+
+        Every frame is refused unless it is a well-formed, in-range reply
+        to this very request (and, with a token, verified) before any other
+        field of it is read; a refused one is counted and the exchange
+        waits on for the real reply. Nothing a peer sends raises here."""
         ws = self._ws
         request_id = self._next_id
         self._next_id += 1
@@ -458,38 +720,55 @@ class Clock:
             except TimeoutError:
                 return None
             t4 = time.monotonic_ns()
-            try:
-                reply = json.loads(data)
-            except ValueError:
-                continue
-            if not isinstance(reply, dict):
+            reply = parse_reply(data)
+            if reply is None:
+                self.ignored += 1
                 continue
             rid = reply.get("id")
             if type(rid) is not int or rid != request_id:
-                continue  # a reply to an earlier request, past its window
+                self.ignored += 1  # a reply to an earlier request, past its window
+                continue
             if self._key is not None:
                 checked = check_reply(self._key, text, reply)
                 if checked is None:
                     # Never used; the exchange waits on for the real reply.
                     self.refused += 1
+                    if self._app is not None:
+                        self._app.refused(self.refused)
                     continue
                 t2, t3 = checked
             else:
                 t2, t3 = reply.get("t2_ns"), reply.get("t3_ns")
-                if type(t2) is not int or type(t3) is not int:
+                if not (_is_time_ns(t2) and _is_time_ns(t3)):
+                    self.ignored += 1
                     continue
+            # Impossible times (the reply before the request, the server's
+            # times reversed, a turnaround longer than the round trip) would
+            # be refused by the model: refused here, so a genuine reply after
+            # them still counts.
+            if t3 < t2 or (t2 - t1) < (t3 - t4):
+                self.ignored += 1
+                continue
             return Exchange(t1, t2, t3, t4)
 
     def _answered(self, exchange: Exchange | None) -> None:
         """One exchange done (None: no reply in time): into the model, then the next."""
         now = time.monotonic_ns()
         self._check_jump(now)
-        if exchange is not None and self.model.add(exchange.t1, exchange.t2, exchange.t3, exchange.t4):
-            self.model.forget_before(now - HORIZON_NS)
-            self.exchanges += 1
-            self._synced.set()
-            if self.on_exchange is not None:
-                self.on_exchange(exchange)
+        if exchange is not None:
+            if self.model.add(exchange.t1, exchange.t2, exchange.t3, exchange.t4):
+                self.model.forget_before(now - HORIZON_NS)
+                self.exchanges += 1
+                self._synced.set()
+                app = self._app
+                if app is not None and app.run is not None:
+                    app.exchange(exchange)
+                elif app is not None:
+                    self._early.append(exchange)
+                if self.on_exchange is not None:
+                    self.on_exchange(exchange)
+            else:
+                self.ignored += 1
         self.schedule.done(now, self.model.at(now))
 
     def _check_jump(self, mono: int) -> None:
@@ -513,7 +792,7 @@ class Clock:
             task.add_done_callback(self._actions.discard)
         return acted
 
-    async def _act(self, target: float, callback, spin: float) -> Acted:
+    async def _act(self, target: float, callback, spin: float, record, plan) -> Acted:
         while True:
             try:
                 left = target - self.now()
@@ -529,11 +808,13 @@ class Clock:
         # that clock costs a fraction of a microsecond, the model tens of them.
         target_ns = math.ceil(Fraction(target) * 10**9)
         start = mono = time.monotonic_ns()
+        used, planned = plan
         for _ in range(2):
             e = self.model.at(mono)
             if e is None:
                 break
-            mono = target_ns - e.agent_minus_mono_ns
+            used = e
+            mono = planned = target_ns - e.agent_minus_mono_ns
         # Never hold the loop past what the coarse wait left (a model that
         # broke in between is read out below instead).
         mono = min(mono, start + int(spin * 1e9) + SPIN_TAIL_NS)
@@ -544,13 +825,35 @@ class Clock:
         rest = mono - time.monotonic_ns() - SPIN_TAIL_NS
         if rest > 0:
             time.sleep(rest / 1e9)
-        while time.monotonic_ns() < mono:
-            pass
-        # Then the clock itself: never before the moment, by its own reading.
-        now = self.now()
-        while now < target:
-            now = self.now()
-        return self._run_callback(callback, Acted(target, now, now - target))
+        # Then read the monotonic clock until the moment, and the server's
+        # clock at the reading that reached it: never before the moment, by
+        # its own reading. `before` is the last reading known to be before it.
+        before = None
+        m = time.monotonic_ns()
+        while True:
+            while m < mono:
+                before = m
+                m = time.monotonic_ns()
+            e = self.model.at(m)
+            if e is None:
+                break  # the model was reset meanwhile: the plan stands
+            now = (m + e.agent_minus_mono_ns) / 1e9
+            if now >= target:
+                break
+            # The model moved since the plan: the moment is a little later.
+            used = e
+            mono = planned = max(target_ns - e.agent_minus_mono_ns, m + 1)
+            m = time.monotonic_ns()
+            if m < mono:
+                before = m
+        if e is None:
+            now = (m + used.agent_minus_mono_ns) / 1e9
+        missed = before is None or m - before > SPIN_GAP_NS
+        done = time.monotonic_ns()
+        acted = self._run_callback(callback, Acted(target, now, now - target, missed=missed))
+        if record is not None and self._app is not None:
+            self._app.action(record, act_at_ms=target * 1e3, estimate=used, target_mono=planned, done_mono=done)
+        return acted
 
 
 async def connect_clock(
@@ -561,6 +864,8 @@ async def connect_clock(
     timeout: float = 5.0,
     on_exchange: Callable[[Exchange], Any] | None = None,
     ssl: ssl_module.SSLContext | None = None,
+    name: str | None = None,
+    state_dir: str | os.PathLike | None = None,
 ) -> Clock:
     """A :class:`Clock` on ``url`` (``ws://server:port/clock``, or
     ``wss://`` for an agent with ``--tls-cert``), returned once one exchange
@@ -569,5 +874,20 @@ async def connect_clock(
     ``every``: seconds between steady pairs of exchanges; ``ssl``: for
     ``wss://``, the context that trusts the agent's certificate (a site's own
     CA: ``ssl.create_default_context(cafile=...)``; the system's roots when
-    not given)."""
-    return await Clock(url, token=token, every=every, on_exchange=on_exchange, ssl=ssl).start(timeout)
+    not given).
+
+    ``name`` (what the report lists the app as, a device): the app reports
+    its own actions. A run is kept in ``state_dir`` (default
+    ``$SKEWSCOPE_STATE_DIR``, else ``$XDG_STATE_HOME/skewscope-clock``, else
+    ``~/.local/state/skewscope-clock``): the run's start, the exchanges,
+    the connections of :meth:`Clock.subscribe`, and the receipt and action
+    of every message acted on with ``message=``. Each event is written
+    before anything else is done with it and uploaded to the agent's
+    ``/ingest`` (the clock URL's host and port) exactly once, across
+    reconnects, kills and restarts: a later start with the same name on the
+    same boot resumes the run. One process per name and state directory
+    (another gets :class:`ClockError`). Without ``name`` nothing is
+    written or uploaded."""
+    return await Clock(
+        url, token=token, every=every, on_exchange=on_exchange, ssl=ssl, name=name, state_dir=state_dir
+    ).start(timeout)

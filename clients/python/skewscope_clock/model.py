@@ -123,12 +123,19 @@ def _js_div(a, b) -> float:
     return a / b
 
 
+#: Ints the model takes: a double holds their magnitude (the agent's times
+#: are u64 ns). A larger one (``10**400``) would overflow float() deep in
+#: the solve: refused here, at the door.
+_INT_LIMIT = 2**64
+
+
 def _is_number(x) -> bool:
-    """``Number.isFinite(x)``: a finite int or float (not a bool)."""
+    """``Number.isFinite(x)``: a finite int or float (not a bool); ints
+    within ±2^64."""
     if isinstance(x, bool):
         return False
     if isinstance(x, int):
-        return True
+        return -_INT_LIMIT < x < _INT_LIMIT
     return isinstance(x, float) and math.isfinite(x)
 
 

@@ -66,6 +66,7 @@ def test_a_time_already_past_runs_at_once_and_says_how_late(agent):
             assert len(calls) == 1 and action.done()
             acted = calls[0]
             assert acted.late > 0.049 and acted.actual - acted.target == acted.late
+            assert acted.missed  # it did not run at its moment: late, whatever the amount
             assert (await action) is acted
             # And one called off never runs.
             soon = clock.now() + 0.05

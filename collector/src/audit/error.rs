@@ -52,6 +52,17 @@ pub enum CannotAudit {
     /// A passive audit whose probes' logs hold no connection yet.
     #[error("no probe's records hold a connection yet: nothing to judge the window with")]
     NoConnection,
+    /// The operator's trigger answered, the probes listen to the agent's
+    /// hub, and the hub sent nothing after it.
+    #[error(
+        "the probes listen to the agent's hub, but it sent no broadcast within --settle {settle} of the trigger {trigger}: the app behind the trigger did not publish to this agent (check its /publish URL and token), or takes longer than --settle"
+    )]
+    TriggerSentNothing {
+        /// The trigger URL.
+        trigger: String,
+        /// `--settle`.
+        settle: String,
+    },
     /// A passive audit of the hub that sent nothing in its window.
     #[error("the hub sent no broadcast in the window ({window})")]
     NoBroadcast {

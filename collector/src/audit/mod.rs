@@ -69,7 +69,7 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
         uploading.join(", ")
     ));
     let observed = match &options.passive {
-        None => observe::trigger(&api, options, &status, progress)?,
+        None => observe::trigger(&api, &mirror, options, &status, progress)?,
         Some(passive) => observe::observe(&api, &mirror, options, passive, &status, progress)?,
     };
     let waited = wait::wait_for_receipts(&api, &mirror, options, run, &observed, progress)?;

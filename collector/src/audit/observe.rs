@@ -33,10 +33,15 @@ pub(super) struct Observed {
     pub(super) expected: u64,
 }
 
-/// Triggers `--broadcasts` broadcasts: the hub's test message, or a foreign
-/// server's trigger URL.
+/// Triggers `--broadcasts` broadcasts: the hub's test message, or the
+/// operator's trigger URL. A trigger may make a server of its own send
+/// (the agent is then the clock reference), or make an app publish through
+/// the hub (`POST /publish`): the probes' logs say which
+/// ([`crate::reference`]), and for the hub the audit judges the hub's
+/// broadcasts that followed the first trigger.
 pub(super) fn trigger(
     api: &AgentApi,
+    mirror: &Mirror,
     options: &AuditOptions,
     status: &Status,
     progress: &mut Progress,
@@ -74,6 +79,19 @@ pub(super) fn trigger(
             std::thread::sleep(options.interval);
         }
     }
+    if options.trigger.is_some()
+        && let Some(hub) = through_the_hub(api, mirror, options, status, progress)?
+    {
+        return Ok(Observed {
+            sent,
+            trigger_times: Vec::new(),
+            window: Some(hub),
+            foreign: false,
+            last_wall,
+            first_wall,
+            expected: 0,
+        });
+    }
     let window = match (&options.trigger, sent.first(), sent.last()) {
         (None, Some(first), Some(last)) => Some(Window::AgentIds {
             first: first.broadcast,
@@ -94,6 +112,54 @@ pub(super) fn trigger(
             0
         },
     })
+}
+
+/// After the operator's triggers: when they made the agent's hub send (an
+/// app that publishes through the hub) and probes listen to it, the hub's
+/// broadcasts since the first trigger, waited for up to `--settle`; `None`
+/// when the triggers made another server send. Probes that all listen to
+/// the hub while it sent nothing is a reason of its own.
+fn through_the_hub(
+    api: &AgentApi,
+    mirror: &Mirror,
+    options: &AuditOptions,
+    before: &Status,
+    progress: &mut Progress,
+) -> Result<Option<Window>, CannotAudit> {
+    let status = api.status()?;
+    let (files, _) = mirror.sync_run(api, &status)?;
+    let inputs = options.read_copy(&files)?;
+    let on_hub = inputs.probes.iter().any(|p| p.hub_side);
+    let elsewhere = inputs.probes.iter().any(|p| p.foreign_side && !p.hub_side);
+    if !on_hub {
+        return Ok(None);
+    }
+    let first = before.broadcasts + 1;
+    let deadline = Instant::now() + options.settle;
+    let mut now = status;
+    // Another server's probes: the hub sent nothing, so the triggers were
+    // that server's. Only the hub's probes: wait for what it sends.
+    if now.broadcasts < first && elsewhere {
+        return Ok(None);
+    }
+    while now.broadcasts < before.broadcasts + options.broadcasts && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        now = api.status()?;
+    }
+    if now.broadcasts < first {
+        return Err(CannotAudit::TriggerSentNothing {
+            trigger: options.trigger.clone().unwrap_or_default(),
+            settle: humantime::format_duration(options.settle).to_string(),
+        });
+    }
+    progress.say(&format!(
+        "audit: the probes listen to the agent's hub, and after the trigger it sent broadcasts {first}-{}: judging those",
+        now.broadcasts
+    ));
+    Ok(Some(Window::AgentIds {
+        first,
+        last: now.broadcasts,
+    }))
 }
 
 /// `--passive`: watches the window (or until `--broadcasts` were seen)

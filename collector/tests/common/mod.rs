@@ -213,14 +213,21 @@ pub fn peers() -> PathBuf {
 
 /// The FastAPI broadcaster of bench/peers on a free loopback port.
 pub fn fastapi() -> (Reaped, std::net::SocketAddr) {
+    fastapi_app("app:app", &[])
+}
+
+/// A FastAPI app of bench/peers/fastapi (`module:app`) on a free loopback
+/// port, with `env` set.
+pub fn fastapi_app(app: &str, env: &[(&str, &str)]) -> (Reaped, std::net::SocketAddr) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let child = Command::new("python3")
-        .args(["-m", "uvicorn", "app:app", "--app-dir"])
+        .args(["-m", "uvicorn", app, "--app-dir"])
         .arg(peers().join("fastapi"))
+        .envs(env.iter().copied())
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
         .args(["--log-level", "warning"])
         .spawn()
