@@ -166,6 +166,8 @@ pub const INGEST_REJECTIONS: &[&str] = &[
     "wrong_run",
     "token",
     "handshake",
+    "not_owner",
+    "run_in_use",
 ];
 
 /// Every close reason's label.

@@ -99,6 +99,15 @@ fn hello(run_id: u128) -> ToAgent {
     }
 }
 
+/// A hello with the run's owner secret, as every probe since sends.
+fn owned(run_id: u128, secret: u128) -> ToAgent {
+    ToAgent::HelloOwned {
+        version: INGEST_VERSION,
+        run_id,
+        secret,
+    }
+}
+
 fn records(first_seq: u64, frames: Vec<u8>) -> ToAgent {
     ToAgent::Records { first_seq, frames }
 }
@@ -238,7 +247,7 @@ async fn a_reconnect_takes_its_run_over_from_the_old_connection() {
         .await
         .unwrap();
     let mut old = open(&agent, None).await.unwrap();
-    ask(&mut old, &hello(1)).await.unwrap();
+    ask(&mut old, &owned(1, 0x0123)).await.unwrap();
     assert_eq!(
         ask(&mut old, &records(0, frames(1, 0, 4, 0))).await,
         Ok(ToProbe::Ack { next_seq: 4 })
@@ -246,7 +255,7 @@ async fn a_reconnect_takes_its_run_over_from_the_old_connection() {
     // The old connection is still open (its end not yet seen).
     let mut new = open(&agent, None).await.unwrap();
     assert_eq!(
-        ask(&mut new, &hello(1)).await,
+        ask(&mut new, &owned(1, 0x0123)).await,
         Ok(ToProbe::Ack { next_seq: 4 })
     );
     assert_eq!(health(&agent).await["ingest"]["takeovers"], 1);
@@ -266,6 +275,58 @@ async fn a_reconnect_takes_its_run_over_from_the_old_connection() {
     agent.shutdown().await.unwrap();
     let run = stored(&dir.path().join("data"), 1);
     assert_eq!(run.len(), 8, "every record once");
+    for (seq, record) in run.iter().enumerate().skip(2) {
+        assert!(matches!(record, ProbeRecord::Stopped(s) if *s == stamp(seq as u64)));
+    }
+}
+
+/// A run belongs to the device that started it: a client that read the
+/// victim's run id (`/audit/status` lists it) and says hello with it, with
+/// no secret or another one, is refused and counted, appends nothing, and
+/// takes nothing from the victim, whose every record is stored once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hijacker_with_the_run_id_but_not_its_secret_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = RunningAgent::start(AgentConfig::local(dir.path().join("data")))
+        .await
+        .unwrap();
+    let victim_secret = 0x5ec2e7_u128;
+    let mut victim = open(&agent, None).await.unwrap();
+    ask(&mut victim, &owned(7, victim_secret)).await.unwrap();
+    assert_eq!(
+        ask(&mut victim, &records(0, frames(7, 0, 10, 0))).await,
+        Ok(ToProbe::Ack { next_seq: 10 })
+    );
+    for attempt in [hello(7), owned(7, 0xbad)] {
+        let mut hijacker = open(&agent, None).await.unwrap();
+        let refused = ask(&mut hijacker, &attempt).await.unwrap_err();
+        assert!(refused.contains("belongs to the device"), "{refused}");
+    }
+    // Even once the victim's connection is gone, and after a restart of
+    // the agent, the run stays the victim's.
+    drop(victim);
+    agent.shutdown().await.unwrap();
+    let agent = RunningAgent::start(AgentConfig::local(dir.path().join("data")))
+        .await
+        .unwrap();
+    let mut hijacker = open(&agent, None).await.unwrap();
+    let refused = ask(&mut hijacker, &owned(7, 0xbad)).await.unwrap_err();
+    assert!(refused.contains("belongs to the device"), "{refused}");
+    let h = health(&agent).await;
+    assert_eq!(h["ingest"]["rejected"]["not_owner"], 1, "{h}");
+    let mut victim = open(&agent, None).await.unwrap();
+    assert_eq!(
+        ask(&mut victim, &owned(7, victim_secret)).await,
+        Ok(ToProbe::Ack { next_seq: 10 })
+    );
+    assert_eq!(
+        ask(&mut victim, &records(10, frames(7, 10, 5, 0))).await,
+        Ok(ToProbe::Ack { next_seq: 15 })
+    );
+    drop(victim);
+    agent.shutdown().await.unwrap();
+    let run = stored(&dir.path().join("data"), 7);
+    assert_eq!(run.len(), 15, "the victim's records, every one once");
     for (seq, record) in run.iter().enumerate().skip(2) {
         assert!(matches!(record, ProbeRecord::Stopped(s) if *s == stamp(seq as u64)));
     }

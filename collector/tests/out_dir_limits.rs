@@ -197,3 +197,68 @@ fn without_a_copy_elsewhere_the_disk_is_the_limit() {
     signal(&agent.0, Signal::SIGTERM);
     assert!(agent.0.wait().unwrap().success());
 }
+
+/// A fake agent on loopback that answers every upload message with an
+/// acknowledgement of 2^63 records: what a broken or hostile agent could
+/// send. Its address.
+fn lying_agent() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            use futures_util::{SinkExt, StreamExt};
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
+                        return;
+                    };
+                    let lie =
+                        skewscope_core::ingest::encode(&skewscope_core::ingest::ToProbe::Ack {
+                            next_seq: 1 << 63,
+                        });
+                    while let Some(Ok(_)) = ws.next().await {
+                        let message =
+                            tokio_tungstenite::tungstenite::Message::Binary(lie.clone().into());
+                        if ws.send(message).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+    });
+    addr
+}
+
+/// The probe takes an ack only for records it sent: an agent that says it
+/// has 2^63 records of a run is not believed, the run's summary says so
+/// rather than "all uploaded", and no log it holds is ever deleted on its
+/// word (the next run, with room for one log, refuses to start instead).
+#[test]
+fn an_agent_that_acknowledges_what_it_never_got_is_not_believed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, addr, _) = start_agent(dir.path());
+    let liar = format!("http://{}", lying_agent());
+    let out_dir = dir.path().join("logs");
+    let args = ["--keep-runs", "1", "--duration", "1s", "--upload", &liar];
+    let out = probe(&addr, &out_dir, &args).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!said.contains("record(s) uploaded"), "{said}");
+    assert!(said.contains("upload INCOMPLETE"), "{said}");
+    assert!(said.contains("NOT believed"), "{said}");
+    let before = logs_in(&out_dir);
+    assert_eq!(before.len(), 1);
+    let out = probe(&addr, &out_dir, &args).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("is at its limits"), "{said}");
+    assert_eq!(logs_in(&out_dir), before, "the only copy kept");
+    signal(&agent.0, Signal::SIGTERM);
+    assert!(agent.0.wait().unwrap().success());
+}

@@ -42,6 +42,17 @@ pub enum ToAgent {
         /// Whole frames, at most [`MAX_BATCH_BYTES`].
         frames: Vec<u8>,
     },
+    /// First message of a probe that owns its run: which run, and the
+    /// run's owner secret ([`crate::run_owner`]). The agent binds the run to
+    /// the first secret it is given, and then takes it only with it.
+    HelloOwned {
+        /// [`INGEST_VERSION`].
+        version: u16,
+        /// The run's id, from its `Identity` record.
+        run_id: u128,
+        /// The run's owner secret.
+        secret: u128,
+    },
 }
 
 /// What the agent answers.

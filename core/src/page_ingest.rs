@@ -62,7 +62,8 @@ pub fn parse_page_label(label: &str) -> Option<(u128, u32)> {
     Some((run_id_of(run).ok()?, conn.parse().ok()?))
 }
 
-/// What the page names its host in `Started`: it has none to tell.
+/// What a page names its host in `Started` (it has none to tell); an app
+/// may name its own.
 pub const PAGE_HOST: &str = "browser";
 
 /// Longest free-text field a page may send (names, URLs, reasons).
@@ -102,6 +103,9 @@ struct PageMessage {
 enum PageEvent {
     Started {
         name: String,
+        /// The host an app runs on (a page has none to tell).
+        #[serde(default)]
+        host: Option<String>,
         url: String,
         connections: u32,
         version: String,
@@ -188,15 +192,17 @@ pub fn decode(text: &str) -> Result<ToAgent, IngestError> {
             run_id,
             secret,
         } => {
-            if let Some(secret) = secret {
-                run_id_of(&secret)?;
-            }
             if version != INGEST_VERSION {
                 return Err(IngestError::Version(version));
             }
-            Ok(ToAgent::Hello {
-                version,
-                run_id: run_id_of(&run_id)?,
+            let run_id = run_id_of(&run_id)?;
+            Ok(match secret {
+                Some(secret) => ToAgent::HelloOwned {
+                    version,
+                    run_id,
+                    secret: run_id_of(&secret)?,
+                },
+                None => ToAgent::Hello { version, run_id },
             })
         }
         PageToAgent::Events { first_seq, events } => {
@@ -224,13 +230,17 @@ fn record_of(event: PageEvent) -> Result<ProbeRecord, IngestError> {
     Ok(match event {
         PageEvent::Started {
             name,
+            host,
             url,
             connections,
             version,
             at_ms,
         } => ProbeRecord::Started(Box::new(ProbeStarted {
             name: text(name)?,
-            host: PAGE_HOST.to_owned(),
+            host: match host {
+                Some(host) => text(host)?,
+                None => PAGE_HOST.to_owned(),
+            },
             url: text(url)?,
             connections,
             version: text(version)?,
@@ -578,7 +588,7 @@ mod tests {
         let batch = events(
             0,
             &format!(
-                r#"{{"kind": "started", "name": "kiosk-1", "url": "ws://h:1/clock", "connections": 0, "version": "skewscope_clock.py 1", "at_ms": 1700000000000}},
+                r#"{{"kind": "started", "name": "kiosk-1", "host": "kiosk-host", "url": "ws://h:1/clock", "connections": 0, "version": "skewscope_clock.py 1", "at_ms": 1700000000000}},
                 {{"kind": "identity", "run_id": "{RUN}", "clock_id": "app-abc"}},
                 {{"kind": "app", "module": "skewscope_clock.py 1", "runtime": "CPython 3.11.7"}},
                 {{"kind": "frame", "conn": 2, "message": {{"text": "{{\"at\": 1}}", "occurrence": 3}}, "frame_ms": 1700000000016.5}}"#
@@ -589,6 +599,7 @@ mod tests {
         };
         let accepted = accept_batch(0xfeed1, 0, first_seq, &frames).unwrap();
         let r = &accepted.records;
+        assert!(matches!(&r[0], ProbeRecord::Started(s) if s.host == "kiosk-host"));
         assert!(
             matches!(&r[2], ProbeRecord::App(a) if a.module == "skewscope_clock.py 1" && a.runtime == "CPython 3.11.7")
         );
@@ -619,7 +630,14 @@ mod tests {
         let with = format!(
             r#"{{"hello": {{"version": 1, "run_id": "{RUN}", "secret": "0123456789abcdef0123456789ABCDEF"}}}}"#
         );
-        assert!(decode(&with).is_ok());
+        assert_eq!(
+            decode(&with),
+            Ok(ToAgent::HelloOwned {
+                version: 1,
+                run_id: 0xfeed1,
+                secret: 0x0123456789abcdef0123456789abcdef
+            })
+        );
         for bad in [
             "",
             "0123",

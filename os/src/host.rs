@@ -31,12 +31,18 @@ pub fn boot_id() -> Option<String> {
 /// A fresh identity for a run starting now: 128 random bits from the
 /// kernel (`/dev/urandom`) and this boot's id.
 pub fn new_run_identity() -> std::io::Result<skewscope_core::record::RunIdentity> {
-    let mut bytes = [0u8; 16];
-    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut bytes)?;
     Ok(skewscope_core::record::RunIdentity {
-        run_id: u128::from_le_bytes(bytes),
+        run_id: u128::from_le_bytes(random_bytes()?),
         boot_id: boot_id(),
     })
+}
+
+/// `N` bytes from the kernel's random source: for what must not be
+/// guessed (run ids, the device key that makes runs' owner secrets).
+pub fn random_bytes<const N: usize>() -> std::io::Result<[u8; N]> {
+    let mut bytes = [0u8; N];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut bytes)?;
+    Ok(bytes)
 }
 
 #[cfg(test)]

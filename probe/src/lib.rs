@@ -39,6 +39,7 @@ mod connection;
 mod connection_threads;
 mod error;
 mod handshake;
+mod owner_key;
 mod payloads_seen;
 mod previous_runs;
 mod recorder;
@@ -155,6 +156,18 @@ impl fmt::Display for ProbeSummary {
             ),
             None => Ok(()),
         }?;
+        let refused: u64 = self
+            .uploaded
+            .iter()
+            .chain(&self.previous_runs)
+            .map(|u| u.refused_acks)
+            .sum();
+        if refused > 0 {
+            write!(
+                f,
+                "; {refused} answer(s) of the agent acknowledged records this probe never sent: NOT believed (a broken or hostile agent; nothing was taken as stored or deleted)"
+            )?;
+        }
         let previous = self.previous_runs.len();
         let incomplete = self.previous_runs.iter().filter(|u| !u.complete).count();
         match (previous, incomplete) {

@@ -68,6 +68,25 @@ impl Spool {
         }
     }
 
+    /// Every intact record of the log (an earlier run's, which no longer
+    /// grows): the most the agent can have of it. Reads it through once,
+    /// then goes on from where it was.
+    pub fn records(&mut self) -> io::Result<u64> {
+        let (current, offset, seq) = (self.current, self.offset, self.seq);
+        (self.current, self.offset, self.seq) = (0, HEADER_LEN as u64, 0);
+        let mut sink = Vec::new();
+        while {
+            sink.clear();
+            self.read_frames(u64::MAX, 1 << 20, &mut sink)?;
+            self.current + 1 < self.files.len()
+        } {
+            (self.current, self.offset) = (self.current + 1, HEADER_LEN as u64);
+        }
+        let total = self.seq;
+        (self.current, self.offset, self.seq) = (current, offset, seq);
+        Ok(total)
+    }
+
     /// Whether `path` now names another file than the last one opened.
     fn replaced(&self) -> bool {
         let (Ok(now), Ok(ours)) = (

@@ -47,15 +47,24 @@ pub struct Upload {
     /// The run is still being written (the live run; a previous run's log
     /// left by a restart is not).
     pub follow: bool,
+    /// The log directory's device key ([`crate::owner_key`]): each run's
+    /// hello gives its owner secret, so only this device can upload it.
+    /// `None` when it could not be read or made (the hello then proves
+    /// nothing, and an agent refuses it for a run bound to a secret).
+    pub device_key: Option<[u8; skewscope_core::run_owner::DEVICE_KEY_LEN]>,
 }
 
 /// What the uploader last achieved, for the run's summary.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UploadState {
-    /// Records the agent acknowledged.
+    /// Records the agent acknowledged (only acks the probe could believe:
+    /// never past what it sent).
     pub acked: u64,
     /// Whether everything flushed when the run ended was acknowledged.
     pub complete: bool,
+    /// Answers refused: an ack past what the probe sent (a broken or
+    /// hostile agent). Never a reason to believe the agent has anything.
+    pub refused_acks: u64,
 }
 
 /// The upload of `config`'s run to the agent at `base`: its ingest URL,
@@ -75,6 +84,22 @@ pub fn upload_to(
     } else {
         None
     };
+    let dir = config
+        .out
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let device_key = match crate::owner_key::device_key(dir) {
+        Ok(key) => Some(key),
+        Err(e) => {
+            tracing::warn!(
+                target: "probe::upload",
+                "no device key in {} ({e}): this run's upload cannot prove it is this device's, and an agent that bound it to a key refuses it",
+                dir.display()
+            );
+            None
+        }
+    };
     Ok(Upload {
         url,
         tls,
@@ -82,6 +107,7 @@ pub fn upload_to(
         log: config.out.clone(),
         run_id,
         follow,
+        device_key,
     })
 }
 
@@ -135,6 +161,17 @@ enum UploadError {
     /// The agent closed the upload, saying why.
     #[error("the agent closed the upload: {0}")]
     Closed(String),
+    /// The agent acknowledged records the probe never sent: refused, and
+    /// nothing believed (a broken or hostile agent; nothing is deleted).
+    #[error(
+        "the agent acknowledged records up to {acked} but the probe sent {sent}: not believed (nothing is taken as stored)"
+    )]
+    AckBeyondSent {
+        /// What it acknowledged.
+        acked: u64,
+        /// What the probe sent (or, for an earlier run's log, what it holds).
+        sent: u64,
+    },
 }
 
 /// Uploads until `ended` turns true and the log is fully acknowledged, or
@@ -168,6 +205,10 @@ async fn upload_until_complete(
     // One spool for the whole run, across sessions: it has followed every
     // rotation so far, which a spool opened at the path again would not.
     let mut spool = None;
+    // The most records the agent can truly have of this run: what this
+    // probe sent it (the live run is this process's alone), or for an
+    // earlier run's log, every record it holds.
+    let mut sent = 0u64;
     loop {
         let acked_before = state.borrow().acked;
         let mut reached = false;
@@ -178,10 +219,14 @@ async fn upload_until_complete(
             state,
             batch_bytes,
             &mut reached,
+            &mut sent,
         );
         match outcome.await {
             Ok(()) => return,
             Err(e) => {
+                if matches!(e, UploadError::AckBeyondSent { .. }) {
+                    state.send_modify(|s| s.refused_acks += 1);
+                }
                 if reached {
                     // The agent answered: it is there, try again soon.
                     backoff.reset();
@@ -203,7 +248,9 @@ async fn upload_until_complete(
 }
 
 /// One connection: hello, then batches until the run ended and all is acked.
-/// `reached` turns true once the agent answered the hello.
+/// `reached` turns true once the agent answered the hello; `sent` is the
+/// most records the agent can truly have (see [`upload_until_complete`]):
+/// an ack past it is refused, never believed.
 async fn session(
     upload: &Upload,
     spool: &mut Option<Spool>,
@@ -211,6 +258,7 @@ async fn session(
     state: &watch::Sender<UploadState>,
     batch_bytes: usize,
     reached: &mut bool,
+    sent: &mut u64,
 ) -> Result<(), UploadError> {
     let mut request = upload.url.as_str().into_client_request()?;
     if let Some(token) = &upload.token {
@@ -226,16 +274,30 @@ async fn session(
     )
     .await
     .map_err(|_| UploadError::ConnectTimeout)??;
-    let hello = ToAgent::Hello {
-        version: INGEST_VERSION,
-        run_id: upload.run_id,
+    let hello = match &upload.device_key {
+        Some(key) => ToAgent::HelloOwned {
+            version: INGEST_VERSION,
+            run_id: upload.run_id,
+            secret: skewscope_core::run_owner::owner_secret(key, upload.run_id),
+        },
+        None => ToAgent::Hello {
+            version: INGEST_VERSION,
+            run_id: upload.run_id,
+        },
     };
     ws.send(Message::Binary(encode(&hello).into())).await?;
     let spool = match spool {
         Some(spool) => spool,
-        None => spool.insert(Spool::open(&upload.log, upload.follow)?),
+        None => {
+            let mut opened = Spool::open(&upload.log, upload.follow)?;
+            if !upload.follow {
+                // An earlier run's log: the agent can have all of it, no more.
+                *sent = opened.records()?;
+            }
+            spool.insert(opened)
+        }
     };
-    let mut next_seq = receive_ack(&mut ws).await?.0;
+    let mut next_seq = believed(receive_ack(&mut ws).await?.0, *sent)?;
     *reached = true;
     loop {
         // Read the end flag before the log: what was flushed before it is in the file.
@@ -256,11 +318,13 @@ async fn session(
             }
             continue;
         }
+        let through = first_seq + frame_count(&frames);
+        *sent = (*sent).max(through);
         let batch = ToAgent::Records { first_seq, frames };
         ws.send(Message::Binary(encode(&batch).into())).await?;
         let (acked, busy) = receive_ack(&mut ws).await?;
-        next_seq = acked;
-        state.send_modify(|s| s.acked = acked);
+        next_seq = believed(acked, through)?;
+        state.send_modify(|s| s.acked = next_seq);
         if let Some(reason) = busy {
             tracing::warn!(
                 target: "probe::upload",
@@ -269,6 +333,26 @@ async fn session(
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
+}
+
+/// The agent's `acked`, when it is at most `sent`: no agent can have
+/// records the probe never sent it.
+fn believed(acked: u64, sent: u64) -> Result<u64, UploadError> {
+    if acked > sent {
+        return Err(UploadError::AckBeyondSent { acked, sent });
+    }
+    Ok(acked)
+}
+
+/// Whole frames in `frames`.
+fn frame_count(frames: &[u8]) -> u64 {
+    use skewscope_core::log::{FRAME_HEADER_LEN, FrameAt, frame_at};
+    let (mut pos, mut n) = (0, 0);
+    while let FrameAt::Intact(payload) = frame_at(frames, pos) {
+        pos += FRAME_HEADER_LEN + payload.len();
+        n += 1;
+    }
+    n
 }
 
 type Socket =
@@ -321,5 +405,13 @@ mod tests {
         );
         assert!(ingest_url("ftp://srv").is_err());
         assert!(ingest_url("http://srv/x").is_err());
+    }
+
+    #[test]
+    fn an_ack_past_what_was_sent_is_not_believed() {
+        assert_eq!(believed(5, 5).unwrap(), 5);
+        assert_eq!(believed(0, 5).unwrap(), 0);
+        let e = believed(1 << 63, 119).unwrap_err();
+        assert!(e.to_string().contains("not believed"), "{e}");
     }
 }

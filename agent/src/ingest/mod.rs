@@ -73,6 +73,8 @@ enum SessionError {
     Protocol(IngestError),
     TakenOver,
     MixedDialects,
+    /// The hello may not take the run (not its owner, or in use).
+    Claim(store::OpenError),
 }
 
 impl SessionError {
@@ -83,6 +85,7 @@ impl SessionError {
             SessionError::Protocol(e) => Some(e.counter()),
             SessionError::TakenOver => None,
             SessionError::MixedDialects => Some("malformed"),
+            SessionError::Claim(e) => e.counter(),
         }
     }
 }
@@ -97,6 +100,7 @@ impl std::fmt::Display for SessionError {
             SessionError::MixedDialects => {
                 f.write_str("ingest messages are all binary, or all text (a page's JSON)")
             }
+            SessionError::Claim(e) => write!(f, "{e}"),
         }
     }
 }
@@ -143,16 +147,31 @@ async fn session(
         if *text_dialect.get_or_insert(text) != text {
             return Err(SessionError::MixedDialects);
         }
-        let reply = match (decoded.map_err(SessionError::Protocol)?, open.take()) {
-            (ToAgent::Hello { version, run_id }, None) => {
+        let decoded = decoded.map_err(SessionError::Protocol)?;
+        let secret = match &decoded {
+            ToAgent::HelloOwned { secret, .. } => Some(*secret),
+            _ => None,
+        };
+        let reply = match (decoded, open.take()) {
+            (ToAgent::Hello { version, run_id }, None)
+            | (
+                ToAgent::HelloOwned {
+                    version, run_id, ..
+                },
+                None,
+            ) => {
                 if version != INGEST_VERSION {
                     return Err(SessionError::Protocol(IngestError::Version(version)));
                 }
-                let run = match worker.open(run_id).await {
+                let run = match worker.open(run_id, secret).await {
                     Ok(run) => run,
-                    Err(e) => {
+                    Err(store::OpenError::Io(e)) => {
                         tracing::error!(target: "agent::ingest", "cannot open run {run_id:032x}: {e}");
                         return Ok(());
+                    }
+                    Err(refused) => {
+                        tracing::warn!(target: "agent::ingest", "refused an upload: {refused}");
+                        return Err(SessionError::Claim(refused));
                     }
                 };
                 *claimed = Some((run_id, run.claim()));

@@ -12,6 +12,7 @@ use std::sync::Mutex;
 
 use skewscope_core::log::{FRAME_HEADER_LEN, FrameAt, HEADER_LEN, LogKind, frame_at, header};
 use skewscope_core::record::ProbeRecord;
+use skewscope_core::run_owner::{Claim, OwnerDigest, claim};
 
 use crate::counters::IngestCounters;
 
@@ -62,6 +63,41 @@ pub struct RunStatus {
     /// The claim the connection uploading it holds (see [`OpenRun`]).
     #[serde(skip)]
     claim: u64,
+    /// What the agent keeps of the run's owner secret, once a hello gave
+    /// one (kept beside the run's log, read again after a restart).
+    #[serde(skip)]
+    owner: Option<OwnerDigest>,
+}
+
+/// Why a run could not be opened for a connection.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The file could not be opened or read.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    /// The run belongs to the device that started it, and this hello did
+    /// not give its secret.
+    #[error(
+        "run {0:032x} belongs to the device that started it: this connection did not give its owner secret"
+    )]
+    NotOwner(u128),
+    /// A hello without a secret for a run another connection uploads: it
+    /// cannot prove it may take it over.
+    #[error(
+        "run {0:032x} is being uploaded by another connection, and this one gave no owner secret to take it over"
+    )]
+    InUse(u128),
+}
+
+impl OpenError {
+    /// The rejection to count, when it is one.
+    pub fn counter(&self) -> Option<&'static str> {
+        match self {
+            OpenError::Io(_) => None,
+            OpenError::NotOwner(_) => Some("not_owner"),
+            OpenError::InUse(_) => Some("run_in_use"),
+        }
+    }
 }
 
 /// Every uploaded run, and which are being uploaded right now.
@@ -98,19 +134,35 @@ impl IngestStore {
             .join(format!("probe-{run_id:032x}.sklog"))
     }
 
+    /// The file that keeps run `run_id`'s owner digest.
+    fn owner_path(&self, run_id: u128) -> PathBuf {
+        self.data_dir
+            .join(PROBES_DIR)
+            .join(format!("probe-{run_id:032x}.owner"))
+    }
+
     /// Claims run `run_id` for one connection (released by [`Self::release`])
-    /// and opens its file, cutting a torn tail.
+    /// and opens its file, cutting a torn tail. `secret` is the hello's
+    /// owner secret, if it gave one.
     ///
-    /// The newest connection wins: a probe that reconnects after its link
-    /// dropped (or a page that reloads) says hello before the agent has
-    /// seen the old connection end, and a half-open one is seen only when
-    /// keepalive gives up on it, minutes later. Refusing the new one would
-    /// stall the run's upload that long, so it takes the run over (as MQTT
-    /// does with a client id already connected), counted in `takeovers`;
-    /// the old connection's next batch is refused ([`Self::holds`]). Opens
-    /// and appends all run on the one ingest worker thread, so the new
-    /// claim counts the records after every append of the old one.
-    pub fn open(&self, run_id: u128) -> io::Result<OpenRun> {
+    /// A run belongs to the device that started it: the first hello that
+    /// gives a secret binds the run to it (kept beside the log, so a
+    /// restarted agent knows it), and from then on a hello without it is
+    /// refused and counted (`not_owner`). The owner's newest connection
+    /// wins: a probe that reconnects after its link dropped (or a page
+    /// that reloads) says hello before the agent has seen the old
+    /// connection end, and a half-open one is seen only when keepalive
+    /// gives up on it, minutes later; refusing the new one would stall the
+    /// run's upload that long, so it takes the run over (as MQTT does with
+    /// a client id already connected), counted in `takeovers`, and the old
+    /// connection's next batch is refused ([`Self::holds`]). A hello
+    /// without a secret (a probe from before secrets) may upload a run
+    /// never bound, but not take it from a connection that uploads it
+    /// (`run_in_use`). Opens and appends all run on the one ingest worker
+    /// thread, so a new claim counts the records after every append of the
+    /// old one.
+    pub fn open(&self, run_id: u128, secret: Option<u128>) -> Result<OpenRun, OpenError> {
+        let owner_file = self.owner_path(run_id);
         let claim = {
             let mut runs = self.statuses();
             let status = runs.entry(run_id).or_insert_with(|| RunStatus {
@@ -123,9 +175,23 @@ impl IngestStore {
                 idle_ms: 0,
                 last_activity: None,
                 claim: 0,
+                owner: std::fs::read_to_string(&owner_file)
+                    .ok()
+                    .and_then(|t| OwnerDigest::from_hex(&t)),
             });
-            if status.uploading {
-                self.counters.takeovers.inc();
+            match claim(status.owner.as_ref(), secret) {
+                Claim::NotOwner => return Err(OpenError::NotOwner(run_id)),
+                Claim::Unproven if status.uploading => return Err(OpenError::InUse(run_id)),
+                Claim::Unproven => {}
+                Claim::Owner { bind } => {
+                    if let Some(digest) = bind {
+                        keep_owner(&owner_file, &digest)?;
+                        status.owner = Some(digest);
+                    }
+                    if status.uploading {
+                        self.counters.takeovers.inc();
+                    }
+                }
             }
             status.uploading = true;
             status.claim += 1;
@@ -303,6 +369,25 @@ fn open_run(
     Ok((run, started))
 }
 
+/// Keeps a run's owner digest, durably, readable by the agent's user only.
+fn keep_owner(path: &Path, digest: &OwnerDigest) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let temp = path.with_extension("owner.new");
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temp)?;
+    file.write_all(digest.to_hex().as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&temp, path)?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
 /// Bytes of record logs directly in `dir`.
 pub fn record_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir).map_or(0, |entries| {
@@ -335,24 +420,24 @@ mod tests {
             assert!(poisoned.is_err());
         });
         assert!(store.runs.is_poisoned());
-        let run = store.open(7).expect("the run opens after the panic");
+        let run = store.open(7, None).expect("the run opens after the panic");
         assert_eq!(run.next_seq, 0);
         assert_eq!(store.runs().len(), 1);
         store.release(7, run.claim);
-        assert!(store.open(7).is_ok(), "released, and open again");
+        assert!(store.open(7, None).is_ok(), "released, and open again");
         assert_eq!(store.counters.takeovers.get(), 0);
     }
 
-    /// A second open of a run in use takes it over: the first may append
-    /// nothing more, its release does not free the run, and the second
-    /// counts the records the first stored.
+    /// A second open of a run in use, with its owner's secret, takes it
+    /// over: the first may append nothing more, its release does not free
+    /// the run, and the second counts the records the first stored.
     #[test]
-    fn the_newest_connection_takes_a_run_over() {
+    fn the_owners_newest_connection_takes_a_run_over() {
         let dir = tempfile::tempdir().unwrap();
         let store = IngestStore::new(dir.path(), u64::MAX, IngestCounters::default()).unwrap();
-        let mut old = store.open(9).unwrap();
+        let mut old = store.open(9, Some(0x5ec)).unwrap();
         store.append(&mut old, &one_frame(), 1).unwrap();
-        let new = store.open(9).unwrap();
+        let new = store.open(9, Some(0x5ec)).unwrap();
         assert_eq!(store.counters.takeovers.get(), 1);
         assert!(!store.holds(&old));
         assert!(store.holds(&new));
@@ -364,6 +449,37 @@ mod tests {
         );
         store.release(9, new.claim);
         assert!(!store.runs()[0].uploading);
+    }
+
+    /// Only the secret that first claimed a run claims it again, also
+    /// after a restart of the agent; without a secret a run in use is not
+    /// taken, and an unbound one is.
+    #[test]
+    fn a_run_belongs_to_the_first_secret_it_was_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = IngestStore::new(dir.path(), u64::MAX, IngestCounters::default()).unwrap();
+        let owner = store.open(3, Some(0xaa)).unwrap();
+        assert!(matches!(
+            store.open(3, Some(0xbb)),
+            Err(OpenError::NotOwner(3))
+        ));
+        assert!(matches!(store.open(3, None), Err(OpenError::NotOwner(3))));
+        assert!(store.holds(&owner), "a refused hello takes nothing");
+        store.release(3, owner.claim);
+        // A restarted agent reads the owner back.
+        let again = IngestStore::new(dir.path(), u64::MAX, IngestCounters::default()).unwrap();
+        assert!(matches!(
+            again.open(3, Some(0xbb)),
+            Err(OpenError::NotOwner(3))
+        ));
+        assert!(again.open(3, Some(0xaa)).is_ok());
+        let kept = std::fs::read_to_string(again.owner_path(3)).unwrap();
+        assert!(!kept.contains("aa"), "the digest, not the secret: {kept}");
+        // A run never bound: uploaded without a secret, never taken over.
+        let legacy = again.open(4, None).unwrap();
+        assert!(matches!(again.open(4, None), Err(OpenError::InUse(4))));
+        assert!(again.holds(&legacy));
+        assert_eq!(again.counters.takeovers.get(), 0);
     }
 
     /// One intact frame of a `Stopped` record.

@@ -11,7 +11,7 @@ use std::sync::mpsc;
 use skewscope_core::ingest::{IngestError, accept_batch};
 use tokio::sync::oneshot;
 
-use super::store::{IngestStore, OpenRun};
+use super::store::{IngestStore, OpenError, OpenRun};
 use crate::live::LiveFeed;
 
 /// What storing a batch came to.
@@ -29,7 +29,8 @@ pub enum Stored {
 enum Task {
     Open {
         run_id: u128,
-        reply: oneshot::Sender<std::io::Result<OpenRun>>,
+        secret: Option<u128>,
+        reply: oneshot::Sender<Result<OpenRun, OpenError>>,
     },
     Batch {
         run: OpenRun,
@@ -63,11 +64,16 @@ impl Worker {
         Ok(Worker { tasks })
     }
 
-    /// Claims and opens run `run_id` (see [`IngestStore::open`]).
-    pub async fn open(&self, run_id: u128) -> std::io::Result<OpenRun> {
+    /// Claims and opens run `run_id` for a hello that gave `secret` (see
+    /// [`IngestStore::open`]).
+    pub async fn open(&self, run_id: u128, secret: Option<u128>) -> Result<OpenRun, OpenError> {
         let (reply, answer) = oneshot::channel();
         self.tasks
-            .send(Task::Open { run_id, reply })
+            .send(Task::Open {
+                run_id,
+                secret,
+                reply,
+            })
             .map_err(|_| gone())?;
         answer.await.map_err(|_| gone())?
     }
@@ -98,8 +104,12 @@ fn gone() -> std::io::Error {
 
 fn work(store: &IngestStore, live: &LiveFeed, task: Task) {
     match task {
-        Task::Open { run_id, reply } => {
-            let _ = reply.send(store.open(run_id));
+        Task::Open {
+            run_id,
+            secret,
+            reply,
+        } => {
+            let _ = reply.send(store.open(run_id, secret));
         }
         Task::Batch {
             mut run,

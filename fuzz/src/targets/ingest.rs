@@ -10,7 +10,7 @@ pub fn ingest(data: &[u8]) {
     let _ = decode_to_probe(data);
     match decode_to_agent(data) {
         Ok(ToAgent::Records { first_seq, frames }) => batch(first_seq, &frames),
-        Ok(ToAgent::Hello { .. }) | Err(_) => {}
+        Ok(ToAgent::Hello { .. } | ToAgent::HelloOwned { .. }) | Err(_) => {}
     }
     // The raw bytes as a batch too, so the fuzzer reaches the frame checks
     // without first finding postcard's envelope.
