@@ -469,3 +469,139 @@ fn a_page_over_https_is_cross_origin_isolated_and_uploads_over_wss() {
         "an isolated page's clock steps 5 us, not 100 us: {page:?}"
     );
 }
+
+/// Pages of the site's own app (not the probe page): they import the
+/// agent's clock module, listen to the hub through it and act on what the
+/// app publishes (`POST /publish?lead=`), reporting their own actions and
+/// the frames they were drawn in. One is reloaded mid-run: its run goes on,
+/// and every action and frame is stored once; the report lists both pages
+/// as apps and gives the frames' skew beside the actions'.
+#[test]
+fn a_sites_own_pages_report_their_actions_and_frames_once_across_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, addr) = shifted_agent(dir.path());
+    let agent_dir = dir.path().join("agent");
+    let agent_url = format!("http://{addr}");
+    let (_app, app) = common::fastapi_app("hub_app:app", &[("SKEWSCOPE_AGENT", &agent_url)]);
+    let names = ["lobby-tv", "stage"];
+    let browsers: Vec<Browser> = names
+        .iter()
+        .map(|name| {
+            let page = format!("http://{app}/kiosk?name={name}");
+            Browser::open(dir.path().join(format!("profile-{name}")), &page)
+        })
+        .collect();
+    let clients = || -> u64 {
+        let health: serde_json::Value =
+            serde_json::from_str(&http_get(addr_port(&addr), "/healthz")).unwrap_or_default();
+        health["clients"].as_u64().unwrap_or(0)
+    };
+    wait_for("both pages on the hub and uploading", 60, || {
+        clients() == 2
+            && stored_runs(&agent_dir).len() == 2
+            && browsers.iter().all(|b| b.text_of("state") == "ready")
+    });
+    let stored = |kind: fn(&ProbeRecord) -> bool, each: usize| {
+        let agent_dir = agent_dir.clone();
+        move || {
+            let runs = stored_runs(&agent_dir);
+            runs.len() == 2 && runs.iter().all(|(_, r)| count(r, kind) == each)
+        }
+    };
+    let publish = |n: usize| {
+        for _ in 0..n {
+            trigger(&app.to_string(), "/start_test?lead=0.3", "published");
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    };
+    publish(5);
+    wait_for(
+        "5 actions per page",
+        60,
+        stored(|r| matches!(r, ProbeRecord::Action(_)), 5),
+    );
+    wait_for(
+        "5 frames per page",
+        60,
+        stored(|r| matches!(r, ProbeRecord::Frame(_)), 5),
+    );
+    let before = browsers[1].text_of("run");
+    browsers[1].evaluate("location.reload()");
+    wait_for("the reloaded page back on the hub", 60, || {
+        browsers[1].text_of("run").contains("(resumed)")
+            && browsers[1].text_of("state") == "ready"
+            && clients() == 2
+    });
+    assert!(browsers[1].text_of("run").starts_with(&before[..32]));
+    publish(5);
+    wait_for(
+        "10 actions per page",
+        60,
+        stored(|r| matches!(r, ProbeRecord::Action(_)), 10),
+    );
+    wait_for(
+        "10 frames per page",
+        60,
+        stored(|r| matches!(r, ProbeRecord::Frame(_)), 10),
+    );
+    drop(browsers);
+    signal(&agent.0, Signal::SIGTERM);
+    assert!(agent.0.wait().unwrap().success());
+
+    let runs = stored_runs(&agent_dir);
+    for (name, records) in &runs {
+        assert_no_duplicates(name, records);
+        assert!(
+            records.iter().any(|r| matches!(r, ProbeRecord::App(_))),
+            "{name}: an app's own run"
+        );
+    }
+    let (text, json) = json_report(&[&agent_dir]);
+    assert_eq!(json["reference"]["kind"], "hub", "{text}");
+    assert_eq!(json["broadcasts"], 10, "{text}");
+    let actions = &json["actions"];
+    assert_eq!(actions["actions"], 20, "{text}");
+    assert_eq!(actions["late"], 0, "{text}");
+    assert_eq!(actions["unmatched_actions"], 0, "{text}");
+    assert_eq!(actions["frames"], 20, "{text}");
+    assert_eq!(actions["frame_skew_ns"]["count"], 10, "{text}");
+    for name in names {
+        let row = actions["by_actor"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["name"] == name)
+            .unwrap_or_else(|| panic!("{name} among the actors: {text}"));
+        assert_eq!(row["kind"], "app", "{text}");
+        assert_eq!(row["actions"], 10, "{text}");
+        assert_eq!(row["frames"], 10, "{text}");
+    }
+    // Each frame is the one its action was drawn in, on the page's own
+    // clock: the browser stamps a frame with the moment it began it (its
+    // vsync), which can be up to one refresh (16.7 ms at 60 Hz) before the
+    // action ran in it, and it comes within a second after.
+    let refresh = 17_000_000u64;
+    for (name, records) in &runs {
+        let done: std::collections::HashMap<(u32, MessageKey), u64> = records
+            .iter()
+            .filter_map(|r| match r {
+                ProbeRecord::Action(a) => Some(((a.conn, a.key), a.done.mono_ns)),
+                _ => None,
+            })
+            .collect();
+        for r in records {
+            if let ProbeRecord::Frame(f) = r {
+                let acted = done[&(f.conn, f.key)];
+                assert!(
+                    f.at.mono_ns + refresh >= acted && f.at.mono_ns < acted + 1_000_000_000,
+                    "{name}: a frame {} ms from its action: {f:?}",
+                    (f.at.mono_ns as f64 - acted as f64) / 1e6
+                );
+            }
+        }
+    }
+    let c = &actions["frame_skew_corrected_ns"];
+    assert_eq!(c["count"], 10, "{text}");
+    assert!(text.contains("frame skew"), "{text}");
+    assert!(text.contains("one frame is 16.7 ms at 60 Hz"), "{text}");
+}

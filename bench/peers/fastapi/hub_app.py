@@ -8,8 +8,12 @@ POST /publish?lead=..., and the hub writes the time to act into the JSON
         uvicorn hub_app:app --port 8000
 
 GET /start_test?lead=0.3 publishes one {"type": "go", ...} message acted
-on 0.3 s after the hub builds it (lead=auto: the agent picks it). Written
-for skewscope's tests (audit --trigger against the hub path).
+on 0.3 s after the hub builds it (lead=auto: the agent picks it). GET
+/kiosk?name=lobby-tv is the app's own page for its screens: it imports
+the agent's clock module, listens to the hub and shows GO at each time to
+act, reporting its actions (and the frames they were drawn in) under its
+name. Written for skewscope's tests (audit --trigger against the hub path,
+pages that report their own actions).
 """
 
 import asyncio
@@ -19,6 +23,7 @@ import urllib.error
 import urllib.request
 
 from fastapi import FastAPI, HTTPException
+from fastapi.responses import HTMLResponse
 
 AGENT = os.environ.get("SKEWSCOPE_AGENT", "http://127.0.0.1:8080")
 TOKEN_FILE = os.environ.get("SKEWSCOPE_TOKEN_FILE")
@@ -69,3 +74,33 @@ async def start_test(lead: str = "30ms") -> dict:
 @app.get("/healthz")
 async def healthz() -> dict:
     return {"published": sent}
+
+
+KIOSK = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>kiosk</title></head>
+<body><p id="state">wait</p><p id="acted">0</p><p id="run"></p>
+<script type="module">
+  import { connectClock, toEpochMs } from "AGENT/skewscope-clock.js";
+  const name = new URLSearchParams(location.search).get("name");
+  const clock = await connectClock("AGENT_WS/clock", { name });
+  document.getElementById("run").textContent = clock.runId + (clock.upload.resumed ? " (resumed)" : "");
+  const state = document.getElementById("state");
+  let acted = 0;
+  const hub = clock.subscribe("AGENT_WS/ws");
+  hub.addEventListener("message", (event) => {
+    const message = JSON.parse(event.data);
+    if (message.type !== "go") return;
+    clock.actAt(toEpochMs(message.at), ({ late }) => {
+      state.textContent = late > 0 ? "GO late" : "GO";
+      document.getElementById("acted").textContent = String(++acted);
+    }, { message: event });
+  });
+  state.textContent = "ready";
+</script></body></html>
+"""
+
+
+@app.get("/kiosk", response_class=HTMLResponse)
+async def kiosk() -> str:
+    """The app's own page for its screens (see the module's docstring)."""
+    return KIOSK.replace("AGENT_WS", AGENT.replace("http", "ws", 1)).replace("AGENT", AGENT)

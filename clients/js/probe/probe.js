@@ -61,12 +61,18 @@ function loadRun() {
     // A stopped run whose events are all stored is over; one with events
     // left resumes to upload them.
     const over = saved?.stopped && saved.events.length === 0;
-    if (saved && saved.url === url && !over && !params.has("new-run")) return { run: saved, resumed: true };
+    if (saved && saved.url === url && !over && !params.has("new-run")) {
+      // A run saved before runs had a secret gets one now (kept from here on).
+      if (!/^[0-9a-f]{32}$/.test(saved.secret ?? "")) saved.secret = randomHex(16);
+      return { run: saved, resumed: true };
+    }
   } catch {
     // A damaged entry starts a new run.
   }
   return {
-    run: { runId: randomHex(16), url, nextSeq: 0, acked: 0, events: [], nextConn: 0, open: [], lastMs: 0 },
+    // secret: 128 random bits the agent binds the run to (only a hello with
+    // them may upload it); kept with the run, sent in the hello only, never shown.
+    run: { runId: randomHex(16), secret: randomHex(16), url, nextSeq: 0, acked: 0, events: [], nextConn: 0, open: [], lastMs: 0 },
     resumed: false,
   };
 }
@@ -96,6 +102,9 @@ function save() {
 
 /** Gives an event the run's next sequence number and keeps it until acknowledged. */
 function emit(event) {
+  // A stopped run records nothing more (its clock goes on exchanging
+  // while the page is open): else it would never be over.
+  if (run.stopped && event.kind !== "stopped") return;
   run.events.push(event);
   run.nextSeq += 1;
   if (event.at_ms !== undefined) run.lastMs = event.at_ms;
@@ -120,7 +129,7 @@ const uploader = {
     this.ws = ws;
     this.inFlight = false;
     ws.onopen = () => {
-      ws.send(JSON.stringify({ hello: { version: INGEST_VERSION, run_id: run.runId } }));
+      ws.send(JSON.stringify({ hello: { version: INGEST_VERSION, run_id: run.runId, secret: run.secret } }));
       this.inFlight = true;
       this.report("connected");
     };
@@ -317,8 +326,23 @@ function act(conn, message, arrived, clock) {
       late_ms: late,
     };
     // Written after the moment: another connection's action due at the
-    // same time fires first (saving the outbox takes a while).
-    setTimeout(() => emit(action), 0);
+    // same time fires first (saving the outbox takes a while). Then the
+    // frame the action was drawn in: the next animation frame's time, on
+    // the page's clock, written after the action.
+    let frameMs = null;
+    let actionWritten = false;
+    const emitFrame = () => {
+      if (!run.stopped) emit({ kind: "frame", conn, message, frame_ms: performance.timeOrigin + frameMs });
+    };
+    requestAnimationFrame((t) => {
+      frameMs = t;
+      if (actionWritten) emitFrame();
+    });
+    setTimeout(() => {
+      emit(action);
+      actionWritten = true;
+      if (frameMs !== null) emitFrame();
+    }, 0);
     shown.actions += 1;
     if (late > 0) shown.late += 1;
     show("actions", `${shown.actions} (${shown.late})`);
