@@ -47,6 +47,38 @@ pub struct AgentCounters {
     /// a client that does not trust the certificate, or speaks plain HTTP
     /// to a TLS port.
     pub tls_handshakes_failed: Counter,
+    /// Requests refused for a missing or wrong bearer token, by endpoint
+    /// ([`UNAUTHORIZED_ENDPOINTS`]): an app that publishes without the
+    /// token is seen, not only its failure.
+    pub unauthorized: Family<Labels, Counter>,
+}
+
+/// The endpoints a token guards, as `skewscope_http_unauthorized_total`
+/// labels them.
+pub const UNAUTHORIZED_ENDPOINTS: &[&str] = &[
+    "publish",
+    "start_test",
+    "ingest",
+    "audit",
+    "metrics",
+    "other",
+];
+
+impl AgentCounters {
+    /// A request to `path` refused for its token: counted by endpoint.
+    pub fn unauthorized(&self, path: &str) {
+        let endpoint = match path {
+            "/publish" => "publish",
+            "/start_test" => "start_test",
+            "/ingest" => "ingest",
+            "/metrics" => "metrics",
+            p if p.starts_with("/audit/") => "audit",
+            _ => "other",
+        };
+        self.unauthorized
+            .get_or_create(&vec![("endpoint", endpoint)])
+            .inc();
+    }
 }
 
 /// What `/clock` did: requests answered and refused, sessions open, and
@@ -213,6 +245,8 @@ pub struct Health {
     pub records_lost: u64,
     /// TLS handshakes that failed or timed out.
     pub tls_handshakes_failed: u64,
+    /// Requests refused for their token, by endpoint (those with any).
+    pub unauthorized: BTreeMap<&'static str, u64>,
     /// Shards stuck at the last health check.
     pub shards_stuck: i64,
     /// The time port's packets; `null` when it does not run.
@@ -316,6 +350,13 @@ impl AgentCounters {
             ingest: IngestCounters::default(),
             clock: ClockServiceCounters::new(),
             tls_handshakes_failed: Counter::default(),
+            unauthorized: {
+                let family = Family::<Labels, Counter>::default();
+                for endpoint in UNAUTHORIZED_ENDPOINTS {
+                    let _ = family.get_or_create(&vec![("endpoint", *endpoint)]);
+                }
+                family
+            },
         };
         for reason in INGEST_REJECTIONS {
             let _ = counters
@@ -373,6 +414,11 @@ impl AgentCounters {
             "skewscope_tls_handshakes_failed",
             "Connections whose TLS handshake failed or timed out (--tls-cert): a client that does not trust the certificate, or plain HTTP on the TLS port",
             self.tls_handshakes_failed.clone(),
+        );
+        registry.register(
+            "skewscope_http_unauthorized",
+            "Requests refused for a missing or wrong bearer token, by endpoint",
+            self.unauthorized.clone(),
         );
         registry.register(
             "skewscope_shards_stuck",
@@ -453,6 +499,18 @@ impl AgentCounters {
             publish_bytes_in_flight: self.publish_bytes_in_flight.get(),
             records_lost: self.records_lost.get(),
             tls_handshakes_failed: self.tls_handshakes_failed.get(),
+            unauthorized: UNAUTHORIZED_ENDPOINTS
+                .iter()
+                .map(|e| {
+                    (
+                        *e,
+                        self.unauthorized
+                            .get_or_create(&vec![("endpoint", *e)])
+                            .get(),
+                    )
+                })
+                .filter(|&(_, n)| n > 0)
+                .collect(),
             shards_stuck: self.shards_stuck.get(),
             time: self.time_port.as_ref().map(TimePortCounters::snapshot),
             ingest: IngestHealth {

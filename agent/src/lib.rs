@@ -282,6 +282,7 @@ impl RunningAgent {
                     .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
             )),
             publish_budget: Arc::new(tokio::sync::Semaphore::new(publish_budget_bytes)),
+            stamping: Arc::new(tokio::sync::Semaphore::new(1)),
             clock_sessions: Arc::new(tokio::sync::Semaphore::new(
                 config
                     .max_clock_sessions
@@ -334,8 +335,14 @@ impl RunningAgent {
 
     /// Reads `--tls-cert` and `--tls-key` again (what SIGHUP also does):
     /// new connections get the new pair. Without TLS, nothing to do.
-    pub fn reload_tls(&self) -> Result<(), tls::TlsError> {
-        self.tls.as_ref().map_or(Ok(()), |tls| tls.reload())
+    pub async fn reload_tls(&self) -> Result<(), tls::TlsError> {
+        let Some(tls) = self.tls.clone() else {
+            return Ok(());
+        };
+        // Off the runtime's thread: file reads never hold the requests up.
+        tokio::task::spawn_blocking(move || tls.reload())
+            .await
+            .unwrap_or_else(|e| Err(tls::TlsError::Pair(format!("the reload failed: {e}"))))
     }
 
     /// Whether the agent serves its port over TLS.

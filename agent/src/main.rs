@@ -62,7 +62,7 @@ fn run(config: AgentConfig) -> anyhow::Result<()> {
                 _ = int.recv() => break,
                 _ = hup.recv() => {
                     agent.reopen_log();
-                    match agent.reload_tls() {
+                    match agent.reload_tls().await {
                         Ok(()) if agent.tls() => tracing::info!(target: "agent", "TLS certificate and key read again"),
                         Ok(()) => {}
                         Err(e) => tracing::error!(target: "agent", "{e}; the certificate in use stays"),

@@ -84,22 +84,55 @@ impl ServerTls {
     }
 }
 
+/// The most bytes a certificate chain or key file may hold: a PEM chain is
+/// a few KiB.
+const MAX_PEM_BYTES: u64 = 1 << 20;
+
+/// A PEM file's bytes, when it is a regular file of at most
+/// [`MAX_PEM_BYTES`]: a FIFO or a device put at the path is refused without
+/// being opened (opening a FIFO waits for a writer, and a reload would wait
+/// with it), and `/dev/zero` cannot fill memory.
+fn read_regular(path: &Path) -> Result<Vec<u8>, String> {
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.len() > MAX_PEM_BYTES {
+        return Err(format!(
+            "{} bytes: a PEM file is at most {MAX_PEM_BYTES}",
+            meta.len()
+        ));
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(
+            std::fs::File::open(path).map_err(|e| e.to_string())?,
+            MAX_PEM_BYTES,
+        ),
+        &mut bytes,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(bytes)
+}
+
 fn server_config(cert_path: &Path, key_path: &Path) -> Result<Arc<ServerConfig>, TlsError> {
     let cert_error = |reason: String| TlsError::Cert {
         path: cert_path.to_owned(),
         reason,
     };
-    let chain = CertificateDer::pem_file_iter(cert_path)
-        .map_err(|e| cert_error(e.to_string()))?
+    let cert_pem = read_regular(cert_path).map_err(cert_error)?;
+    let chain = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| cert_error(e.to_string()))?;
     if chain.is_empty() {
         return Err(cert_error("no PEM certificate in it".into()));
     }
-    let key = PrivateKeyDer::from_pem_file(key_path).map_err(|e| TlsError::Key {
+    let key_error = |reason: String| TlsError::Key {
         path: key_path.to_owned(),
-        reason: e.to_string(),
-    })?;
+        reason,
+    };
+    let key_pem = read_regular(key_path).map_err(key_error)?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| key_error(e.to_string()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -129,6 +162,21 @@ mod tests {
         std::fs::write(&cert, certified.cert.pem()).unwrap();
         std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
         (cert, key)
+    }
+
+    #[test]
+    fn a_fifo_at_the_path_is_refused_without_waiting_for_a_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = pair(dir.path(), "ok");
+        let tls = ServerTls::load(&cert, &key).unwrap();
+        std::fs::remove_file(&cert).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(&cert)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let e = tls.reload().unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
     }
 
     #[test]

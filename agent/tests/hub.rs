@@ -223,6 +223,28 @@ async fn token_is_required_when_configured_and_nothing_is_broadcast_without_it()
     assert_eq!(r.status, 200);
     // The first thing the client sees is the authorised broadcast.
     assert_eq!(next_data(&mut clients[0]).await, Message::text("allowed"));
+    // The refusals are counted by endpoint, where an operator sees an app
+    // that publishes without its token.
+    let health: serde_json::Value = serde_json::from_str(
+        &request(agent.addr, "GET", "/healthz", b"", None)
+            .await
+            .unwrap()
+            .body,
+    )
+    .unwrap();
+    assert_eq!(
+        health["unauthorized"],
+        serde_json::json!({"publish": 1, "start_test": 2}),
+        "{health}"
+    );
+    let metrics = request(agent.addr, "GET", "/metrics", b"", None)
+        .await
+        .unwrap()
+        .body;
+    assert!(
+        metrics.contains("skewscope_http_unauthorized_total{endpoint=\"publish\"} 1"),
+        "{metrics}"
+    );
     agent.shutdown().await.unwrap();
 }
 

@@ -215,3 +215,72 @@ async fn lead_auto_without_probes_rests_on_the_fanout_and_says_so() {
         .collect();
     assert!(chosen.len() >= 2 && chosen.iter().all(|l| l.auto && l.basis_copies == 0));
 }
+
+/// Forty 1 MB bodies to `/publish?lead=` at once are stamped one at a time
+/// off the threads that serve requests: a `/clock` exchange made once the
+/// first of them is answered comes back while most are still waiting,
+/// where it once waited behind every one of them (40 × 1 MiB held /clock
+/// at 1.1 s). And a stamped body is held to `--max-publish` with its time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_stamped_bodies_never_hold_up_the_clock() {
+    use futures_util::{SinkExt, StreamExt};
+    let dir = tempfile::tempdir().unwrap();
+    let agent = RunningAgent::start(AgentConfig::local(dir.path().join("agent")))
+        .await
+        .unwrap();
+    let body = format!(r#"{{"type":"go","pad":"{}"}}"#, "x".repeat(1_000_000));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut publishes = Vec::new();
+    for _ in 0..40 {
+        let (addr, body, done) = (agent.addr, body.clone(), done.clone());
+        publishes.push(tokio::spawn(async move {
+            let r = request(addr, "POST", "/publish?lead=1s", body.as_bytes(), None)
+                .await
+                .unwrap();
+            done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            r.status
+        }));
+    }
+    let deadline = Instant::now() + LIMIT;
+    while done.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "no publish answered");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let (mut clock, _) = tokio_tungstenite::connect_async(format!("ws://{}/clock", agent.addr))
+        .await
+        .unwrap();
+    clock
+        .send(tokio_tungstenite::tungstenite::Message::Text(
+            r#"{"id": 1, "t1": 1}"#.into(),
+        ))
+        .await
+        .unwrap();
+    let reply = tokio::time::timeout(LIMIT, clock.next()).await.unwrap();
+    let waiting = 40 - done.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(matches!(reply, Some(Ok(_))), "{reply:?}");
+    assert!(
+        waiting >= 10,
+        "the /clock reply came when only {waiting} of 40 publishes were still waiting"
+    );
+    for p in publishes {
+        assert_eq!(p.await.unwrap(), 200);
+    }
+    // A body of exactly --max-publish bytes has no room for its time.
+    let at_the_limit = format!(
+        r#"{{"pad":"{}"}}"#,
+        "x".repeat(1024 * 1024 - r#"{"pad":""}"#.len())
+    );
+    assert_eq!(at_the_limit.len(), 1024 * 1024);
+    let r = request(
+        agent.addr,
+        "POST",
+        "/publish?lead=1s",
+        at_the_limit.as_bytes(),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 413, "{}", r.body);
+    assert!(r.body.contains("with its time to act"), "{}", r.body);
+    agent.shutdown().await.unwrap();
+}

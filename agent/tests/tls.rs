@@ -342,7 +342,7 @@ async fn a_reloaded_certificate_serves_new_clients_while_open_ones_stay() {
 
     // A broken pair is refused and the one in use stays.
     std::fs::write(&live.cert, "not a certificate").unwrap();
-    assert!(agent.reload_tls().is_err());
+    assert!(agent.reload_tls().await.is_err());
     assert!(
         https(&agent, &trusts_old, "GET", "/healthz", b"")
             .await
@@ -350,7 +350,7 @@ async fn a_reloaded_certificate_serves_new_clients_while_open_ones_stay() {
     );
     std::fs::copy(&new.cert, &live.cert).unwrap();
     std::fs::copy(&new.key, &live.key).unwrap();
-    agent.reload_tls().unwrap();
+    agent.reload_tls().await.unwrap();
     assert!(
         https(&agent, &trusts_old, "GET", "/healthz", b"")
             .await

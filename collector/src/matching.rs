@@ -20,7 +20,7 @@ pub enum Matcher {
     /// The JSON value at `pointer` (RFC 6901) equals `value`.
     Pointer {
         /// Where to look.
-        pointer: String,
+        pointer: skewscope_core::json_pointer::JsonPointer,
         /// What it must be: JSON (`3`, `true`, `"a b"`) or else a string.
         value: serde_json::Value,
     },
@@ -39,6 +39,9 @@ pub enum MatcherError {
     /// A bad regular expression.
     #[error("--match re:…: {0}")]
     Regex(#[from] regex_lite::Error),
+    /// A pointer RFC 6901 refuses.
+    #[error("--match {0}")]
+    Pointer(String),
 }
 
 impl FromStr for Matcher {
@@ -55,7 +58,7 @@ impl FromStr for Matcher {
         let value =
             serde_json::from_str(raw).unwrap_or_else(|_| serde_json::Value::String(raw.to_owned()));
         Ok(Matcher::Pointer {
-            pointer: pointer.to_owned(),
+            pointer: pointer.parse().map_err(MatcherError::Pointer)?,
             value,
         })
     }
@@ -79,7 +82,7 @@ impl Matcher {
         match self {
             Matcher::Pointer { pointer, value } => {
                 match serde_json::from_slice::<serde_json::Value>(&payload.excerpt) {
-                    Ok(json) => match json.pointer(pointer) {
+                    Ok(json) => match pointer.get(&json) {
                         Some(found) if found == value => Judged::Matches,
                         // `/id=5` against `"id": "5"`: the text is the same.
                         Some(serde_json::Value::String(text)) if same_text(text, value) => {

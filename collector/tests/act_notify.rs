@@ -101,8 +101,15 @@ fn each_action_reaches_the_app_at_its_moment_and_a_deaf_app_costs_nothing() {
     let unix_reader = read_notices(move |b| unix_app.recv(b), unix_stop);
     let udp_reader = read_notices(move |b| udp_app.recv(b), udp_stop);
 
-    let logs = ["unix", "udp", "deaf"].map(|n| dir.path().join(format!("{n}.sklog")));
-    let errs = ["unix", "udp", "deaf"].map(|n| dir.path().join(format!("{n}.stderr")));
+    let logs = ["unix", "udp", "deaf", "closed"].map(|n| dir.path().join(format!("{n}.sklog")));
+    let errs = ["unix", "udp", "deaf", "closed"].map(|n| dir.path().join(format!("{n}.stderr")));
+    // A UDP port nobody listens on: the kernel answers notices with ICMP.
+    let closed_port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let closed_target = format!("udp:127.0.0.1:{closed_port}");
     let unix_target = format!("unix:{}", dir.path().join("app.sock").display());
     let udp_target = format!("udp:127.0.0.1:{udp_port}");
     let deaf_target = format!("unix:{}", dir.path().join("nobody.sock").display());
@@ -110,8 +117,9 @@ fn each_action_reaches_the_app_at_its_moment_and_a_deaf_app_costs_nothing() {
         notifying_probe(&url, "unix", &logs[0], 2, &unix_target, &errs[0]),
         notifying_probe(&url, "udp", &logs[1], 1, &udp_target, &errs[1]),
         notifying_probe(&url, "deaf", &logs[2], 1, &deaf_target, &errs[2]),
+        notifying_probe(&url, "closed", &logs[3], 1, &closed_target, &errs[3]),
     ];
-    let connections = [2usize, 1, 1];
+    let connections = [2usize, 1, 1, 1];
     for (log, n) in logs.iter().zip(connections) {
         wait_until("probe connected", || {
             count_of(log, |r| matches!(r, ProbeRecord::ConnectionOpened(_))) == n
@@ -240,6 +248,20 @@ fn each_action_reaches_the_app_at_its_moment_and_a_deaf_app_costs_nothing() {
             0
         );
     }
+    // A closed UDP port: never counted answered; what the kernel reported
+    // refused is counted not delivered, the rest never answered (ICMP is
+    // rate-limited, so not every refusal is reported).
+    let closed: Vec<_> = probe_records(&logs[3])
+        .into_iter()
+        .filter_map(|r| match r {
+            ProbeRecord::NoticeTotals(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    let t = &closed[0];
+    assert_eq!(t.sent + t.undelivered, BROADCASTS as u64, "{t:?}");
+    assert_eq!((t.answered, t.unanswered), (0, t.sent), "{t:?}");
+    assert!(t.undelivered >= 1, "{t:?}");
     // The report lists each app beside its probe, with none of its actions
     // seen and its notices said.
     let (text, json) = json_report(&[&logs[0], &logs[1], &logs[2]]);

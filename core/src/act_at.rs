@@ -90,6 +90,7 @@ impl std::str::FromStr for ActUnit {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ActAt {
     pointer: String,
+    parsed: crate::json_pointer::JsonPointer,
     unit: ActUnit,
 }
 
@@ -121,13 +122,12 @@ impl ActAt {
     /// A JSON pointer (`""` for the whole message, else starting with `/`)
     /// and the unit of what it names.
     pub fn new(pointer: &str, unit: ActUnit) -> Result<ActAt, String> {
-        if !pointer.is_empty() && !pointer.starts_with('/') {
-            return Err(format!(
-                "--act-at {pointer}: a JSON pointer starts with / (like /at or /data/act_at)"
-            ));
-        }
+        let parsed = pointer
+            .parse::<crate::json_pointer::JsonPointer>()
+            .map_err(|e| format!("--act-at {e}"))?;
         Ok(ActAt {
             pointer: pointer.to_owned(),
+            parsed,
             unit,
         })
     }
@@ -151,7 +151,7 @@ impl ActAt {
         }
         let value: serde_json::Value =
             serde_json::from_slice(payload).map_err(|_| NoTimeToAct::NotJson)?;
-        let named = value.pointer(&self.pointer).ok_or(NoTimeToAct::Missing)?;
+        let named = self.parsed.get(&value).ok_or(NoTimeToAct::Missing)?;
         self.nanoseconds(named)
     }
 

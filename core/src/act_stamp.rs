@@ -24,7 +24,7 @@ pub enum StampError {
     NotAnObject,
     /// The pointer's parent is not an object in the payload.
     NoPlace(String),
-    /// The pointer is not one (it must start with `/`).
+    /// The pointer is not one (RFC 6901), or names the whole body: why.
     BadPointer(String),
     /// `auto` names no unit to write in.
     NoUnit,
@@ -47,12 +47,7 @@ impl fmt::Display for StampError {
                 f,
                 "pointer={p}: its parent is not an object in the body (a time to act is added as a member of an existing object)"
             ),
-            StampError::BadPointer(p) => {
-                write!(
-                    f,
-                    "pointer={p}: a JSON pointer starts with / (like /at or /data/act_at)"
-                )
-            }
+            StampError::BadPointer(why) => write!(f, "pointer={why}"),
             StampError::NoUnit => write!(f, "unit= is s, ms, us or ns"),
         }
     }
@@ -66,9 +61,13 @@ pub fn stamp(
     unit: ActUnit,
     at_wall_ns: u64,
 ) -> Result<Vec<u8>, StampError> {
-    let Some(path) = pointer.strip_prefix('/') else {
-        return Err(StampError::BadPointer(pointer.to_owned()));
-    };
+    let parsed: crate::json_pointer::JsonPointer =
+        pointer.parse().map_err(StampError::BadPointer)?;
+    if parsed.tokens().is_empty() {
+        return Err(StampError::BadPointer(
+            ": name the member to write the time in, like /at".to_owned(),
+        ));
+    }
     let value = match unit {
         ActUnit::S => Value::from(at_wall_ns as f64 / 1e9),
         ActUnit::Ms => Value::from(at_wall_ns as f64 / 1e6),
@@ -80,26 +79,10 @@ pub fn stamp(
     if !root.is_object() {
         return Err(StampError::NotAnObject);
     }
-    let tokens: Vec<String> = path
-        .split('/')
-        .map(|t| t.replace("~1", "/").replace("~0", "~"))
-        .collect();
-    let (leaf, parents) = tokens
-        .split_last()
-        .expect("split yields one token at least");
-    let mut at = &mut root;
-    for token in parents {
-        at = match at {
-            Value::Object(map) => map.get_mut(token.as_str()),
-            Value::Array(items) => token.parse::<usize>().ok().and_then(|i| items.get_mut(i)),
-            _ => None,
-        }
+    let (map, leaf) = parsed
+        .parent_object_mut(&mut root)
         .ok_or_else(|| StampError::NoPlace(pointer.to_owned()))?;
-    }
-    let Value::Object(map) = at else {
-        return Err(StampError::NoPlace(pointer.to_owned()));
-    };
-    map.insert(leaf.clone(), value);
+    map.insert(leaf.to_owned(), value);
     Ok(serde_json::to_vec(&root).expect("a JSON value serialises"))
 }
 
@@ -164,10 +147,25 @@ mod tests {
             stamp(br#"{"a":1}"#, "/a/at", ActUnit::S, AT),
             Err(StampError::NoPlace("/a/at".into()))
         );
-        assert_eq!(
-            stamp(br#"{}"#, "at", ActUnit::S, AT),
-            Err(StampError::BadPointer("at".into()))
-        );
+        for (bad, says) in [
+            ("at", "starts with /"),
+            ("/~2", "~0"),
+            ("", "name the member"),
+        ] {
+            let Err(StampError::BadPointer(why)) = stamp(br#"{}"#, bad, ActUnit::S, AT) else {
+                panic!("{bad} taken");
+            };
+            assert!(why.contains(says), "{bad}: {why}");
+        }
+        // RFC 6901's array indices: no leading zero, no sign.
+        for bad in ["/arr/00/at", "/arr/+0/at"] {
+            assert_eq!(
+                stamp(br#"{"arr":[{}]}"#, bad, ActUnit::S, AT),
+                Err(StampError::NoPlace(bad.into())),
+                "{bad}"
+            );
+        }
+        assert!(stamp(br#"{"arr":[{}]}"#, "/arr/0/at", ActUnit::S, AT).is_ok());
         assert_eq!(
             stamp(br#"{}"#, "/at", ActUnit::Auto, AT),
             Err(StampError::NoUnit)

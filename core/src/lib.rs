@@ -36,6 +36,7 @@ pub mod clock;
 pub mod control_rate;
 pub mod identity;
 pub mod ingest;
+pub mod json_pointer;
 pub mod lead;
 pub mod log;
 pub mod page_ingest;

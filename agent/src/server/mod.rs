@@ -150,7 +150,11 @@ async fn handle(
             respond(&mut stream, 200, "", &health).await
         }
         ("GET", "/metrics") => {
-            if authorized_by(&mut stream, &request, context.metrics_token.as_deref()).await {
+            let ok = authorized_by(&mut stream, &request, context.metrics_token.as_deref()).await;
+            if !ok {
+                context.counters.unauthorized(&request.path);
+            }
+            if ok {
                 // A stuck shard shows in the scrape even without systemd's
                 // watchdog, which otherwise runs this check.
                 let stuck = context
@@ -374,7 +378,11 @@ async fn ingest(mut stream: Conn, request: Request, context: &Context) {
 }
 
 async fn authorized(stream: &mut Conn, request: &Request, context: &Context) -> bool {
-    authorized_by(stream, request, context.token.as_deref()).await
+    let ok = authorized_by(stream, request, context.token.as_deref()).await;
+    if !ok {
+        context.counters.unauthorized(&request.path);
+    }
+    ok
 }
 
 /// Keeps labels printable and short: they end up in logs and reports.

@@ -276,14 +276,34 @@ pub async fn publish(mut stream: Conn, request: Request, context: &Context) {
     let at = skewscope_os::clock::now()
         .wall_ns
         .saturating_add(stamping.lead.duration.as_nanos() as u64);
-    let payload =
-        match skewscope_core::act_stamp::stamp(&body, &stamping.pointer, stamping.unit, at) {
-            Ok(p) => p,
-            Err(e) => {
-                let msg = format!("{e}; nothing was broadcast\n");
-                return respond(&mut stream, 422, "", &msg).await;
-            }
+    // Parsing and writing a body grows with it: one at a time, on a
+    // blocking thread, never on the thread that serves every request.
+    let stamped = {
+        let Ok(_turn) = context.stamping.acquire().await else {
+            return;
         };
+        let (pointer, unit) = (stamping.pointer.clone(), stamping.unit);
+        tokio::task::spawn_blocking(move || {
+            skewscope_core::act_stamp::stamp(&body, &pointer, unit, at)
+        })
+        .await
+    };
+    let payload = match stamped {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => {
+            let msg = format!("{e}; nothing was broadcast\n");
+            return respond(&mut stream, 422, "", &msg).await;
+        }
+        Err(_) => return respond(&mut stream, 500, "", "stamping failed\n").await,
+    };
+    if payload.len() > context.max_publish {
+        let msg = format!(
+            "the body with its time to act is {} bytes, over --max-publish {}; nothing was broadcast\n",
+            payload.len(),
+            context.max_publish
+        );
+        return respond(&mut stream, 413, "", &msg).await;
+    }
     let mut sent = context.hub.publish(&payload).await;
     for record in stamping.lead.records(sent.id) {
         context.hub.record(record);
