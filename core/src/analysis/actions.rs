@@ -130,9 +130,9 @@ pub struct ActorFigures {
     pub spare_ns: Option<Summary>,
     /// Of its actions, those with the frame they were drawn in.
     pub frames: u64,
-    /// Its readiness: the p99 of its actions' delays past the later of
-    /// their target and their read ([`crate::analysis::lead_rule`]), what
-    /// the lead must leave it.
+    /// Its readiness: the p99 of its late actions' reaction, read to acted
+    /// ([`crate::analysis::lead_rule`]), what the lead must leave it; 0
+    /// with no late action.
     pub readiness_ns: u64,
     /// For an app beside a probe (`--act-notify`): the notices it was sent
     /// and what came back.
@@ -215,7 +215,7 @@ struct ActorBuilder {
     late: u64,
     timer_error: SummaryBuilder,
     spare: SummaryBuilder,
-    delays: SummaryBuilder,
+    reactions: SummaryBuilder,
     frames: u64,
 }
 
@@ -337,11 +337,11 @@ impl ActionsBuilder {
             actor.actions += 1;
             actor.late += u64::from(a.late_ns > 0);
             actor.frames += u64::from(a.frame.is_some());
-            actor.delays.add(lead_rule::act_delay_ns(
-                a.target.mono_ns,
-                a.late_ns,
-                a.done.mono_ns,
-            ));
+            if let Some(reaction) =
+                lead_rule::reaction_ns(a.target.mono_ns, a.late_ns, a.done.mono_ns)
+            {
+                actor.reactions.add(reaction);
+            }
             if a.late_ns == 0 {
                 actor.timer_error.add(a.timer_error_ns());
             }
@@ -403,7 +403,10 @@ impl ActionsBuilder {
                 timer_error_ns: a.timer_error.finish(),
                 spare_ns: a.spare.finish(),
                 frames: a.frames,
-                readiness_ns: a.delays.finish().map_or(0, |d| lead_rule::readiness_ns(&d)),
+                readiness_ns: a
+                    .reactions
+                    .finish()
+                    .map_or(0, |d| lead_rule::readiness_ns(&d)),
                 notices: app.as_ref().and_then(|app| {
                     joined.probes[*probe]
                         .notices

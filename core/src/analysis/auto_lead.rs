@@ -4,8 +4,8 @@
 //! The live join gives, for every copy a probe or an app uploaded, how long
 //! after the broadcast's start it was read, in the agent's clock with its
 //! clock bound (the latest and earliest the read can truly have been), and
-//! for every action how long past its first possible moment it came (the
-//! device's readiness). The lead is [`crate::analysis::lead_rule`] over the
+//! for every late action how long the device took from reading it to
+//! acting (its readiness). The lead is [`crate::analysis::lead_rule`] over the
 //! reads of the last [`WINDOW_NS`] (ten minutes: a radio's rare power-save
 //! holds stay in it for minutes, not for a count of broadcasts), plus the
 //! slowest device's readiness and the margin: the same rule the report's
@@ -203,8 +203,8 @@ impl AutoLead {
 
     /// A judged broadcast, at agent wall time `at_wall_ns`: its copies'
     /// reads (copies without a clock bound are left out by the caller),
-    /// its actions' delays by run ([`lead_rule::act_delay_ns`]), and the
-    /// names of the runs in them. Updates the lead.
+    /// its late actions' reactions by run ([`lead_rule::reaction_ns`]), and
+    /// the names of the runs in them. Updates the lead.
     pub fn add_judged(
         &mut self,
         at_wall_ns: u64,

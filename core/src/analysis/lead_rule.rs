@@ -3,12 +3,13 @@
 //! function of the same figures.
 //!
 //! A time to act is in time at a device when the device has read the
-//! message and can still arm its timer and have it fire precisely. So the
-//! lead covers [`QUANTILE`] of the copies' reads (start to read, in the
-//! agent's clock, each at the latest its clock bound allows), plus the
-//! **readiness** of the slowest device (from reading a message to acting:
-//! the p99 of its actions' delay past the later of their target and their
-//! read, [`act_delay_ns`]), plus a margin.
+//! message and can still arm its timer before it. So the lead covers
+//! [`QUANTILE`] of the copies' reads (start to read, in the agent's clock,
+//! each at the latest its clock bound allows), plus the **readiness** of
+//! the slowest device (what it needs from reading a message to acting on
+//! it, as its own actions show it: the p99 of its late actions' reaction,
+//! read to acted, [`reaction_ns`]), plus a margin. A timer that fires late
+//! is not cured by a longer lead, so an action in time adds nothing.
 //!
 //! A quantile needs evidence: the p99.9 of a few hundred reads is only
 //! their maximum. With [`MIN_EVIDENCE`] reads (ten times 1/(1 − q)) the
@@ -105,17 +106,18 @@ pub fn with_margin(read_ns: u64) -> u64 {
     read_ns.saturating_add(share.max(MARGIN_NS))
 }
 
-/// One action's delay past the moment it could first have acted: past its
-/// target when it read the message in time (its timer's error), past its
-/// read when it read it late (its reaction). `target_mono_ns`, `late_ns`
-/// and `done_mono_ns` as the action records them.
-pub fn act_delay_ns(target_mono_ns: u64, late_ns: u64, done_mono_ns: u64) -> i64 {
-    done_mono_ns as i64 - target_mono_ns.saturating_add(late_ns) as i64
+/// A late action's reaction: from its message's read to the moment it
+/// acted, what a device needs between reading and acting (`None` for an
+/// action in time: its read came before its target, so it shows only
+/// that the device was ready). `target_mono_ns`, `late_ns` (read minus
+/// target) and `done_mono_ns` as the action records them.
+pub fn reaction_ns(target_mono_ns: u64, late_ns: u64, done_mono_ns: u64) -> Option<i64> {
+    (late_ns > 0).then(|| done_mono_ns as i64 - target_mono_ns.saturating_add(late_ns) as i64)
 }
 
-/// A device's readiness from its actions' delays: their p99, at least 0.
-pub fn readiness_ns(delays: &Summary) -> u64 {
-    delays.p99.max(0) as u64
+/// A device's readiness from its reactions: their p99, at least 0.
+pub fn readiness_ns(reactions: &Summary) -> u64 {
+    reactions.p99.max(0) as u64
 }
 
 #[cfg(test)]
@@ -165,10 +167,10 @@ mod tests {
     }
 
     #[test]
-    fn an_action_is_delayed_past_its_target_or_its_late_read() {
-        // In time: the timer's error.
-        assert_eq!(act_delay_ns(1_000, 0, 1_040), 40);
+    fn a_late_action_shows_its_reaction_and_one_in_time_nothing() {
+        // In time: its timer's error is no lack of lead.
+        assert_eq!(reaction_ns(1_000, 0, 1_040), None);
         // Read 500 ns late: acted 60 ns after the read.
-        assert_eq!(act_delay_ns(1_000, 500, 1_560), 60);
+        assert_eq!(reaction_ns(1_000, 500, 1_560), Some(60));
     }
 }

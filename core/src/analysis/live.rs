@@ -86,9 +86,9 @@ struct Acted {
     by_app: bool,
     done: Stamp,
     late: bool,
-    /// Past the later of its target and its read, on the device's clock:
-    /// what `lead=auto` takes the device's readiness from.
-    delay_ns: i64,
+    /// When it was late, its reaction (read to acted, on the device's
+    /// clock): what `lead=auto` takes the device's readiness from.
+    reaction_ns: Option<i64>,
 }
 
 /// A receipt waiting for its broadcast's record.
@@ -201,8 +201,8 @@ pub struct Judged {
     /// clock was bounded: what `lead=auto` ([`crate::analysis::auto_lead`])
     /// must cover.
     pub reads: Vec<crate::analysis::auto_lead::Read>,
-    /// Each action's delay past the later of its target and its read, by
-    /// run ([`crate::analysis::lead_rule::act_delay_ns`]): the devices'
+    /// Each late action's reaction, read to acted, by run
+    /// ([`crate::analysis::lead_rule::reaction_ns`]): the devices'
     /// readiness.
     pub act_delays: Vec<(u128, i64)>,
     /// The names of the runs in `reads` and `act_delays`.
@@ -514,7 +514,7 @@ impl LiveJoin {
                         by_app,
                         done: a.done,
                         late: a.late_ns > 0,
-                        delay_ns: crate::analysis::lead_rule::act_delay_ns(
+                        reaction_ns: crate::analysis::lead_rule::reaction_ns(
                             a.target.mono_ns,
                             a.late_ns,
                             a.done.mono_ns,
@@ -713,7 +713,11 @@ impl LiveJoin {
             actions: p.actions.len() as u32,
             late: p.actions.iter().filter(|(_, a)| a.late).count() as u32,
             action_skew_upper_ns,
-            act_delays: p.actions.iter().map(|(_, a)| (a.run, a.delay_ns)).collect(),
+            act_delays: p
+                .actions
+                .iter()
+                .filter_map(|(_, a)| Some((a.run, a.reaction_ns?)))
+                .collect(),
             names: {
                 let mut runs: Vec<u128> = reads.iter().map(|r| r.run).collect();
                 runs.extend(p.actions.iter().map(|(_, a)| a.run));
