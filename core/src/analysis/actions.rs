@@ -24,11 +24,11 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 use crate::analysis::clock_figures::{BoundedSummary, BoundedSummaryBuilder};
-use crate::analysis::join::{ActorKind, Joined, JoinedBroadcast};
+use crate::analysis::join::{ActorKind, Joined};
 use crate::analysis::lead_rule::{self, Evidence};
+use crate::analysis::placing::PlacedBroadcast;
 use crate::analysis::stats::{Summary, SummaryBuilder};
-use crate::analysis::timebase::{place, spread_of_all};
-use crate::clock::DeviceClock;
+use crate::analysis::timebase::spread_of_all;
 
 /// Late actions listed at most (the worst).
 pub const LATE_LISTED: usize = 20;
@@ -234,16 +234,8 @@ pub struct BroadcastActions {
 }
 
 /// One broadcast's actions, in the agent's timebase where the clocks say.
-pub fn broadcast_actions(
-    joined: &Joined,
-    b: &JoinedBroadcast,
-    clocks: &[DeviceClock],
-) -> BroadcastActions {
-    let corrected = b.actions.iter().map(|a| {
-        clocks[joined.connections[a.connection].probe]
-            .at(a.done)
-            .map(|c| place(c, a.done.wall_ns))
-    });
+pub fn broadcast_actions(placed: &PlacedBroadcast) -> BroadcastActions {
+    let b = placed.broadcast;
     let walls = b.actions.iter().map(|a| a.done.wall_ns);
     let skew_ns =
         (b.actions.len() >= 2).then(|| walls.clone().max().unwrap_or(0) - walls.min().unwrap_or(0));
@@ -251,7 +243,7 @@ pub fn broadcast_actions(
         actions: b.actions.len() as u32,
         late: b.actions.iter().filter(|a| a.late_ns > 0).count() as u32,
         skew_ns,
-        corrected_ns: spread_of_all(corrected),
+        corrected_ns: spread_of_all(placed.actions()),
     }
 }
 
@@ -261,8 +253,9 @@ impl ActionsBuilder {
         ActionsBuilder::default()
     }
 
-    /// Adds one broadcast of `joined`, with the probes' clock models.
-    pub fn add(&mut self, joined: &Joined, b: &JoinedBroadcast, clocks: &[DeviceClock]) {
+    /// Adds one broadcast of `joined`, as placed.
+    pub fn add(&mut self, joined: &Joined, placed: &PlacedBroadcast) {
+        let b = placed.broadcast;
         let acting = |connection: usize| {
             joined.probes[joined.connections[connection].probe]
                 .act_plan
@@ -278,7 +271,7 @@ impl ActionsBuilder {
         if b.actions.is_empty() {
             return;
         }
-        let here = broadcast_actions(joined, b, clocks);
+        let here = broadcast_actions(placed);
         self.actions += u64::from(here.actions);
         self.late += u64::from(here.late);
         if let Some(lead) = b.agent.and_then(|a| a.lead).filter(|l| l.auto) {
@@ -295,22 +288,17 @@ impl ActionsBuilder {
             }
             self.auto_left_out.extend(b.auto_left_out.iter().cloned());
         }
-        let frames: Vec<_> = b
-            .actions
-            .iter()
-            .filter_map(|a| a.frame.map(|f| (a, f)))
+        let framed: Vec<usize> = (0..b.actions.len())
+            .filter(|&i| b.actions[i].frame.is_some())
             .collect();
-        self.frames += frames.len() as u64;
-        if frames.len() >= 2 {
-            let walls = frames.iter().map(|(_, f)| f.wall_ns);
+        self.frames += framed.len() as u64;
+        if framed.len() >= 2 {
+            let walls = framed
+                .iter()
+                .filter_map(|&i| b.actions[i].frame.map(|f| f.wall_ns));
             let spread = walls.clone().max().unwrap_or(0) - walls.min().unwrap_or(0);
             self.frame_skew.add(spread as i64);
-            let placed = frames.iter().map(|(a, f)| {
-                clocks[joined.connections[a.connection].probe]
-                    .at(*f)
-                    .map(|c| place(c, f.wall_ns))
-            });
-            if let Some(c) = spread_of_all(placed) {
+            if let Some(c) = spread_of_all(framed.iter().map(|&i| placed.frame(i))) {
                 self.frame_skew_corrected.add(c);
             }
         }

@@ -5,10 +5,11 @@
 
 use serde::Serialize;
 
-use crate::analysis::join::{Joined, JoinedBroadcast, JoinedReceipt};
+use crate::analysis::join::{Joined, JoinedReceipt};
+use crate::analysis::placing::PlacedBroadcast;
 use crate::analysis::stats::{Summary, SummaryBuilder};
-use crate::analysis::timebase::{Placed, place, spread_of_all};
-use crate::clock::{Correction, DeviceClock, MAX_DRIFT, find_steps};
+use crate::analysis::timebase::{Placed, spread_of_all};
+use crate::clock::{DeviceClock, MAX_DRIFT, find_steps};
 use crate::record::ClockState;
 
 /// A distribution of estimates with the distributions of their lower and upper
@@ -131,7 +132,8 @@ pub struct Timing {
 pub fn timing(joined: &Joined) -> Timing {
     let mut builder = TimingBuilder::new(joined);
     for b in &joined.broadcasts {
-        builder.add(joined, b);
+        let placed = crate::analysis::placing::place_broadcast(joined, b, builder.clocks());
+        builder.add(joined, &placed);
     }
     builder.finish(joined)
 }
@@ -206,19 +208,13 @@ impl TimingBuilder {
         &self.clocks
     }
 
-    /// Adds one broadcast of `joined`.
+    /// Adds one broadcast of `joined`, as [`crate::analysis::placing`]
+    /// placed it.
     ///
     /// The network interval is intersected with causality: a copy cannot
     /// reach the device before it was sent. See `causal_send`.
-    pub fn add(&mut self, joined: &Joined, b: &JoinedBroadcast) {
-        let clocks = &self.clocks;
-        let correction = |r: &JoinedReceipt| -> Option<Correction> {
-            let stamp = crate::Stamp {
-                wall_ns: r.wall_ns,
-                mono_ns: r.mono_ns,
-            };
-            clocks[joined.connections[r.connection].probe].at(stamp)
-        };
+    pub fn add(&mut self, joined: &Joined, placed: &PlacedBroadcast) {
+        let b = placed.broadcast;
         // Every receipt's arrival in the agent's clock, where its clock says.
         let mut corrected: Vec<Option<Placed>> = Vec::with_capacity(b.receipts.len());
         if let Some(a) = b.agent {
@@ -227,24 +223,27 @@ impl TimingBuilder {
                     .add(r.wall_ns as i64 - a.start.wall_ns as i64);
             }
         }
-        for r in &b.receipts {
+        for (i, r) in b.receipts.iter().enumerate() {
             match r.kernel_delay_ns {
                 Some(d) => self.delivery.add(d as i64),
                 None => self.no_kernel += 1,
             }
-            let Some(c) = correction(r) else {
+            let (Some((at, e)), Some((read, _)), Some(c)) = (
+                placed.arrival(i),
+                placed.read(i),
+                placed.receipt_correction(i),
+            ) else {
                 self.uncorrected += 1;
                 corrected.push(None);
                 continue;
             };
-            let (at, e) = place(c, r.arrival_wall_ns());
             corrected.push(Some((at, e)));
             if let Some(a) = b.agent {
                 let start = a.start.wall_ns as i64;
                 self.latency_corrected
                     .add((at - start, at - e - start, at + e - start));
                 self.worst_bound = self.worst_bound.max(c.bound_ns);
-                let read = place(c, r.wall_ns).0 - start;
+                let read = read - start;
                 self.read_latency.add((read, read - e, read + e));
                 if let Some((sent, floor)) = causal_send(r, start) {
                     let (lo, hi) = (at - e - sent, at + e - sent);

@@ -20,9 +20,9 @@
 
 use serde::Serialize;
 
-use crate::analysis::join::{Joined, JoinedBroadcast, JoinedReceipt};
+use crate::analysis::join::Joined;
+use crate::analysis::placing::PlacedBroadcast;
 use crate::analysis::stats::{Summary, SummaryBuilder};
-use crate::clock::DeviceClock;
 
 /// Connections listed as late at most.
 pub const LATE_CONNECTIONS_LISTED: usize = 5;
@@ -105,33 +105,17 @@ pub struct DiagnosisBuilder {
 
 /// The split of one broadcast, when it can be made. On `one_clock` (every
 /// log from one boot of one host) no correction is needed or applied.
-pub fn split_broadcast(
-    joined: &Joined,
-    b: &JoinedBroadcast,
-    clocks: &[DeviceClock],
-    one_clock: bool,
-) -> Option<SkewSplit> {
-    let theta = |r: &JoinedReceipt| {
-        if one_clock {
-            return Some(0);
-        }
-        let stamp = crate::Stamp {
-            wall_ns: r.wall_ns,
-            mono_ns: r.mono_ns,
-        };
-        clocks[joined.connections[r.connection].probe]
-            .at(stamp)
-            .map(|c| c.theta_ns)
-    };
+pub fn split_broadcast(placed: &PlacedBroadcast, one_clock: bool) -> Option<SkewSplit> {
+    let b = placed.broadcast;
     let mut rows = Vec::with_capacity(b.receipts.len());
-    for r in &b.receipts {
+    for (i, r) in b.receipts.iter().enumerate() {
         let sent = r.tx_wall_ns.or(r.sent_wall_ns)? as i64;
-        let theta = theta(r)?;
-        rows.push((
-            r.arrival_wall_ns() as i64 + theta,
-            sent,
-            r.wall_ns as i64 + theta,
-        ));
+        let (arrival, read) = if one_clock {
+            (r.arrival_wall_ns() as i64, r.wall_ns as i64)
+        } else {
+            (placed.arrival(i)?.0, placed.read(i)?.0)
+        };
+        rows.push((arrival, sent, read));
     }
     if rows.len() < 2 {
         return None;
@@ -164,18 +148,13 @@ impl DiagnosisBuilder {
         }
     }
 
-    /// Adds one broadcast of `joined`, with the probes' clock models; its
-    /// split, when it could be made.
-    pub fn add(
-        &mut self,
-        joined: &Joined,
-        b: &JoinedBroadcast,
-        clocks: &[DeviceClock],
-    ) -> Option<SkewSplit> {
+    /// Adds one broadcast as placed; its split, when it could be made.
+    pub fn add(&mut self, placed: &PlacedBroadcast) -> Option<SkewSplit> {
+        let b = placed.broadcast;
         if b.receipts.len() < 2 {
             return None;
         }
-        let split = split_broadcast(joined, b, clocks, self.one_clock);
+        let split = split_broadcast(placed, self.one_clock);
         match split {
             Some(s) => {
                 self.split += 1;
@@ -193,20 +172,7 @@ impl DiagnosisBuilder {
         // Places by kernel arrival, in the agent's timebase when every
         // receipt's clock is bounded, else on the clocks as they are.
         let corrected: Option<Vec<i64>> = (!self.one_clock)
-            .then(|| {
-                b.receipts
-                    .iter()
-                    .map(|r| {
-                        let stamp = crate::Stamp {
-                            wall_ns: r.wall_ns,
-                            mono_ns: r.mono_ns,
-                        };
-                        clocks[joined.connections[r.connection].probe]
-                            .at(stamp)
-                            .map(|c| r.arrival_wall_ns() as i64 + c.theta_ns)
-                    })
-                    .collect()
-            })
+            .then(|| placed.arrivals().map(|p| p.map(|(at, _)| at)).collect())
             .flatten();
         let arrival = corrected.unwrap_or_else(|| {
             b.receipts

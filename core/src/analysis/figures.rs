@@ -9,10 +9,9 @@
 //! broadcasts into at most [`MAX_HEATMAP_COLUMNS`] columns. Every cut is
 //! counted in the figures, so the page can say what it left out.
 
-use crate::Stamp;
 use crate::analysis::clock_figures::{device_clocks, device_summaries};
-use crate::analysis::join::{Joined, JoinedBroadcast, JoinedReceipt};
-use crate::analysis::timebase::{place, spread_of_all};
+use crate::analysis::join::{Joined, JoinedBroadcast};
+use crate::analysis::timebase::spread_of_all;
 use crate::clock::DeviceClock;
 
 /// Most receipts the latency scatter draws (one mark each).
@@ -152,24 +151,17 @@ impl FiguresBuilder {
         }
     }
 
-    /// Adds one broadcast of `joined`.
+    /// Adds one broadcast of `joined`, placed with this builder's clocks
+    /// ([`crate::analysis::placing`]).
     pub fn add(&mut self, joined: &Joined, b: &JoinedBroadcast) {
-        let clocks = &self.clocks;
-        let corrected_arrival = |r: &JoinedReceipt| {
-            let stamp = Stamp {
-                wall_ns: r.wall_ns,
-                mono_ns: r.mono_ns,
-            };
-            clocks[joined.connections[r.connection].probe]
-                .at(stamp)
-                .map(|c| place(c, r.arrival_wall_ns()))
-        };
+        let placed = crate::analysis::placing::place_broadcast(joined, b, &self.clocks);
         let arrivals: Vec<Arrival> = b
             .receipts
             .iter()
-            .map(|r| Arrival {
+            .enumerate()
+            .map(|(i, r)| Arrival {
                 connection: r.connection,
-                corrected: corrected_arrival(r),
+                corrected: placed.arrival(i),
                 raw: r.arrival_wall_ns() as i64,
             })
             .collect();
@@ -182,7 +174,7 @@ impl FiguresBuilder {
             corrected_ns: spread_of_all(arrivals.iter().map(|a| a.corrected)),
             missing: b.missing.len() as u32,
             actions: (!b.actions.is_empty())
-                .then(|| crate::analysis::actions::broadcast_actions(joined, b, clocks)),
+                .then(|| crate::analysis::actions::broadcast_actions(&placed)),
         });
 
         // Lateness in one timebase per broadcast: corrected when every

@@ -6,6 +6,8 @@
 //!   broadcast's `fanout` (span, queued, dropped) defined once;
 //! - [`crate::clock`] (beside the analysis, since the probe acts on it too):
 //!   each device's clock against the agent's, with a bound that holds;
+//! - [`placing`]: one broadcast's arrivals, reads, actions and frames placed
+//!   on the agent's clock once, with their bounds, for every stage after it;
 //! - [`clock_figures`]: skew and latency moved into the agent's timebase with
 //!   intervals that contain the truth, and the latency split;
 //! - `timebase`: one rule for moving a moment into the agent's clock and
@@ -36,6 +38,7 @@ pub mod join;
 pub mod lead_rule;
 pub mod live;
 pub(crate) mod matching;
+pub mod placing;
 pub mod report;
 pub mod settled;
 pub mod stats;

@@ -405,9 +405,10 @@ impl ReportBuilder {
 
     /// Adds one broadcast of `joined`.
     pub fn add(&mut self, joined: &Joined, b: &JoinedBroadcast) {
-        self.timing.add(joined, b);
-        self.actions.add(joined, b, self.timing.clocks());
-        let split = self.diagnosis.add(joined, b, self.timing.clocks());
+        let placed = crate::analysis::placing::place_broadcast(joined, b, self.timing.clocks());
+        self.timing.add(joined, &placed);
+        self.actions.add(joined, &placed);
+        let split = self.diagnosis.add(&placed);
         let skew = b.skew_ns();
         if let Some(s) = skew {
             self.skews.add(s as i64);

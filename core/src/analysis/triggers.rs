@@ -113,17 +113,10 @@ impl<'t> TriggerLatencyBuilder<'t> {
     /// bounded (else as they are). A device clock a few ms off would
     /// otherwise pair a broadcast with the trigger before its own.
     pub fn add_corrected(&mut self, joined: &Joined, b: &JoinedBroadcast, clocks: &[DeviceClock]) {
-        let corrected: Option<Vec<u64>> = b
-            .receipts
-            .iter()
-            .map(|r| {
-                let stamp = crate::Stamp {
-                    wall_ns: r.wall_ns,
-                    mono_ns: r.mono_ns,
-                };
-                let c = clocks[joined.connections[r.connection].probe].at(stamp)?;
-                Some((r.arrival_wall_ns() as i64 + c.theta_ns) as u64)
-            })
+        let placed = crate::analysis::placing::place_broadcast(joined, b, clocks);
+        let corrected: Option<Vec<u64>> = placed
+            .arrivals()
+            .map(|p| p.map(|(at, _)| at.max(0) as u64))
             .collect();
         match corrected {
             Some(arrivals) => self.add_arrivals(&arrivals),

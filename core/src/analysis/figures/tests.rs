@@ -2,6 +2,7 @@
 //! probe b 3 ms behind, true arrivals known), and the bounds on their size.
 
 use super::*;
+use crate::Stamp;
 use crate::analysis::clock_figures::tests::shifted_run;
 use crate::analysis::join::join;
 

@@ -510,7 +510,8 @@ fn live_action_skews_equal_the_reports_and_a_receipt_waits_for_its_action() {
     let clocks = crate::analysis::clock_figures::device_clocks(&joined);
     assert_eq!(judged.len(), joined.broadcasts.len());
     for (j, b) in judged.iter().zip(&joined.broadcasts) {
-        let report = crate::analysis::actions::broadcast_actions(&joined, b, &clocks);
+        let placed = crate::analysis::placing::place_broadcast(&joined, b, &clocks);
+        let report = crate::analysis::actions::broadcast_actions(&placed);
         assert_eq!(j.actions, report.actions, "{j:?}");
         assert_eq!(j.actions, 4);
         assert_eq!(j.late, 0);
