@@ -491,15 +491,18 @@ pub struct LeadAdvice {
 }
 
 impl LeadAdvice {
-    /// From the latency in the agent's timebase (estimates and bounds),
-    /// the worst clock bound seen and the slowest device's readiness.
+    /// From the latency in the agent's timebase (estimates and bounds)
+    /// and how many of its reads are independent (a device's copies of a
+    /// broadcast once), the worst clock bound seen and the slowest
+    /// device's readiness.
     pub fn from_corrected(
         latency: &BoundedSummary,
+        independent: u64,
         worst_bound_ns: u64,
         readiness_ns: u64,
         from: &'static str,
     ) -> LeadAdvice {
-        let covering = lead_rule::covering(&latency.hi);
+        let covering = lead_rule::covering(&latency.hi, independent);
         LeadAdvice {
             from,
             copies: latency.estimate.count,
@@ -511,9 +514,15 @@ impl LeadAdvice {
         }
     }
 
-    /// From latencies on one clock (no clock error to add).
-    pub fn from_raw(latency: &Summary, readiness_ns: u64, from: &'static str) -> LeadAdvice {
-        let covering = lead_rule::covering(latency);
+    /// From latencies on one clock (no clock error to add), `independent`
+    /// of them independent.
+    pub fn from_raw(
+        latency: &Summary,
+        independent: u64,
+        readiness_ns: u64,
+        from: &'static str,
+    ) -> LeadAdvice {
+        let covering = lead_rule::covering(latency, independent);
         LeadAdvice {
             from,
             copies: latency.count,

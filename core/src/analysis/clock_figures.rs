@@ -123,6 +123,12 @@ pub struct Timing {
     pub read_latency_corrected: Option<BoundedSummary>,
     /// The same on the devices' clocks as they are (one clock: exact).
     pub read_latency_raw: Option<Summary>,
+    /// Independent reads in `read_latency_corrected` (a device's copies of
+    /// one broadcast count once: they share its radio), the evidence the
+    /// lead rule counts.
+    pub read_independent_corrected: u64,
+    /// The same in `read_latency_raw`.
+    pub read_independent_raw: u64,
     /// Whether every probe shares the agent's host and no measurement says
     /// otherwise (no offset excludes zero, no steps).
     pub one_clock: bool,
@@ -180,6 +186,8 @@ pub struct TimingBuilder {
     worst_bound: u64,
     read_latency: BoundedSummaryBuilder,
     read_latency_raw: SummaryBuilder,
+    read_independent_corrected: u64,
+    read_independent_raw: u64,
 }
 
 impl TimingBuilder {
@@ -200,6 +208,8 @@ impl TimingBuilder {
             worst_bound: 0,
             read_latency: BoundedSummaryBuilder::default(),
             read_latency_raw: SummaryBuilder::new(),
+            read_independent_corrected: 0,
+            read_independent_raw: 0,
         }
     }
 
@@ -217,12 +227,18 @@ impl TimingBuilder {
         let b = placed.broadcast;
         // Every receipt's arrival in the agent's clock, where its clock says.
         let mut corrected: Vec<Option<Placed>> = Vec::with_capacity(b.receipts.len());
+        let device =
+            |r: &crate::analysis::join::JoinedReceipt| joined.connections[r.connection].probe;
         if let Some(a) = b.agent {
+            let mut devices = std::collections::HashSet::new();
             for r in &b.receipts {
                 self.read_latency_raw
                     .add(r.wall_ns as i64 - a.start.wall_ns as i64);
+                devices.insert(device(r));
             }
+            self.read_independent_raw += devices.len() as u64;
         }
+        let mut devices_read = std::collections::HashSet::new();
         for (i, r) in b.receipts.iter().enumerate() {
             match r.kernel_delay_ns {
                 Some(d) => self.delivery.add(d as i64),
@@ -245,6 +261,7 @@ impl TimingBuilder {
                 self.worst_bound = self.worst_bound.max(c.bound_ns);
                 let read = read - start;
                 self.read_latency.add((read, read - e, read + e));
+                devices_read.insert(device(r));
                 if let Some((sent, floor)) = causal_send(r, start) {
                     let (lo, hi) = (at - e - sent, at + e - sent);
                     if hi < floor {
@@ -255,6 +272,7 @@ impl TimingBuilder {
                 }
             }
         }
+        self.read_independent_corrected += devices_read.len() as u64;
         if let Some(a) = b.agent {
             for t in b.receipts.iter().filter_map(|r| r.sent_wall_ns) {
                 self.fanout_position.add(t as i64 - a.start.wall_ns as i64);
@@ -315,6 +333,8 @@ impl TimingBuilder {
             worst_bound_ns: self.worst_bound,
             read_latency_corrected: self.read_latency.finish(),
             read_latency_raw: self.read_latency_raw.finish(),
+            read_independent_corrected: self.read_independent_corrected,
+            read_independent_raw: self.read_independent_raw,
         }
     }
 }

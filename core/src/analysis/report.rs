@@ -293,6 +293,13 @@ pub struct Report {
     /// The same on one clock.
     #[serde(skip)]
     pub read_latency_raw: Option<Summary>,
+    /// Independent reads in `read_latency_corrected`: a device's copies of
+    /// one broadcast once (the lead rule's evidence).
+    #[serde(skip)]
+    pub read_independent_corrected: u64,
+    /// The same in `read_latency_raw`.
+    #[serde(skip)]
+    pub read_independent_raw: u64,
 }
 
 impl Report {
@@ -323,16 +330,28 @@ impl Report {
         {
             return Some(LeadAdvice::from_corrected(
                 l,
+                self.read_independent_corrected,
                 self.worst_bound_ns,
                 readiness,
                 "start",
             ));
         }
         if let Some(l) = &self.read_latency_raw {
-            return Some(LeadAdvice::from_raw(l, readiness, "start"));
+            return Some(LeadAdvice::from_raw(
+                l,
+                self.read_independent_raw,
+                readiness,
+                "start",
+            ));
         }
         let from_trigger = self.latency_from_trigger.as_ref()?.latency_ns.as_ref()?;
-        Some(LeadAdvice::from_raw(from_trigger, readiness, "trigger"))
+        // One trigger a broadcast, each timed once: every one independent.
+        Some(LeadAdvice::from_raw(
+            from_trigger,
+            from_trigger.count,
+            readiness,
+            "trigger",
+        ))
     }
 
     /// Computes the report of a joined run.
@@ -571,6 +590,8 @@ impl ReportBuilder {
             worst_bound_ns: timing.worst_bound_ns,
             read_latency_corrected: timing.read_latency_corrected,
             read_latency_raw: timing.read_latency_raw,
+            read_independent_corrected: timing.read_independent_corrected,
+            read_independent_raw: timing.read_independent_raw,
         };
         report.lead = report.advise_lead();
         report
