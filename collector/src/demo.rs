@@ -128,6 +128,10 @@ async fn measure(
         config.name = (*name).into();
         config.count = Some(options.broadcasts as u64);
         config.upload_token = Some(token.to_owned());
+        // lead=auto takes the lead from what the probes' uploads measure.
+        if options.lead == Some(skewscope_core::lead::LeadChoice::Auto) {
+            config.upload = Some(format!("http://{}", agent.addr));
+        }
         if options.lead.is_some() {
             config.act_at = Some(
                 skewscope_core::act_at::ActAt::new("/at_ns", skewscope_core::act_at::ActUnit::Ns)
