@@ -101,6 +101,9 @@ KIOSK = """<!DOCTYPE html>
 
 
 @app.get("/kiosk", response_class=HTMLResponse)
-async def kiosk() -> str:
-    """The app's own page for its screens (see the module's docstring)."""
-    return KIOSK.replace("AGENT_WS", AGENT.replace("http", "ws", 1)).replace("AGENT", AGENT)
+async def kiosk(agent: str | None = None) -> str:
+    """The app's own page for its screens (see the module's docstring);
+    ?agent=HOST:PORT reaches the agent there instead (a device behind its
+    own emulated link, in bench/apps)."""
+    base = f"http://{agent}" if agent else AGENT
+    return KIOSK.replace("AGENT_WS", base.replace("http", "ws", 1)).replace("AGENT", base)
