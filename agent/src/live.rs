@@ -219,11 +219,12 @@ impl LiveFigures {
         registry.register(
             "skewscope_auto_lead_seconds",
             format!(
-                "The lead lead=auto gives now: p{} of the reads (start to read in the agent's clock at the latest its bound allows) over the last {} s, a tail model with fewer than {} reads, plus the slowest device's readiness and {} us or 1/16 of it; at most --max-lead; without uploads the fan-out span plus {} ms for the network",
+                "The lead lead=auto gives now: p{} of the reads (start to read in the agent's clock at the latest its bound allows) over the last {} s, a tail model with fewer than {} independent reads (a device's copies of a broadcast once), plus the slowest device's readiness and a margin of {} us (or 1/{} of an empirical quantile when more); at most --max-lead; without uploads the fan-out span plus {} ms for the network",
                 skewscope_core::analysis::lead_rule::QUANTILE * 100.0,
                 skewscope_core::analysis::auto_lead::WINDOW_NS / 1_000_000_000,
                 skewscope_core::analysis::lead_rule::MIN_EVIDENCE,
                 skewscope_core::analysis::lead_rule::MARGIN_NS / 1_000,
+                (1.0 / skewscope_core::analysis::lead_rule::MARGIN_SHARE).round(),
                 skewscope_core::analysis::auto_lead::NETWORK_ALLOWANCE_NS / 1_000_000
             ),
             self.auto_lead_seconds.clone(),

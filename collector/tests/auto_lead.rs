@@ -343,7 +343,9 @@ fn a_device_reading_hours_late_is_left_out_and_the_ceiling_holds() {
     phase(&addr, 12, &mut judged);
     let answer = auto_answer(&addr);
     let left_out = answer["lead_left_out"].as_array().unwrap_or_else(|| {
-        panic!("no device left out: {answer}");
+        let m = request_ok(&addr, "GET", "/metrics", b"", None);
+        let st = request_ok(&addr, "GET", "/audit/status", b"", None);
+        panic!("no device left out: {answer}\n{m}\n{st}");
     });
     assert_eq!(left_out.len(), 1, "{answer}");
     assert_eq!(left_out[0]["name"], "forger", "{answer}");

@@ -220,13 +220,16 @@ impl AutoLead {
                 d.name.clone_from(name);
             }
         }
-        // More asked for than the last reading covered: read it again now.
+        // More asked for than the last reading covered, or the first reads
+        // after a reading without any: read it again now.
         if let Some(c) = &self.cached {
             let past_reads = reads.iter().any(|r| r.upper_ns > c.covered_read_ns);
             let past_readiness = delays
                 .iter()
                 .any(|(_, d)| *d > i64::try_from(c.target.readiness_ns).unwrap_or(i64::MAX));
-            if past_reads || past_readiness || c.target.basis == LeadBasis::Nothing {
+            let first_reads =
+                !reads.is_empty() && !matches!(c.target.basis, LeadBasis::Probes { .. });
+            if past_reads || past_readiness || first_reads {
                 self.cached = None;
             }
         }
@@ -492,6 +495,20 @@ mod tests {
         }
         assert_eq!(a.now().lead_ns, 3 * MS + NETWORK_ALLOWANCE_NS + MARGIN_NS);
         assert_eq!(a.now().basis, LeadBasis::FanoutOnly { broadcasts: 10 });
+    }
+
+    #[test]
+    fn the_first_reads_after_the_fanout_basis_are_taken_at_once() {
+        let mut a = AutoLead::new(30 * MS);
+        a.add_fanout_span(MS);
+        assert!(matches!(a.now().basis, LeadBasis::FanoutOnly { .. }));
+        // Within the second the reading is otherwise kept for.
+        a.add_judged(S / 10, &reads(1, [2 * MS, 3 * MS]), &[], &names(&[1]));
+        assert!(
+            matches!(a.now().basis, LeadBasis::Probes { .. }),
+            "{:?}",
+            a.now()
+        );
     }
 
     #[test]
