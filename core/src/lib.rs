@@ -15,6 +15,9 @@
 //!   messages and the handshake that agrees on them), [`chrony`] (what
 //!   `chronyc` prints), [`ingest`] (probes uploading their records) and
 //!   [`page_ingest`] (its JSON dialect, spoken by the browser probe page);
+//! - the protocols a probe speaks over its connection besides plain
+//!   WebSocket messages, each a sans-IO layer ([`protocol_layer`]):
+//!   [`socketio`], [`stomp`], [`mqtt`], and [`sse`] (an HTTP event stream);
 //! - [`tap`]: an unmodified server's outgoing TCP segments read back into
 //!   the WebSocket messages it sent each client, with capture times;
 //! - [`units`]: durations and sizes as written in flags;
@@ -39,13 +42,18 @@ pub mod ingest;
 pub mod json_pointer;
 pub mod lead;
 pub mod log;
+pub mod mqtt;
 pub mod page_ingest;
 pub mod permessage_deflate;
+pub mod protocol_layer;
 pub mod record;
 pub mod retention;
 pub mod run_owner;
 pub mod server_frames;
+pub mod socketio;
+pub mod sse;
 pub mod stamp;
+pub mod stomp;
 pub mod tap;
 pub mod time_exchange;
 pub mod units;

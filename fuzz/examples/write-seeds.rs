@@ -249,6 +249,85 @@ fn main() -> std::io::Result<()> {
     exchanges.extend(forget);
     seeds.push(("clock_model", "wifi-then-a-step".into(), exchanges));
 
+    // Socket.IO: a session as python-socketio runs one (open, connect,
+    // pings, events with and without ack ids, a namespace, a binary event
+    // and its attachment (0xFF marks a binary line), a close).
+    let socketio = concat!(
+        "0{\"sid\":\"Hs9\",\"upgrades\":[],\"pingInterval\":25000,\"pingTimeout\":20000,\"maxPayload\":1000000}\n",
+        "40{\"sid\":\"x1\"}\n",
+        "2\n",
+        "42[\"show\",{\"n\":0,\"at\":1764000000.25}]\n",
+        "42[\"noise\",1,\"two\",[3]]\n",
+        "4217[\"show\",{\"n\":1}]\n",
+        "42/lobby,[\"show\",{\"n\":2}]\n",
+        "451-[\"blob\",{\"_placeholder\":true,\"num\":0}]\n",
+        "\u{ff}\u{1}\u{2}\n",
+        "6\n",
+        "41\n",
+    );
+    seeds.push(("socketio", "session".into(), socketio.into()));
+    seeds.push((
+        "socketio",
+        "refused".into(),
+        b"0{\"pingInterval\":1000,\"pingTimeout\":1000}\n44{\"message\":\"Not authorized\"}\n"
+            .to_vec(),
+    ));
+
+    // STOMP: a broker's frames to a subscriber (CONNECTED, RECEIPT,
+    // heart-beats, messages with and without content-length, CRLF), and
+    // an ERROR.
+    let stomp = concat!(
+        "CONNECTED\nversion:1.2\nheart-beat:1000,1000\nserver:RabbitMQ/3.10.8\n\n\0",
+        "RECEIPT\nreceipt-id:skewscope-subscribed\n\n\0\n\n",
+        "MESSAGE\nsubscription:skewscope-0\ndestination:/topic/show\nmessage-id:T_1@@session-x@@1\n",
+        "content-type:application/json\ncontent-length:24\n\n{\"n\":0,\"at\":1764000000}\0\n",
+        "MESSAGE\r\nsubscription:skewscope-0\r\ndestination:/topic/a\\cb\r\n\r\nplain body\0",
+    );
+    seeds.push(("stomp", "session".into(), stomp.into()));
+    seeds.push((
+        "stomp",
+        "error".into(),
+        b"ERROR\nmessage:Access refused\ncontent-length:5\n\nno\0no\0".to_vec(),
+    ));
+
+    // MQTT: CONNACK, SUBACK, then PUBLISHes at QoS 0 and 1 (one retained),
+    // a PINGRESP; and the MQTT 5 shapes with properties.
+    let publish = |first: u8, id: Option<u16>, props: &[u8], payload: &[u8]| {
+        let mut body = vec![0, 10];
+        body.extend_from_slice(b"show/lobby");
+        if let Some(id) = id {
+            body.extend_from_slice(&id.to_be_bytes());
+        }
+        body.extend_from_slice(props);
+        body.extend_from_slice(payload);
+        let mut packet = vec![first, body.len() as u8];
+        packet.extend(body);
+        packet
+    };
+    let mut mqtt = vec![0x20, 2, 0, 0, 0x90, 3, 0, 1, 1];
+    mqtt.extend(publish(0x30, None, &[], b"{\"n\":0,\"at\":1764000000}"));
+    mqtt.extend(publish(0x32, Some(7), &[], b"qos one"));
+    mqtt.extend(publish(0x33, Some(8), &[], b"retained"));
+    mqtt.extend([0xD0, 0]);
+    seeds.push(("mqtt", "v3".into(), mqtt));
+    let mut mqtt5 = vec![0x20, 9, 0, 0, 6, 0x13, 0, 5, 0x21, 0, 20];
+    mqtt5.extend([0x90, 4, 0, 1, 0, 1]);
+    mqtt5.extend(publish(0x32, Some(1), &[3, 0x01, 1, 0x23], b"{\"at\":1}"));
+    mqtt5.extend([0xE0, 2, 0x8B, 0]);
+    seeds.push(("mqtt", "v5".into(), mqtt5));
+
+    // SSE: a response as Starlette streams one (chunked), and a bare body.
+    let events = "retry: 300\n\nid: 1\nevent: show\ndata: {\"n\": 0}\n\n: keep-alive\n\nevent: other\r\ndata: a\r\ndata: b\r\n\r\n";
+    let mut chunked = String::from(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n",
+    );
+    for part in [&events[..20], &events[20..]] {
+        chunked.push_str(&format!("{:x}\r\n{part}\r\n", part.len()));
+    }
+    chunked.push_str("0\r\n\r\n");
+    seeds.push(("sse", "chunked".into(), chunked.into()));
+    seeds.push(("sse", "body".into(), format!("\u{feff}{events}").into()));
+
     for (target, name, bytes) in seeds {
         assert!(
             TARGETS.iter().any(|(t, _)| *t == target),

@@ -37,4 +37,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("chrony", chrony),
     ("act_at", act_at),
     ("clock_model", clock_model),
+    ("socketio", socketio),
+    ("stomp", stomp),
+    ("mqtt", mqtt),
+    ("sse", sse),
 ];

@@ -27,142 +27,69 @@ use skewscope_os::settings::duration_text;
 use crate::config::ProbeConfig;
 use crate::error::ProbeError;
 
-/// Receives a server's WebSocket broadcasts on one or many connections and
-/// records when each message arrived, for skewscope's skew report.
+/// The help's sections, by what a person came to do.
+mod heading {
+    pub const SERVER: &str = "The server to receive from";
+    pub const UNTIL: &str = "How long to run";
+    pub const LOG: &str = "The record log";
+    pub const CLOCK: &str = "This device's clock against the server's";
+    pub const UPLOAD: &str = "Uploading to the agent (for skewscope audit)";
+    pub const ACT: &str = "Acting at each message's time to act";
+    pub const SETTINGS: &str = "Settings and logging";
+}
+
+/// skewscope-probe: receives a server's WebSocket broadcasts on one or many
+/// connections and records when each message arrived, measures this
+/// device's clock against the server's, and, with --act-at, acts at the
+/// time each message names.
+///
+/// A run, as on a device of a site audited with `skewscope audit`:
+///   skewscope-probe --url ws://server:8080/ws --name kiosk-3 --out-dir ./probe \
+///       --upload http://server:8080 --token-file agent.token --act-at /at --reconnect
 ///
 /// Every setting can also come from a TOML file (`--config`, keys named like the
 /// flags with underscores; durations as strings like "10s", sizes in bytes);
 /// flags override it.
 #[derive(Debug, Parser, Serialize, Deserialize)]
-#[command(name = "skewscope-probe", version)]
+#[command(name = "skewscope-probe", version, verbatim_doc_comment)]
 #[serde(deny_unknown_fields, default)]
 pub struct Args {
-    /// TOML file with settings (like /etc/skewscope/probe-NAME.toml); flags override it.
-    #[arg(long, value_name = "FILE")]
-    #[serde(skip)]
-    pub config: Option<PathBuf>,
-
-    /// Print the settings in effect (file and flags merged) as TOML, and exit.
-    #[arg(long)]
-    #[serde(skip)]
-    pub print_config: bool,
-
-    /// What to log, as `RUST_LOG` says it (`warn`, `info,probe::upload=debug`);
-    /// overrides `RUST_LOG`. Default `info`. Targets: `probe`,
-    /// `probe::time`, `probe::upload`.
-    #[arg(long, value_name = "FILTER")]
-    pub log: Option<String>,
-
     /// WebSocket URL of the broadcast server, like ws://server:8080/ws. Any server
     /// works; a skewscope agent also labels the connection so both logs can be
     /// joined. Required, on the command line or in the config file.
-    #[arg(long)]
+    #[arg(long, help_heading = heading::SERVER)]
     pub url: Option<String>,
 
     /// Connections to open, all receiving the same broadcasts. Connections on one
     /// device share its clock, so their spread is measured without clock error.
     #[arg(long, short = 'n', value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..))]
+          value_parser = clap::value_parser!(u32).range(1..), help_heading = heading::SERVER)]
     pub connections: u32,
 
     /// This probe's name in reports, sent to the server as ?probe=NAME. Defaults
     /// to the host name, so devices are told apart without configuration.
-    #[arg(long)]
+    #[arg(long, help_heading = heading::SERVER)]
     pub name: Option<String>,
-
-    /// Record log to write (created, or truncated if it exists). The collector
-    /// reads it together with the agent's log. Required, here or in the file.
-    #[arg(long, short = 'o', value_name = "FILE", conflicts_with = "out_dir")]
-    pub out: Option<PathBuf>,
-
-    /// Directory for the record log instead of --out: each run writes a new
-    /// probe-NAME-START-PID.sklog there, so a restarted service never
-    /// overwrites an earlier run's log.
-    #[arg(long, value_name = "DIR")]
-    pub out_dir: Option<PathBuf>,
-
-    /// With --out-dir: keep at most this many run logs there, this one
-    /// included. To make room the oldest logs the agent has acknowledged in
-    /// full (--upload) are deleted; one it lacks never is: with no room left
-    /// the probe does not record, and says why. 0: no limit.
-    #[arg(long, value_name = "N", default_value_t = skewscope_core::retention::DEFAULT_MAX_RUNS)]
-    pub keep_runs: u32,
-
-    /// With --out-dir: keep at most this many bytes of run logs there, this
-    /// one included (what is left is this run's limit), by the same rule as
-    /// --keep-runs. 0: no limit.
-    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size_or_zero)]
-    pub keep_bytes: usize,
-
-    /// Close each connection after it received K messages, so a run against a
-    /// known number of broadcasts ends by itself. With --duration, whichever
-    /// comes first.
-    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
-    pub count: Option<u64>,
-
-    /// Stop after this long (like 30s, 500ms, 2m, 1h), counted from start, for
-    /// unattended runs against a server that broadcasts forever. Without --count
-    /// or --duration the probe runs until SIGINT/SIGTERM or the server goes away.
-    #[arg(long, value_name = "D", value_parser = parse_duration)]
-    #[serde(with = "duration_text::option")]
-    pub duration: Option<Duration>,
 
     /// When the server closes a connection or it breaks (a server restart, a
     /// network drop), open it again after a jittered back-off (250 ms
     /// doubling to 10 s), until the run stops. Each gap is in the log; the
     /// report counts reconnects and does not count a connection missing for
     /// broadcasts sent while it was down. What a probe run as a service wants.
-    #[arg(long)]
+    #[arg(long, help_heading = heading::SERVER)]
     pub reconnect: bool,
 
     /// Give up on a connection whose TCP connect and WebSocket upgrade take longer
     /// than this, so an unreachable server fails the run instead of hanging it.
-    #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_duration, help_heading = heading::SERVER)]
     #[serde(with = "duration_text")]
     pub connect_timeout: Duration,
 
     /// Largest message or frame accepted (bytes, or with a KiB/MiB/GiB suffix); a
     /// larger one closes that connection, so a misbehaving server cannot exhaust
     /// the device's memory.
-    #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = parse_size, help_heading = heading::SERVER)]
     pub max_message: usize,
-
-    /// Stop recording and end the run once the log holds this many bytes
-    /// (with a KiB/MiB/GiB suffix): the log's last record then says so, and
-    /// the probe exits non-zero. A chatty or hostile server cannot fill the
-    /// device's disk. Unbounded by default.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    pub max_log_bytes: Option<usize>,
-
-    /// HOST:PORT of the agent's UDP time exchange, used to measure this device's
-    /// clock offset to the server's. Defaults to the URL's host and port, where a
-    /// skewscope agent answers; a server that does not answer is left alone.
-    #[arg(long, value_name = "HOST:PORT")]
-    pub time_server: Option<String>,
-
-    /// Pause between time exchanges after the first burst.
-    #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_duration)]
-    #[serde(with = "duration_text")]
-    pub time_interval: Duration,
-
-    /// Do not run the time exchange (reports then cannot bound this device's clock).
-    #[arg(long)]
-    pub no_time_exchange: bool,
-
-    /// Stream every record to this agent (http://HOST:PORT, or https:// when
-    /// it has --tls-cert: --ca-file then names its CA) while running, for
-    /// `skewscope audit`. The log stays the source of truth: what the agent has
-    /// not acknowledged is sent again after a reconnect.
-    #[arg(long, value_name = "URL")]
-    pub upload: Option<String>,
-
-    /// File holding the agent's bearer token (kept out of process lists and
-    /// settings): for --upload, and to check the tag on the agent's time
-    /// replies (without it the report names this clock unauthenticated).
-    /// Without it, a systemd credential named `token` is used when the unit
-    /// has one ($CREDENTIALS_DIRECTORY/token).
-    #[arg(long, value_name = "FILE")]
-    pub token_file: Option<PathBuf>,
 
     /// Extra header for the WebSocket upgrade, 'Name: value' (repeatable), as
     /// the server's real clients send it: a token, a cookie. A value of
@@ -170,13 +97,13 @@ pub struct Args {
     /// settings ('@@' for a value that starts with @). The handshake's own
     /// headers (Host, Upgrade, Connection, Sec-WebSocket-*) cannot be set.
     /// User-info in the URL (ws://user:password@host/) is sent as Basic auth.
-    #[arg(long = "header", value_name = "'NAME: VALUE'")]
+    #[arg(long = "header", value_name = "'NAME: VALUE'", help_heading = heading::SERVER)]
     pub header: Vec<String>,
 
     /// Subprotocol to offer (repeatable, in order of preference), for a server
     /// that requires one (Sec-WebSocket-Protocol). As in browsers, a server
     /// that then chooses none, or one not offered, fails the connection.
-    #[arg(long = "subprotocol", value_name = "NAME")]
+    #[arg(long = "subprotocol", value_name = "NAME", help_heading = heading::SERVER)]
     pub subprotocol: Vec<String>,
 
     /// Do not offer permessage-deflate. By default the probe offers it as
@@ -184,19 +111,95 @@ pub struct Args {
     /// server that compresses for its browsers then compresses for the probe
     /// too, and the probe measures the fan-out they get. Each connection that
     /// negotiated it is recorded, and reports count them.
-    #[arg(long)]
+    #[arg(long, help_heading = heading::SERVER)]
     pub no_deflate: bool,
 
     /// For wss:// URLs: trust only the CA certificates in this PEM file (a
     /// private CA), instead of the device's system roots (/etc/ssl/certs).
-    #[arg(long, value_name = "PEM")]
+    #[arg(long, value_name = "PEM", help_heading = heading::SERVER)]
     pub ca_file: Option<PathBuf>,
 
     /// For wss:// URLs: do NOT check the server's certificate. Anyone on the
     /// path could then be the server; the log records every such connection
     /// and reports warn about it. For a test bench, never a deployment.
-    #[arg(long, conflicts_with = "ca_file")]
+    #[arg(long, conflicts_with = "ca_file", help_heading = heading::SERVER)]
     pub insecure: bool,
+
+    /// Close each connection after it received K messages, so a run against a
+    /// known number of broadcasts ends by itself. With --duration, whichever
+    /// comes first.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..), help_heading = heading::UNTIL)]
+    pub count: Option<u64>,
+
+    /// Stop after this long (like 30s, 500ms, 2m, 1h), counted from start, for
+    /// unattended runs against a server that broadcasts forever. Without --count
+    /// or --duration the probe runs until SIGINT/SIGTERM or the server goes away.
+    #[arg(long, value_name = "D", value_parser = parse_duration, help_heading = heading::UNTIL)]
+    #[serde(with = "duration_text::option")]
+    pub duration: Option<Duration>,
+
+    /// Record log to write (created, or truncated if it exists). The collector
+    /// reads it together with the agent's log. Required, here or in the file.
+    #[arg(long, short = 'o', value_name = "FILE", conflicts_with = "out_dir", help_heading = heading::LOG)]
+    pub out: Option<PathBuf>,
+
+    /// Directory for the record log instead of --out: each run writes a new
+    /// probe-NAME-START-PID.sklog there, so a restarted service never
+    /// overwrites an earlier run's log.
+    #[arg(long, value_name = "DIR", help_heading = heading::LOG)]
+    pub out_dir: Option<PathBuf>,
+
+    /// With --out-dir: keep at most this many run logs there, this one
+    /// included. To make room the oldest logs the agent has acknowledged in
+    /// full (--upload) are deleted; one it lacks never is: with no room left
+    /// the probe does not record, and says why. 0: no limit.
+    #[arg(long, value_name = "N", default_value_t = skewscope_core::retention::DEFAULT_MAX_RUNS, help_heading = heading::LOG)]
+    pub keep_runs: u32,
+
+    /// With --out-dir: keep at most this many bytes of run logs there, this
+    /// one included (what is left is this run's limit), by the same rule as
+    /// --keep-runs. 0: no limit.
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size_or_zero, help_heading = heading::LOG)]
+    pub keep_bytes: usize,
+
+    /// Stop recording and end the run once the log holds this many bytes
+    /// (with a KiB/MiB/GiB suffix): the log's last record then says so, and
+    /// the probe exits non-zero. A chatty or hostile server cannot fill the
+    /// device's disk. Unbounded by default.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, help_heading = heading::LOG)]
+    pub max_log_bytes: Option<usize>,
+
+    /// HOST:PORT of the agent's UDP time exchange, used to measure this device's
+    /// clock offset to the server's. Defaults to the URL's host and port, where a
+    /// skewscope agent answers; a server that does not answer is left alone.
+    #[arg(long, value_name = "HOST:PORT", help_heading = heading::CLOCK)]
+    pub time_server: Option<String>,
+
+    /// Pause between time exchanges after the first burst.
+    #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_duration, help_heading = heading::CLOCK)]
+    #[serde(with = "duration_text")]
+    pub time_interval: Duration,
+
+    /// Do not run the time exchange (reports then cannot bound this device's clock).
+    #[arg(long, help_heading = heading::CLOCK)]
+    pub no_time_exchange: bool,
+
+    /// Stream every record to this agent (http://HOST:PORT, or https:// when
+    /// it has --tls-cert: --ca-file then names its CA) while running, for
+    /// `skewscope audit`. The log stays the source of truth: what the agent has
+    /// not acknowledged is sent again after a reconnect.
+    #[arg(long, value_name = "URL", help_heading = heading::UPLOAD)]
+    pub upload: Option<String>,
+
+    /// File holding the agent's bearer token (kept out of process lists and
+    /// settings): the file the agent was given with its --token-file. For
+    /// --upload, and to check the tag on the agent's time replies (without
+    /// it the report names this clock unauthenticated). An agent that
+    /// refuses it (401) stops the run at once, with an error naming this
+    /// file and a non-zero exit. Without it, a systemd credential named
+    /// `token` is used when the unit has one ($CREDENTIALS_DIRECTORY/token).
+    #[arg(long, value_name = "FILE", help_heading = heading::UPLOAD)]
+    pub token_file: Option<PathBuf>,
 
     /// Act on each message at the time it names: a JSON pointer (RFC 6901)
     /// to a time in the server's wall clock, like /at (FastAPI's
@@ -204,21 +207,21 @@ pub struct Args {
     /// /start_test?lead=). The probe maps it into this device's clock with
     /// its time exchange, waits with a precise timer and records the action
     /// (late, and by how much, when the message came after its time).
-    #[arg(long, value_name = "POINTER")]
+    #[arg(long, value_name = "POINTER", help_heading = heading::ACT)]
     pub act_at: Option<String>,
 
     /// The unit of --act-at's time: s, ms, us or ns since the epoch, or auto
     /// (read from its magnitude: below 1e11 seconds, below 1e14 ms, below
     /// 1e17 µs, else ns). Integers and floats are both read; a string
     /// holding a number too.
-    #[arg(long, value_name = "UNIT", default_value = "auto", requires = "act_at")]
+    #[arg(long, value_name = "UNIT", default_value = "auto", requires = "act_at", help_heading = heading::ACT)]
     pub act_unit: String,
 
     /// Run the timer that acts as a real-time thread (SCHED_FIFO 1), so it
     /// fires on time however busy the device is. Needs CAP_SYS_NICE or
     /// LimitRTPRIO=1 (and no RestrictRealtime=yes) in the unit; without
     /// them the probe says so and acts at normal priority.
-    #[arg(long, requires = "act_at")]
+    #[arg(long, requires = "act_at", help_heading = heading::ACT)]
     pub act_realtime: bool,
 
     /// At each action's moment, send one datagram (JSON: the message, its
@@ -226,14 +229,36 @@ pub struct Args {
     /// device's clocks, late and by how much) to the app beside the probe:
     /// unix:PATH (a Unix datagram socket it has bound) or udp:HOST:PORT. An
     /// app that is not listening costs the probe nothing; it is counted.
-    #[arg(long, value_name = "unix:PATH|udp:HOST:PORT", requires = "act_at")]
+    #[arg(long, value_name = "unix:PATH|udp:HOST:PORT", requires = "act_at", help_heading = heading::ACT)]
     pub act_notify: Option<String>,
 
     /// What the report calls the app beside the probe: it answers each
     /// notice with when it acted ({"notice": N, "acted_mono_ns": T}), and
     /// the audit judges those actions as the app's own.
-    #[arg(long, value_name = "NAME", default_value = crate::config::DEFAULT_ACT_NOTIFY_NAME, requires = "act_notify")]
+    #[arg(long, value_name = "NAME", default_value = crate::config::DEFAULT_ACT_NOTIFY_NAME, requires = "act_notify", help_heading = heading::ACT)]
     pub act_notify_name: String,
+
+    /// What rides on each connection (--protocol and its flags).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub protocol: crate::protocol_args::ProtocolArgs,
+
+    /// TOML file with settings (like /etc/skewscope/probe-NAME.toml); flags override it.
+    #[arg(long, value_name = "FILE", help_heading = heading::SETTINGS)]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+
+    /// Print the settings in effect (file and flags merged) as TOML, and exit.
+    #[arg(long, help_heading = heading::SETTINGS)]
+    #[serde(skip)]
+    pub print_config: bool,
+
+    /// What to log, as `RUST_LOG` says it (`warn`, `info,probe::upload=debug`);
+    /// overrides `RUST_LOG`. Default `info`. Targets: `probe`,
+
+    /// `probe::time`, `probe::upload`.
+    #[arg(long, value_name = "FILTER", help_heading = heading::SETTINGS)]
+    pub log: Option<String>,
 }
 
 impl skewscope_os::settings::FileSettings for Args {
@@ -261,6 +286,7 @@ impl Args {
         };
         let name = self.name.unwrap_or_else(skewscope_os::host::host_name);
         let in_out_dir = self.out.is_none() && self.out_dir.is_some();
+        let token_file = self.token_file.clone().or_else(credential_token);
         let out = match (self.out, self.out_dir) {
             (Some(out), _) => out,
             (None, Some(dir)) => {
@@ -287,10 +313,11 @@ impl Args {
             time_interval: self.time_interval,
             upload: self.upload,
             reconnect: self.reconnect,
-            upload_token: match self.token_file.clone().or_else(credential_token) {
-                Some(path) => Some(read_token(&path)?),
+            upload_token: match &token_file {
+                Some(path) => Some(read_token(path)?),
                 None => None,
             },
+            upload_token_file: token_file,
             headers: self
                 .header
                 .iter()
@@ -305,6 +332,7 @@ impl Args {
                 max_runs: self.keep_runs,
                 max_bytes: self.keep_bytes as u64,
             }),
+            protocol: self.protocol.into_protocol()?,
             act_notify_name: self.act_notify_name,
             act_notify: match &self.act_notify {
                 Some(target) => Some(

@@ -22,6 +22,130 @@ pub const DEFAULT_TIME_INTERVAL: Duration = Duration::from_secs(1);
 /// not given.
 pub const DEFAULT_ACT_NOTIFY_NAME: &str = "app";
 
+/// Default STOMP heart-beat, offered both ways: what stomp.js offers.
+pub const DEFAULT_STOMP_HEART_BEAT: Duration = Duration::from_secs(10);
+
+/// Default MQTT keep-alive: what the Paho and MQTT.js clients ask for.
+pub const DEFAULT_MQTT_KEEP_ALIVE: Duration = Duration::from_secs(60);
+
+/// What rides on each connection (`--protocol`): plain WebSocket messages,
+/// or a protocol whose messages carry the payloads. Whichever it is, each
+/// payload's receipt is stamped and recorded alike.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Protocol {
+    /// Every WebSocket message is a payload (what the probe always did).
+    #[default]
+    Ws,
+    /// Socket.IO (Engine.IO 4) over a WebSocket: each event's data.
+    SocketIo {
+        /// The namespace to connect to (`/`).
+        namespace: String,
+        /// Event names to record; empty: all.
+        events: Vec<String>,
+    },
+    /// STOMP 1.2 over a WebSocket: each MESSAGE frame's body.
+    Stomp {
+        /// The destination to subscribe to.
+        destination: String,
+        /// CONNECT's `login`.
+        login: Option<String>,
+        /// CONNECT's `passcode`.
+        passcode: Option<String>,
+        /// Extra CONNECT headers (`host` for a virtual host).
+        headers: Vec<(String, String)>,
+        /// Heart-beat interval offered both ways (zero: none).
+        heart_beat: Duration,
+    },
+    /// MQTT over a WebSocket (subprotocol `mqtt`): each PUBLISH's payload.
+    Mqtt {
+        /// 3.1.1 or 5.
+        version: skewscope_core::mqtt::MqttVersion,
+        /// Topic filters to subscribe to.
+        topics: Vec<String>,
+        /// The QoS asked for, 0 or 1.
+        qos: u8,
+        /// The keep-alive (zero: none); whole seconds on the wire.
+        keep_alive: Duration,
+        /// The user name, if the broker wants one.
+        username: Option<String>,
+        /// The password, if the broker wants one.
+        password: Option<String>,
+    },
+    /// Server-Sent Events over HTTP/1.1 (`text/event-stream`): each event's data.
+    Sse {
+        /// Event types to record; empty: all.
+        events: Vec<String>,
+    },
+}
+
+impl Protocol {
+    /// Its name as `--protocol` takes it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Protocol::Ws => "ws",
+            Protocol::SocketIo { .. } => "socketio",
+            Protocol::Stomp { .. } => "stomp",
+            Protocol::Mqtt { .. } => "mqtt",
+            Protocol::Sse { .. } => "sse",
+        }
+    }
+
+    /// What makes no sense to ask, said before anything is opened.
+    pub(crate) fn problem(&self) -> Option<String> {
+        let problem = match self {
+            Protocol::Ws | Protocol::Sse { .. } => return None,
+            Protocol::SocketIo { namespace, .. } => {
+                if namespace.starts_with('/') && !namespace.contains(',') {
+                    return None;
+                }
+                format!("namespace {namespace:?}: give one like / or /lobby (no comma)")
+            }
+            Protocol::Stomp {
+                destination,
+                login,
+                passcode,
+                headers,
+                ..
+            } => skewscope_core::stomp::StompOptions {
+                destination: destination.clone(),
+                login: login.clone(),
+                passcode: passcode.clone(),
+                headers: headers.clone(),
+                heart_beat_ms: 0,
+                max_frame: 1,
+            }
+            .check()
+            .err()?,
+            Protocol::Mqtt {
+                topics,
+                qos,
+                keep_alive,
+                username,
+                password,
+                version,
+            } => {
+                if keep_alive.as_secs() > u64::from(u16::MAX) || keep_alive.subsec_nanos() != 0 {
+                    "the MQTT keep-alive is whole seconds, at most 65535 s".to_owned()
+                } else {
+                    skewscope_core::mqtt::MqttOptions {
+                        version: *version,
+                        client_id: String::new(),
+                        username: username.clone(),
+                        password: password.clone(),
+                        topics: topics.clone(),
+                        qos: *qos,
+                        keep_alive_s: 0,
+                        max_packet: 1,
+                    }
+                    .check()
+                    .err()?
+                }
+            }
+        };
+        Some(format!("{}: {problem}", self.name()))
+    }
+}
+
 /// Settings for one probe run.
 #[derive(Clone, Debug)]
 pub struct ProbeConfig {
@@ -55,6 +179,9 @@ pub struct ProbeConfig {
     pub upload: Option<String>,
     /// Bearer token for the upload, when the agent has one.
     pub upload_token: Option<String>,
+    /// Where that token was read (`--token-file`, or the unit's
+    /// credential): named when the agent refuses it.
+    pub upload_token_file: Option<PathBuf>,
     /// Open a connection again when the server closes or loses it (a probe
     /// run as a service outlives the server's restarts).
     pub reconnect: bool,
@@ -87,6 +214,9 @@ pub struct ProbeConfig {
     /// oldest earlier runs' logs the agent has in full (`--out-dir`, with
     /// `--keep-runs` and `--keep-bytes`); `None`: keep every log.
     pub retention: Option<skewscope_core::retention::Retention>,
+    /// What rides on each connection (`--protocol`); plain WebSocket
+    /// messages by default.
+    pub protocol: Protocol,
 }
 
 impl ProbeConfig {
@@ -108,6 +238,7 @@ impl ProbeConfig {
             time_interval: DEFAULT_TIME_INTERVAL,
             upload: None,
             upload_token: None,
+            upload_token_file: None,
             reconnect: false,
             headers: Vec::new(),
             subprotocols: Vec::new(),
@@ -119,6 +250,7 @@ impl ProbeConfig {
             act_notify: None,
             act_notify_name: DEFAULT_ACT_NOTIFY_NAME.to_owned(),
             retention: None,
+            protocol: Protocol::Ws,
         }
     }
 
@@ -148,6 +280,8 @@ impl ProbeConfig {
                 .any(|c| c.is_control() || c == '/')
         {
             "act notify name must be 1 to 64 printable characters, without '/'"
+        } else if let Some(problem) = self.protocol.problem() {
+            return Err(ProbeError::Config(problem));
         } else {
             return Ok(());
         };

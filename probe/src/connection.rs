@@ -1,5 +1,9 @@
 //! One probe connection, from connect to close: dial (through the handshake
-//! gate), stamp and record every message, and close cleanly.
+//! gate), open the protocol riding on it (`--protocol`), stamp and record
+//! every payload, and close cleanly.
+
+mod event_source;
+mod link;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,13 +31,15 @@ pub const MAX_HANDSHAKES_IN_FLIGHT: usize = 256;
 /// How long a closing connection keeps reading for the server's close reply.
 /// Messages the server sent before it saw our close arrive in this window and
 /// are recorded; a server that never replies costs at most this long.
-pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
+pub const CLOSE_GRACE: Duration = link::CLOSE_GRACE;
 
 use crate::act::Acting;
+use crate::config::Protocol;
 use crate::error::ConnectError;
 use crate::handshake::Framing;
 use crate::payloads_seen::PayloadsSeen;
-use crate::wire::{Incoming, Wire, code};
+use crate::wire::code;
+use link::{Arrival, Got, Link};
 
 /// How far connecting has got, for [`crate::RunningProbe::connected`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -101,15 +107,19 @@ impl Connection {
         // Counted in progress: nothing yet, failed, or opened.
         let mut counted = Counted::Nothing;
         let mut received = 0u64;
+        // An event stream's last event id and the reconnection time its
+        // server asked for, kept across reconnections.
+        let mut resume: Option<(String, Option<u64>)> = None;
         loop {
+            let last_event_id = resume.as_ref().map(|(id, _)| id.as_str());
             let dialed = tokio::select! {
                 biased;
                 reason = shutdown.wait() => Err(ConnectError::Stopped(reason)),
-                dialed = dial(&settings) => dialed,
+                dialed = dial(&settings, last_event_id) => dialed,
             };
             match dialed {
                 Ok(Dialed {
-                    mut wire,
+                    mut link,
                     last_rx,
                     agent_conn,
                     at,
@@ -136,7 +146,7 @@ impl Connection {
                             server_max_window_bits: d.server_max_window_bits,
                         }));
                     }
-                    if let Some(addresses) = addresses_of(&wire, index) {
+                    if let Some(addresses) = addresses_of(&link, index) {
                         recorder.record(ProbeRecord::ConnectionAddresses(addresses));
                     }
                     counted = counted.opened(&progress);
@@ -152,8 +162,9 @@ impl Connection {
                         payloads: settings.payloads.clone(),
                     };
                     let ended =
-                        receive(&mut wire, &mut receipts, &mut shutdown, settings.count).await;
+                        receive(&mut link, &mut receipts, &mut shutdown, settings.count).await;
                     received = receipts.received;
+                    resume = link.resume().or(resume);
                     recorder.record(ProbeRecord::ConnectionClosed(ProbeConnectionClosed {
                         conn: index,
                         at: skewscope_os::clock::now(),
@@ -177,10 +188,16 @@ impl Connection {
             if !settings.reconnect {
                 return;
             }
+            // An event stream's server may say how long to wait (`retry:`);
+            // attempts that keep failing still back off.
+            let pause = match resume.as_ref().and_then(|(_, retry)| *retry) {
+                Some(ms) => backoff.pause().max(Duration::from_millis(ms)),
+                None => backoff.pause(),
+            };
             tokio::select! {
                 biased;
                 _ = shutdown.wait() => return,
-                () = tokio::time::sleep(backoff.pause()) => {}
+                () = tokio::time::sleep(pause) => {}
             }
         }
     }
@@ -243,7 +260,7 @@ impl Ended {
 
 /// An opened connection, as [`dial`] hands it over.
 struct Dialed {
-    wire: Wire,
+    link: Link,
     last_rx: LastRx,
     /// The agent's id for it, when the server is a skewscope agent.
     agent_conn: Option<u64>,
@@ -255,36 +272,79 @@ struct Dialed {
     deflate: Option<skewscope_core::permessage_deflate::Accepted>,
 }
 
-/// Opens one connection once the handshake gate lets it: TCP connect and
-/// WebSocket upgrade within the connect timeout. Returns the stream, its
-/// kernel-stamp handle, the agent's id for it, and when the upgrade completed.
-async fn dial(settings: &Settings) -> Result<Dialed, ConnectError> {
+/// Opens one connection once the handshake gate lets it: TCP connect, the
+/// WebSocket upgrade (or an event stream's GET) and the protocol's opening,
+/// all within the connect timeout. Returns the link, its kernel-stamp
+/// handle, the agent's id for it, and when it opened.
+async fn dial(settings: &Settings, last_event_id: Option<&str>) -> Result<Dialed, ConnectError> {
     use std::sync::atomic::Ordering;
     settings.waiting_at_gate.fetch_add(1, Ordering::Relaxed);
     let permit = settings.gate.acquire().await;
     settings.waiting_at_gate.fetch_sub(1, Ordering::Relaxed);
     let _permit = permit.map_err(|_| ConnectError::ShuttingDown)?;
+    let deadline = tokio::time::Instant::now() + settings.connect_timeout;
+    let protocol = &settings.upgrade.protocol;
+    if let Protocol::Sse { events } = protocol {
+        let connect = event_source::connect(
+            &settings.upgrade,
+            events,
+            settings.framing.max_message,
+            settings.framing.read_buffer,
+            last_event_id,
+        );
+        return match tokio::time::timeout_at(deadline, connect).await {
+            Ok(Ok(opened)) => Ok(Dialed {
+                link: Link::sse(opened.source),
+                last_rx: opened.last_rx,
+                agent_conn: None,
+                at: skewscope_os::clock::now(),
+                tls: opened.tls,
+                deflate: None,
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(ConnectError::Refused(format!(
+                "no event stream within the connect timeout ({:?})",
+                settings.connect_timeout
+            ))),
+        };
+    }
     let connect = settings
         .upgrade
         .connect(settings.ws_config, settings.framing);
-    match tokio::time::timeout(settings.connect_timeout, connect).await {
-        Ok(Ok(up)) => Ok(Dialed {
-            agent_conn: request::agent_conn(&up.response),
-            at: skewscope_os::clock::now(),
-            wire: up.wire,
-            last_rx: up.last_rx,
-            tls: up.tls,
-            deflate: up.deflate,
-        }),
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(ConnectError::TimedOut(settings.connect_timeout)),
+    let up = match tokio::time::timeout_at(deadline, connect).await {
+        Ok(Ok(up)) => up,
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Err(ConnectError::TimedOut(settings.connect_timeout)),
+    };
+    let mut link = Link::ws(
+        up.wire,
+        link::layer_for(protocol, settings.framing.max_message),
+    );
+    match tokio::time::timeout_at(deadline, link.open()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e),
+        Err(_) => {
+            return Err(ConnectError::Refused(format!(
+                "upgraded, but the server did not complete the {} opening (connect, subscribe) within the connect timeout ({:?})",
+                protocol.name(),
+                settings.connect_timeout
+            )));
+        }
     }
+    Ok(Dialed {
+        agent_conn: request::agent_conn(&up.response),
+        at: skewscope_os::clock::now(),
+        link,
+        last_rx: up.last_rx,
+        tls: up.tls,
+        deflate: up.deflate,
+    })
 }
 
 /// The connection's two socket addresses, for joining it to the server's
 /// side of the same connection.
-fn addresses_of(wire: &Wire, conn: u32) -> Option<ConnectionAddresses> {
-    let stamped = match wire.get_ref() {
+fn addresses_of(link: &Link, conn: u32) -> Option<ConnectionAddresses> {
+    let stamped = match link.get_ref() {
         tokio_tungstenite::MaybeTlsStream::Plain(s) => s,
         tokio_tungstenite::MaybeTlsStream::Rustls(tls) => tls.get_ref().0,
         _ => return None,
@@ -308,27 +368,10 @@ struct Receipts {
     payloads: Arc<PayloadsSeen>,
 }
 
-/// When a frame was complete: the kernel's realtime clock read first, then
-/// the process's clocks. The interval since the kernel's stamp is measured to
-/// the first reading, so it never includes the time the second took (or a
-/// preemption between them), and the kernel arrival derived from `at` is
-/// never placed early: late at worst.
-///
-/// Where the process's clock is the kernel's (no libfaketime), one reading
-/// serves both: two vDSO reads, no syscall.
-fn arrival() -> (Stamp, u64) {
-    if skewscope_os::clock::libc_realtime_is_kernels() {
-        let now = skewscope_os::clock::now();
-        return (now, now.wall_ns);
-    }
-    let kernel_now = skewscope_os::clock::kernel_realtime_ns();
-    (skewscope_os::clock::now(), kernel_now)
-}
-
 impl Receipts {
     /// Identifies a payload that arrived at `at` (see [`arrival`]) and queues
     /// its receipt.
-    fn record(&mut self, payload: &[u8], (at, kernel_now): (Stamp, u64)) {
+    fn record(&mut self, payload: &[u8], (at, kernel_now): Arrival) {
         let kernel_delay_ns = self.last_rx.delay_ns(kernel_now);
         let (key, hash) = self.identifier.identify(payload);
         self.recorder.record(ProbeRecord::Receipt(Receipt {
@@ -360,7 +403,7 @@ impl Receipts {
 
 /// Receives until the count is reached, the server goes, or the run stops.
 async fn receive(
-    wire: &mut Wire,
+    link: &mut Link,
     receipts: &mut Receipts,
     shutdown: &mut Shutdown,
     count: Option<u64>,
@@ -371,23 +414,22 @@ async fn receive(
     let mut control = ControlRate::new(skewscope_os::clock::mono_ns());
     loop {
         tokio::select! {
-            next = wire.next() => {
-                // The frame is complete: stamp before anything else touches it.
-                let at = arrival();
+            next = link.next() => {
                 match next {
-                    Some(Ok(Incoming::Message { payload })) => {
+                    Some(Ok(Got::Message { payload, at })) => {
                         receipts.record(&payload, at);
                         if count.is_some_and(|k| receipts.received >= k) {
-                            close(wire, code::NORMAL, "count reached", None).await;
+                            close(link, code::NORMAL, "count reached", None).await;
                             return Ended::CountReached;
                         }
                     }
-                    Some(Ok(Incoming::Control)) => {
+                    Some(Ok(Got::Quiet)) => {}
+                    Some(Ok(Got::Control)) => {
                         if !control.allow(skewscope_os::clock::mono_ns()) {
                             // No drain: reading on is what the flood costs.
                             let _ = tokio::time::timeout(
                                 CLOSE_GRACE,
-                                wire.send_close(code::POLICY, "too many control frames"),
+                                link.send_close(code::POLICY, "too many control frames"),
                             )
                             .await;
                             return Ended::Lost(format!(
@@ -395,20 +437,23 @@ async fn receive(
                             ));
                         }
                     }
-                    Some(Ok(Incoming::Close(frame))) => {
+                    Some(Ok(Got::Close(frame))) => {
                         // Echo its code (RFC 6455 §5.5.1), then let it end the TCP connection.
                         let echo = frame.as_ref().map_or(code::NORMAL, |(c, _)| *c);
-                        let _ = tokio::time::timeout(CLOSE_GRACE, wire.send_close(echo, "")).await;
-                        drain(wire, None).await;
+                        let _ = tokio::time::timeout(CLOSE_GRACE, link.send_close(echo, "")).await;
+                        drain(link, None).await;
                         return Ended::Lost(server_closed(frame.as_ref()));
                     }
                     Some(Err(e)) => {
                         // A protocol error is answered with a Close frame
                         // saying so (RFC 6455 §7.1.7), not a bare TCP drop.
                         if let Some((code, why)) = e.close_code() {
-                            let _ = tokio::time::timeout(CLOSE_GRACE, wire.send_close(code, why)).await;
+                            let _ = tokio::time::timeout(CLOSE_GRACE, link.send_close(code, why)).await;
                         }
                         return Ended::Lost(e.to_string());
+                    }
+                    None if !link.closes_with_handshake() => {
+                        return Ended::Lost("the server ended the event stream".to_owned());
                     }
                     None => {
                         return Ended::Lost(
@@ -419,7 +464,7 @@ async fn receive(
                 }
             }
             reason = &mut stopped => {
-                close(wire, code::AWAY, "probe stopped", Some(receipts)).await;
+                close(link, code::AWAY, "probe stopped", Some(receipts)).await;
                 return Ended::Stopped(reason.to_string());
             }
         }
@@ -430,21 +475,24 @@ async fn receive(
 /// [`CLOSE_GRACE`]). Data that arrives meanwhile was sent before the server saw
 /// our close: it is recorded when `keep` is given (a stop must lose nothing
 /// received) and dropped otherwise (the count is already reached).
-async fn close(wire: &mut Wire, code: u16, why: &'static str, keep: Option<&mut Receipts>) {
+async fn close(link: &mut Link, code: u16, why: &'static str, keep: Option<&mut Receipts>) {
     // A failure here means the socket is already gone; the drain below ends at once.
-    let _ = tokio::time::timeout(CLOSE_GRACE, wire.send_close(code, why)).await;
-    drain(wire, keep).await;
+    let _ = tokio::time::timeout(CLOSE_GRACE, link.send_close(code, why)).await;
+    drain(link, keep).await;
 }
 
 /// Reads until the server's close or the end of the stream, at most
-/// [`CLOSE_GRACE`], recording messages into `keep` when given.
-async fn drain(wire: &mut Wire, mut keep: Option<&mut Receipts>) {
+/// [`CLOSE_GRACE`], recording messages into `keep` when given. An event
+/// stream has no close to wait for.
+async fn drain(link: &mut Link, mut keep: Option<&mut Receipts>) {
+    if !link.closes_with_handshake() {
+        return;
+    }
     let drain = async {
-        while let Some(Ok(incoming)) = wire.next().await {
-            let at = arrival();
-            match (incoming, keep.as_deref_mut()) {
-                (Incoming::Close(_), _) => break,
-                (Incoming::Message { payload }, Some(receipts)) => receipts.record(&payload, at),
+        while let Some(Ok(got)) = link.next().await {
+            match (got, keep.as_deref_mut()) {
+                (Got::Close(_), _) => break,
+                (Got::Message { payload, at }, Some(receipts)) => receipts.record(&payload, at),
                 _ => {}
             }
         }

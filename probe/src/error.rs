@@ -80,6 +80,12 @@ pub enum ProbeError {
         uploading: bool,
     },
 
+    /// The agent refused the token the upload gave, or wanted one (401):
+    /// nothing of the run could reach it, so the run was stopped at once.
+    /// The text names the token's file and says what to give.
+    #[error("{0}")]
+    UploadRefused(String),
+
     /// The kernel gave no random bytes for the run's id.
     #[error("cannot draw a run id from /dev/urandom")]
     RunId(#[source] io::Error),

@@ -30,6 +30,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::{Connector, MaybeTlsStream};
 
 use crate::after_upgrade::Recording;
+use crate::config::{ProbeConfig, Protocol};
 use crate::error::ConnectError;
 use crate::request;
 use crate::tls::{Trust, TrustError, client_config};
@@ -51,6 +52,13 @@ pub(crate) struct TlsInfo {
     pub(crate) verified: bool,
 }
 
+/// Subprotocols a STOMP client offers unless told otherwise, as stomp.js
+/// does (Spring and RabbitMQ's Web-STOMP answer one of them).
+pub(crate) const STOMP_SUBPROTOCOLS: [&str; 3] = ["v12.stomp", "v11.stomp", "v10.stomp"];
+
+/// The subprotocol MQTT over WebSocket requires (MQTT 3.1.1 §6, 5.0 §6).
+pub(crate) const MQTT_SUBPROTOCOL: &str = "mqtt";
+
 /// What every upgrade of a run sends.
 #[derive(Debug, Clone)]
 pub(crate) struct Upgrade {
@@ -68,6 +76,8 @@ pub(crate) struct Upgrade {
     pub(crate) trust: Trust,
     /// The TLS client configuration, made at the first `wss://` upgrade.
     tls: OnceLock<Result<(Arc<rustls::ClientConfig>, bool), TrustError>>,
+    /// What rides on the connection.
+    pub(crate) protocol: Protocol,
 }
 
 /// An upgraded connection.
@@ -119,14 +129,29 @@ impl Upgrade {
             headers.push((header::AUTHORIZATION, value));
         }
         let trust = Trust::of(config.ca_file.as_deref(), config.insecure);
+        let mut subprotocols = config.subprotocols.clone();
+        if subprotocols.is_empty() {
+            match config.protocol {
+                Protocol::Stomp { .. } => {
+                    subprotocols = STOMP_SUBPROTOCOLS.map(str::to_owned).to_vec();
+                }
+                Protocol::Mqtt { .. } => subprotocols = vec![MQTT_SUBPROTOCOL.to_owned()],
+                _ => {}
+            }
+        }
+        let url = match config.protocol {
+            Protocol::SocketIo { .. } => socketio_url(&labelled_url),
+            _ => labelled_url,
+        };
         let upgrade = Upgrade {
-            url: labelled_url,
+            url,
             name: config.name.clone(),
             headers,
-            subprotocols: config.subprotocols.clone(),
+            subprotocols,
             deflate: config.deflate,
             trust,
             tls: OnceLock::new(),
+            protocol: config.protocol.clone(),
         };
         // A bad --ca-file fails the run at once, not every connection.
         if request::is_tls(&upgrade.url) || config.ca_file.is_some() {
@@ -137,7 +162,8 @@ impl Upgrade {
         Ok(upgrade)
     }
 
-    fn tls_config(&self) -> Result<(Arc<rustls::ClientConfig>, bool), TrustError> {
+    /// The TLS client configuration and whether it checks certificates.
+    pub(crate) fn tls_config(&self) -> Result<(Arc<rustls::ClientConfig>, bool), TrustError> {
         self.tls.get_or_init(|| client_config(&self.trust)).clone()
     }
 
@@ -330,7 +356,7 @@ impl Upgrade {
 }
 
 /// TLS over the kernel-stamped socket, for the server named `host`.
-async fn tls_connect(
+pub(crate) async fn tls_connect(
     config: Arc<rustls::ClientConfig>,
     host: &str,
     stream: RxStamped,
@@ -403,8 +429,64 @@ pub(crate) fn redirect_target(from: &str, location: &str) -> Result<String, Stri
     }
 }
 
+/// The run's URL labelled with `?probe=NAME` and checked, as its protocol
+/// takes it: `http://` and `https://` for SSE (an event stream is an
+/// HTTP resource) and for Socket.IO (whose clients are given `http://`
+/// URLs; it then upgrades from `ws://`), `ws://` and `wss://` otherwise.
+pub(crate) fn labelled_url(config: &ProbeConfig) -> Result<String, crate::error::ProbeError> {
+    let (scheme, rest) = config.url.split_once("://").unwrap_or(("", &config.url));
+    let scheme = scheme.to_ascii_lowercase();
+    let http = matches!(scheme.as_str(), "http" | "https");
+    match (&config.protocol, http) {
+        (Protocol::Sse { .. }, false) => Err(crate::error::ProbeError::Url {
+            url: request::redacted(&config.url),
+            reason: "an event stream (--protocol sse) is an http:// or https:// URL, like http://server:8000/events".into(),
+        }),
+        (Protocol::Sse { .. }, true) => {
+            // Checked and labelled as its WebSocket twin, then given back its scheme.
+            let twin = format!("{}://{rest}", if scheme == "https" { "wss" } else { "ws" });
+            let labelled = request::labelled_url(&twin, &config.name).map_err(|e| match e {
+                crate::error::ProbeError::Url { reason, .. } => crate::error::ProbeError::Url {
+                    url: request::redacted(&config.url),
+                    reason,
+                },
+                other => other,
+            })?;
+            Ok(format!("{scheme}{}", &labelled[labelled.find("://").unwrap_or(0)..]))
+        }
+        (Protocol::SocketIo { .. }, true) => {
+            let twin = format!("{}://{rest}", if scheme == "https" { "wss" } else { "ws" });
+            request::labelled_url(&twin, &config.name)
+        }
+        _ => request::labelled_url(&config.url, &config.name),
+    }
+}
+
+/// A Socket.IO server's WebSocket URL: its path (`/socket.io/` when the
+/// URL gives none) and Engine.IO's query, `EIO=4&transport=websocket`.
+pub(crate) fn socketio_url(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("ws", url));
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let tail = tail.split('#').next().unwrap_or("");
+    let (path, query) = tail.split_once('?').unwrap_or((tail, ""));
+    let path = if path.is_empty() || path == "/" {
+        skewscope_core::socketio::DEFAULT_PATH
+    } else {
+        path
+    };
+    let mut query = query.to_owned();
+    if !query.split('&').any(|p| p.starts_with("EIO=")) {
+        if !query.is_empty() && !query.ends_with('&') {
+            query.push('&');
+        }
+        query.push_str(skewscope_core::socketio::ENGINE_IO_QUERY);
+    }
+    format!("{scheme}://{authority}{path}?{query}")
+}
+
 /// `host:port` of a URL, for telling whether a redirect leaves the server.
-fn origin(url: &str) -> String {
+pub(crate) fn origin(url: &str) -> String {
     request::host_port(url)
         .map(|(h, p)| format!("{h}:{p}"))
         .unwrap_or_default()
@@ -482,7 +564,7 @@ async fn speaks_tls(url: &str, host: &str, port: u16) -> bool {
 }
 
 /// Bytes as text a person can read: printable ASCII kept, the rest `\xNN`.
-fn printable(bytes: &[u8]) -> String {
+pub(crate) fn printable(bytes: &[u8]) -> String {
     bytes
         .iter()
         .map(|&b| {
@@ -521,6 +603,59 @@ mod tests {
         );
         let err = redirect_target(from, "ftp://b/x").unwrap_err();
         assert!(err.contains("ftp://b/x"), "{err}");
+    }
+
+    #[test]
+    fn socketio_urls_get_engine_ios_path_and_query() {
+        for (url, want) in [
+            (
+                "ws://h:1?probe=p",
+                "ws://h:1/socket.io/?probe=p&EIO=4&transport=websocket",
+            ),
+            (
+                "ws://h:1/?probe=p",
+                "ws://h:1/socket.io/?probe=p&EIO=4&transport=websocket",
+            ),
+            (
+                "wss://h/app/socket.io/?probe=p",
+                "wss://h/app/socket.io/?probe=p&EIO=4&transport=websocket",
+            ),
+            (
+                "ws://h/socket.io/?EIO=4&transport=websocket&probe=p",
+                "ws://h/socket.io/?EIO=4&transport=websocket&probe=p",
+            ),
+        ] {
+            assert_eq!(socketio_url(url), want, "{url}");
+        }
+    }
+
+    #[test]
+    fn each_protocol_takes_its_own_urls() {
+        let config = |url: &str, protocol: Protocol| ProbeConfig {
+            name: "p".into(),
+            protocol,
+            ..ProbeConfig::new(url, "/tmp/x.sklog")
+        };
+        let sse = Protocol::Sse { events: Vec::new() };
+        assert_eq!(
+            labelled_url(&config("http://h:8000/events?x=1", sse.clone())).unwrap(),
+            "http://h:8000/events?x=1&probe=p"
+        );
+        assert_eq!(
+            labelled_url(&config("https://h/events", sse.clone())).unwrap(),
+            "https://h/events?probe=p"
+        );
+        let err = labelled_url(&config("ws://h/events", sse)).unwrap_err();
+        assert!(err.to_string().contains("http://"), "{err}");
+        let socketio = Protocol::SocketIo {
+            namespace: "/".into(),
+            events: Vec::new(),
+        };
+        assert_eq!(
+            labelled_url(&config("http://h:5000", socketio)).unwrap(),
+            "ws://h:5000?probe=p"
+        );
+        assert!(labelled_url(&config("http://h:5000", Protocol::Ws)).is_err());
     }
 
     #[test]

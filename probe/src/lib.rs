@@ -42,6 +42,7 @@ mod handshake;
 mod owner_key;
 mod payloads_seen;
 mod previous_runs;
+pub mod protocol_args;
 mod recorder;
 mod request;
 mod retention;
@@ -113,6 +114,8 @@ pub struct RunningProbe {
     actor: Option<act::Actor>,
     /// The running idea of the agent's clock, from the time exchange.
     clock: clock_estimate::ClockEstimate,
+    /// What the run says when the agent refuses its upload's token.
+    refused_text: String,
     /// Uploads of earlier runs' logs left by restarts.
     previous_uploads: Vec<(
         tokio::task::JoinHandle<()>,
@@ -189,7 +192,7 @@ impl RunningProbe {
     /// connected: see [`RunningProbe::connected`].
     pub async fn start(config: ProbeConfig) -> Result<RunningProbe, ProbeError> {
         config.validate()?;
-        let url = request::labelled_url(&config.url, &config.name)?;
+        let url = handshake::labelled_url(&config)?;
         if config.insecure {
             tracing::warn!(
                 target: "probe",
@@ -285,6 +288,22 @@ impl RunningProbe {
             }
             None => None,
         };
+
+        // A refused token cannot get better by asking again: the run stops
+        // at once and says why (finish's error), rather than measuring on
+        // what nobody will receive.
+        for mut state in std::iter::once(upload_state.clone())
+            .chain(previous_uploads.iter().map(|(_, s)| s.clone()))
+            .filter(|_| config.upload.is_some())
+        {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                if state.wait_for(|s| s.token_refused).await.is_ok() {
+                    stop.stop();
+                }
+            });
+        }
+        let refused_text = refused_text(&config);
 
         // The running idea of the agent's clock, for acting at its times.
         let clock = clock_estimate::ClockEstimate::new();
@@ -386,6 +405,7 @@ impl RunningProbe {
             upload_state,
             actor,
             previous_uploads,
+            refused_text,
             clock,
         })
     }
@@ -461,6 +481,7 @@ impl RunningProbe {
             upload_state,
             previous_uploads,
             actor,
+            refused_text,
             ..
         } = self;
         let mut panicked = None;
@@ -504,6 +525,10 @@ impl RunningProbe {
             let _ = task.await;
             previous_runs.push(*state.borrow());
         }
+        let refused = uploaded
+            .iter()
+            .chain(&previous_runs)
+            .any(|u| u.token_refused);
         if let Some(payload) = panicked {
             // A bug in a connection task: surface it, now that the log is safe.
             std::panic::resume_unwind(payload);
@@ -524,6 +549,12 @@ impl RunningProbe {
             path: out.clone(),
             source,
         })?;
+        if refused {
+            return Err(ProbeError::UploadRefused(format!(
+                "{refused_text}; the run was stopped, and what it recorded is in {}",
+                out.display()
+            )));
+        }
 
         if totals.opened == 0 {
             let first_error = progress
@@ -546,6 +577,83 @@ impl RunningProbe {
             uploaded,
             previous_runs,
         })
+    }
+}
+
+/// The line a probe says as it starts: what it connects to, where it
+/// records, what else it does, and until when. A probe that said nothing
+/// until it exits looks hung.
+pub fn start_line(config: &ProbeConfig) -> String {
+    let mut parts = vec![format!(
+        "{}: {} connection(s) to {}{}, recording to {}",
+        config.name,
+        config.connections,
+        request::redacted(&config.url),
+        if config.reconnect {
+            " (reopened when they drop)"
+        } else {
+            ""
+        },
+        config.out.display()
+    )];
+    if config.time_exchange {
+        let server = config.time_server.clone().unwrap_or_else(|| {
+            request::host_port(&config.url)
+                .map(|(h, p)| format!("{h}:{p}"))
+                .unwrap_or_else(|_| config.url.clone())
+        });
+        parts.push(format!(
+            "measuring this clock against the agent's at {server} (UDP time exchange{})",
+            if config.upload_token.is_some() {
+                ", tagged replies only"
+            } else {
+                ""
+            }
+        ));
+    } else {
+        parts.push("no time exchange (--no-time-exchange): this clock is not bounded".into());
+    }
+    if let Some(act) = &config.act_at {
+        parts.push(format!(
+            "acting at each message's {} ({})",
+            act.pointer(),
+            match act.unit() {
+                skewscope_core::act_at::ActUnit::Auto => "unit read from its size".to_owned(),
+                unit => format!("in {}", unit.as_str()),
+            }
+        ));
+    }
+    if let Some(agent) = &config.upload {
+        parts.push(format!("uploading to {agent}"));
+    }
+    let mut until = Vec::new();
+    if let Some(d) = config.duration {
+        until.push(format!("{d:?} have passed"));
+    }
+    if let Some(k) = config.count {
+        until.push(format!("each connection has {k} message(s)"));
+    }
+    until.push("SIGINT/SIGTERM".to_owned());
+    parts.push(format!("until {}", until.join(", or ")));
+    parts.join("; ")
+}
+
+/// What a probe says when the agent refuses its upload's token: which
+/// token it gave (the file it read), and what to give instead.
+fn refused_text(config: &ProbeConfig) -> String {
+    let agent = config.upload.as_deref().unwrap_or("the agent");
+    const GIVE: &str = "copy the agent's token file (what the agent was given with --token-file; /etc/skewscope/agent.token where its package installed it) to this device and give it with --token-file";
+    match (&config.upload_token, &config.upload_token_file) {
+        (Some(_), Some(file)) => format!(
+            "the agent at {agent} refused this probe's token from {} (401 Unauthorized): it is not the agent's token; {GIVE}",
+            file.display()
+        ),
+        (Some(_), None) => format!(
+            "the agent at {agent} refused this probe's token (401 Unauthorized): it is not the agent's token; {GIVE}"
+        ),
+        (None, _) => format!(
+            "the agent at {agent} requires a token to upload (401 Unauthorized) and this probe has none: {GIVE}"
+        ),
     }
 }
 
@@ -582,5 +690,45 @@ async fn time_target(config: &ProbeConfig) -> Result<Option<std::net::SocketAddr
             );
             Ok(None)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_start_line_says_what_the_run_does() {
+        let mut config = ProbeConfig::new("ws://srv:8080/ws", "/tmp/p.sklog");
+        config.name = "kiosk-3".into();
+        config.connections = 5;
+        config.duration = Some(std::time::Duration::from_secs(30));
+        config.upload = Some("http://srv:8080".into());
+        let line = start_line(&config);
+        assert_eq!(
+            line,
+            "kiosk-3: 5 connection(s) to ws://srv:8080/ws, recording to /tmp/p.sklog; \
+             measuring this clock against the agent's at srv:8080 (UDP time exchange); \
+             uploading to http://srv:8080; until 30s have passed, or SIGINT/SIGTERM"
+        );
+        config.time_exchange = false;
+        assert!(start_line(&config).contains("no time exchange (--no-time-exchange)"));
+    }
+
+    #[test]
+    fn a_refused_token_names_its_file_or_its_absence() {
+        let mut config = ProbeConfig::new("ws://srv:8080/ws", "p.sklog");
+        config.upload = Some("http://srv:8080".into());
+        let none = refused_text(&config);
+        assert!(none.contains("requires a token to upload"), "{none}");
+        config.upload_token = Some("guess".into());
+        config.upload_token_file = Some("/etc/skewscope/badtoken".into());
+        let wrong = refused_text(&config);
+        assert!(
+            wrong.starts_with(
+                "the agent at http://srv:8080 refused this probe's token from /etc/skewscope/badtoken (401 Unauthorized)"
+            ),
+            "{wrong}"
+        );
     }
 }

@@ -40,7 +40,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            tracing::error!(target: "probe", "{e:#}");
+            tracing::error!(target: "probe", "{}", said_once(&e));
             ExitCode::FAILURE
         }
     }
@@ -58,7 +58,9 @@ fn run(config: probe::ProbeConfig) -> anyhow::Result<probe::ProbeSummary> {
         let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
         let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
         let mut hangup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
+        let line = probe::start_line(&config);
         let probe = RunningProbe::start(config).await?;
+        tracing::info!(target: "probe", "{line}");
         let stop = probe.stop_handle();
         let reopen = probe.reopen_handle();
         tokio::spawn(async move {
@@ -73,4 +75,21 @@ fn run(config: probe::ProbeConfig) -> anyhow::Result<probe::ProbeSummary> {
         });
         Ok(probe.finish().await?)
     })
+}
+
+/// `e` and its causes, each said once: a cause whose text the error
+/// before it already includes (`{path}: {source}`) is not said again.
+fn said_once(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
 }

@@ -65,6 +65,9 @@ pub struct UploadState {
     /// Answers refused: an ack past what the probe sent (a broken or
     /// hostile agent). Never a reason to believe the agent has anything.
     pub refused_acks: u64,
+    /// The agent refused the token (401): the upload stopped for good,
+    /// since asking again with the same token can only be refused again.
+    pub token_refused: bool,
 }
 
 /// The upload of `config`'s run to the agent at `base`: its ingest URL,
@@ -146,6 +149,14 @@ enum UploadError {
     /// No answer to the connection within 10 s.
     #[error("connect timed out")]
     ConnectTimeout,
+    /// 401: the agent wants another token (or one at all). Not retried.
+    #[error("the agent refused the token (401 Unauthorized)")]
+    Unauthorized,
+    /// The server answered, but has no `/ingest`: not the agent.
+    #[error(
+        "it answered {0} to /ingest: is it the skewscope agent? --upload takes the agent's address (http://HOST:PORT, its --listen port)"
+    )]
+    NotAnAgent(u16),
     /// The WebSocket failed.
     #[error(transparent)]
     WebSocket(#[from] tokio_tungstenite::tungstenite::Error),
@@ -223,6 +234,11 @@ async fn upload_until_complete(
         );
         match outcome.await {
             Ok(()) => return,
+            Err(UploadError::Unauthorized) => {
+                // Said once, by the run that stops for it.
+                state.send_modify(|s| s.token_refused = true);
+                return;
+            }
             Err(e) => {
                 if matches!(e, UploadError::AckBeyondSent { .. }) {
                     state.send_modify(|s| s.refused_acks += 1);
@@ -273,7 +289,8 @@ async fn session(
         tokio_tungstenite::connect_async_tls_with_config(request, None, false, connector),
     )
     .await
-    .map_err(|_| UploadError::ConnectTimeout)??;
+    .map_err(|_| UploadError::ConnectTimeout)?
+    .map_err(refusal)?;
     let hello = match &upload.device_key {
         Some(key) => ToAgent::HelloOwned {
             version: INGEST_VERSION,
@@ -332,6 +349,19 @@ async fn session(
             );
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
+    }
+}
+
+/// What an upgrade that failed says: a status the agent answered instead
+/// of the upgrade is named for what it means.
+fn refusal(e: tokio_tungstenite::tungstenite::Error) -> UploadError {
+    use tokio_tungstenite::tungstenite::Error;
+    match &e {
+        Error::Http(response) if response.status() == 401 => UploadError::Unauthorized,
+        Error::Http(response) if matches!(response.status().as_u16(), 404 | 405) => {
+            UploadError::NotAnAgent(response.status().as_u16())
+        }
+        _ => UploadError::WebSocket(e),
     }
 }
 

@@ -4,25 +4,33 @@
 //! marks a permessage-deflate message, and compressed messages are inflated
 //! with the core's [`Inflater`] (pure Rust).
 //!
-//! What the probe sends is small and rare: pongs and a close. A pong owed
-//! to a server is written when the socket takes it without waiting; only the
-//! latest ping's pong is kept (RFC 6455 §5.5.3 allows that), so a server
-//! that pings and never reads cannot grow what the probe holds for it.
+//! What the probe sends is small and rare: pongs, a close, and what a
+//! protocol riding on the WebSocket owes the server (a subscription, a
+//! heart-beat, an acknowledgement: [`Wire::send_message`]). What is owed is
+//! written while the probe waits to read, as far as the socket takes it;
+//! only the latest ping's pong is kept (RFC 6455 §5.5.3 allows that), and
+//! the protocol's messages are bounded ([`MAX_OWED`]), so a server that
+//! never reads cannot grow what the probe holds for it.
 
 use std::collections::VecDeque;
 use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
-use futures_util::FutureExt;
 use skewscope_core::permessage_deflate::Accepted;
 use skewscope_core::permessage_deflate::inflate::{InflateError, Inflater};
 use skewscope_core::server_frames::{ServerEvent, ServerFrameError, ServerFrames};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio_tungstenite::MaybeTlsStream;
 
 use skewscope_os::rx_stamp::RxStamped;
 
 /// The socket under the WebSocket: plain or TLS, kernel-stamped either way.
 pub(crate) type Stream = MaybeTlsStream<RxStamped>;
+
+/// Most bytes of protocol messages waiting for a server that does not read
+/// (acknowledgements, heart-beats): past it the connection is closed.
+pub(crate) const MAX_OWED: usize = 1 << 20;
 
 /// Close codes the probe sends (RFC 6455 §7.4.1).
 pub(crate) mod code {
@@ -34,7 +42,8 @@ pub(crate) mod code {
     pub(crate) const PROTOCOL: u16 = 1002;
     /// A text message that is not UTF-8.
     pub(crate) const INVALID: u16 = 1007;
-    /// The server's behaviour is not acceptable (a flood of control frames).
+    /// The server's behaviour is not acceptable (a flood of control frames,
+    /// a server that never reads what it is owed).
     pub(crate) const POLICY: u16 = 1008;
     /// A message over `--max-message`.
     pub(crate) const SIZE: u16 = 1009;
@@ -47,6 +56,8 @@ pub(crate) enum Incoming {
     Message {
         /// Its payload as the application sees it.
         payload: Vec<u8>,
+        /// Sent as text (else binary).
+        text: bool,
     },
     /// A ping (its pong is queued) or a pong.
     Control,
@@ -69,6 +80,14 @@ pub(crate) enum WireError {
     /// A text message that is not UTF-8.
     #[error("a text message that is not UTF-8")]
     Utf8,
+    /// The server does not read what the protocol owes it.
+    #[error(
+        "the server reads nothing: over {MAX_OWED} bytes of acknowledgements and heart-beats wait for it"
+    )]
+    Backlog,
+    /// The protocol riding on the connection ended it.
+    #[error("{0}")]
+    Layer(#[from] skewscope_core::protocol_layer::LayerError),
 }
 
 impl WireError {
@@ -79,6 +98,8 @@ impl WireError {
             WireError::Protocol(_) => Some((code::PROTOCOL, "protocol error")),
             WireError::Size(_) => Some((code::SIZE, "message too big")),
             WireError::Utf8 => Some((code::INVALID, "invalid UTF-8")),
+            WireError::Backlog => Some((code::POLICY, "not reading")),
+            WireError::Layer(e) => Some((e.close_code(), "")),
         }
     }
 }
@@ -92,11 +113,18 @@ pub(crate) struct Wire {
     events: VecDeque<ServerEvent>,
     inflater: Option<Inflater>,
     max_message: usize,
-    /// A frame being written (a pong), and how much of it is out.
+    /// A frame being written, and how much of it is out.
     writing: Vec<u8>,
     written: usize,
     /// The payload of the latest ping not yet answered.
     pong_owed: Option<Vec<u8>>,
+    /// The protocol's messages waiting, framed, and their bytes.
+    owed: VecDeque<Vec<u8>>,
+    owed_bytes: usize,
+    /// Bytes written but not yet flushed (TLS holds them until flushed).
+    unflushed: bool,
+    /// Writing failed: the socket is gone, and reading will say so.
+    write_failed: bool,
     /// The masking keys' source.
     mask: fastrand::Rng,
     /// What was wrong with the stream, handed out once the messages read
@@ -133,6 +161,10 @@ impl Wire {
             writing: Vec::new(),
             written: 0,
             pong_owed: None,
+            owed: VecDeque::new(),
+            owed_bytes: 0,
+            unflushed: false,
+            write_failed: false,
             // Masking guards proxies against a script that chooses the
             // bytes a browser sends; a probe's pongs echo the server's own.
             mask: fastrand::Rng::new(),
@@ -150,6 +182,7 @@ impl Wire {
     }
 
     /// The next thing the server sent; `None` once it closed the socket.
+    /// What is owed the server is written meanwhile.
     pub(crate) async fn next(&mut self) -> Option<Result<Incoming, WireError>> {
         loop {
             if let Some(event) = self.events.pop_front() {
@@ -158,14 +191,79 @@ impl Wire {
             if let Some(e) = self.broken.take() {
                 return Some(Err(e));
             }
-            self.write_owed_if_ready();
-            let n = match self.stream.read(&mut self.buf).await {
+            let n = match std::future::poll_fn(|cx| self.poll_read_writing_owed(cx)).await {
                 Ok(0) => return None,
                 Ok(n) => n,
                 Err(e) => return Some(Err(e.into())),
             };
             if let Err(e) = self.frames.push(&self.buf[..n], 0, &mut self.events) {
                 self.broken = Some(frame_error(e));
+            }
+        }
+    }
+
+    /// Queues a data message for the server (a protocol's subscription,
+    /// heart-beat or acknowledgement); it is written while reading.
+    pub(crate) fn send_message(&mut self, text: bool, payload: &[u8]) -> Result<(), WireError> {
+        if self.write_failed {
+            return Ok(());
+        }
+        let frame = self.masked_frame(if text { 0x1 } else { 0x2 }, payload);
+        self.owed_bytes += frame.len();
+        if self.owed_bytes > MAX_OWED {
+            return Err(WireError::Backlog);
+        }
+        self.owed.push_back(frame);
+        Ok(())
+    }
+
+    /// Writes what is owed as far as the socket takes it (being woken when
+    /// it takes more), then reads.
+    fn poll_read_writing_owed(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        self.poll_write_owed(cx);
+        let mut buf = ReadBuf::new(&mut self.buf);
+        match Pin::new(&mut self.stream).poll_read(cx, &mut buf) {
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(buf.filled().len())),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Writes the pong owed and the protocol's messages, a frame at a
+    /// time, until the socket would block; a failed write drops them all
+    /// (the socket is gone: reading finds out).
+    fn poll_write_owed(&mut self, cx: &mut Context<'_>) {
+        while !self.write_failed {
+            if self.written == self.writing.len() {
+                let next = match self.pong_owed.take() {
+                    Some(payload) => Some(self.masked_frame(0xA, &payload)),
+                    None => self
+                        .owed
+                        .pop_front()
+                        .inspect(|f| self.owed_bytes -= f.len()),
+                };
+                let Some(frame) = next else {
+                    if self.unflushed && Pin::new(&mut self.stream).poll_flush(cx).is_ready() {
+                        self.unflushed = false;
+                    }
+                    return;
+                };
+                self.writing = frame;
+                self.written = 0;
+            }
+            match Pin::new(&mut self.stream).poll_write(cx, &self.writing[self.written..]) {
+                Poll::Ready(Ok(n)) if n > 0 => {
+                    self.written += n;
+                    self.unflushed = true;
+                }
+                Poll::Pending => return,
+                Poll::Ready(_) => {
+                    self.write_failed = true;
+                    self.writing.clear();
+                    self.written = 0;
+                    self.owed.clear();
+                    self.owed_bytes = 0;
+                }
             }
         }
     }
@@ -192,7 +290,10 @@ impl Wire {
                 if m.text && std::str::from_utf8(&payload).is_err() {
                     return Err(WireError::Utf8);
                 }
-                Ok(Incoming::Message { payload })
+                Ok(Incoming::Message {
+                    payload,
+                    text: m.text,
+                })
             }
             ServerEvent::Ping(payload) => {
                 self.pong_owed = Some(payload);
@@ -203,60 +304,49 @@ impl Wire {
         }
     }
 
-    /// Writes what is owed as far as the socket takes it without waiting:
-    /// a server that does not read is not waited for, and its pong waits.
-    fn write_owed_if_ready(&mut self) {
-        loop {
-            if self.written == self.writing.len() {
-                let Some(payload) = self.pong_owed.take() else {
-                    return;
-                };
-                self.writing = self.masked_frame(0xA, &payload);
-                self.written = 0;
-            }
-            match self
-                .stream
-                .write(&self.writing[self.written..])
-                .now_or_never()
-            {
-                Some(Ok(n)) if n > 0 => self.written += n,
-                // Not writable now, or gone: reading finds out which.
-                _ => return,
-            }
-            if self.written == self.writing.len() {
-                let _ = self.stream.flush().now_or_never();
-            }
-        }
-    }
-
     /// Sends a close frame with `code` and `reason`, after any frame half
-    /// written (a partial frame would corrupt the stream).
+    /// written (a partial frame would corrupt the stream) and the
+    /// protocol's messages still owed (its goodbye among them).
     pub(crate) async fn send_close(&mut self, code: u16, reason: &str) -> io::Result<()> {
         let mut payload = code.to_be_bytes().to_vec();
         payload.extend_from_slice(&reason.as_bytes()[..reason.len().min(123)]);
         let close = self.masked_frame(0x8, &payload);
-        let rest = self.writing.split_off(self.written);
+        let mut rest = self.writing.split_off(self.written);
         self.writing.clear();
         self.written = 0;
+        for frame in self.owed.drain(..) {
+            rest.extend_from_slice(&frame);
+        }
+        self.owed_bytes = 0;
+        rest.extend_from_slice(&close);
         self.stream.write_all(&rest).await?;
-        self.stream.write_all(&close).await?;
         self.stream.flush().await
     }
 
-    /// A client frame (masked, RFC 6455 §5.3) with a payload of at most 125 bytes.
+    /// A client frame (masked, RFC 6455 §5.3): a control frame's payload
+    /// is cut to 125 bytes, a data frame's length is written in full.
     fn masked_frame(&mut self, opcode: u8, payload: &[u8]) -> Vec<u8> {
-        let key = self.mask.u32(..).to_be_bytes();
-        let mut frame = Vec::with_capacity(6 + payload.len());
-        frame.push(0x80 | opcode);
-        frame.push(0x80 | payload.len().min(125) as u8);
-        frame.extend_from_slice(&key);
-        frame.extend(
+        let payload = if opcode >= 0x8 {
+            &payload[..payload.len().min(125)]
+        } else {
             payload
-                .iter()
-                .take(125)
-                .enumerate()
-                .map(|(i, b)| b ^ key[i % 4]),
-        );
+        };
+        let key = self.mask.u32(..).to_be_bytes();
+        let mut frame = Vec::with_capacity(14 + payload.len());
+        frame.push(0x80 | opcode);
+        match payload.len() {
+            n @ 0..=125 => frame.push(0x80 | n as u8),
+            n @ 126..=0xffff => {
+                frame.push(0x80 | 126);
+                frame.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            n => {
+                frame.push(0x80 | 127);
+                frame.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        frame.extend_from_slice(&key);
+        frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
         frame
     }
 }
@@ -311,7 +401,8 @@ mod tests {
         assert_eq!(
             first,
             Incoming::Message {
-                payload: b"ok".to_vec()
+                payload: b"ok".to_vec(),
+                text: true,
             }
         );
         assert!(matches!(

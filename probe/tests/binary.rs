@@ -155,3 +155,102 @@ async fn no_connection_is_a_failure_with_a_clear_message() {
     assert!(stderr.contains("could be opened"), "{stderr}");
     assert!(stderr.contains("server is running"), "{stderr}");
 }
+
+/// An "agent" that refuses every request with 401, as one does whose token
+/// is another: its address.
+async fn refusing_agent() -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = [0u8; 4096];
+                let _ = stream.read(&mut head).await;
+                let _ = stream
+                    .write_all(b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_token_is_said_once_naming_its_file_and_ends_the_run() {
+    let server = BroadcastServer::start(None).await;
+    let agent = refusing_agent().await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("badtoken");
+    std::fs::write(&token, "guess\n").unwrap();
+    let out = dir.path().join("probe.sklog");
+    let upload = format!("http://{agent}");
+    // A run that would last a minute ends at the refusal.
+    let common = [
+        "--no-time-exchange",
+        "--duration",
+        "60s",
+        "--upload",
+        &upload,
+    ];
+    let probe = ProbeProcess::spawn(
+        &server.url(),
+        &out,
+        &[&common[..], &["--token-file", token.to_str().unwrap()]].concat(),
+    );
+    let output = probe.wait().await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the agent at {upload} refused this probe's token from {} (401 Unauthorized)",
+            token.display()
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("give it with --token-file"), "{stderr}");
+    assert_eq!(stderr.matches("401").count(), 1, "said once: {stderr}");
+    assert!(!stderr.contains("retrying"), "{stderr}");
+    // What it recorded is kept, and said where.
+    assert!(stderr.contains(&out.display().to_string()), "{stderr}");
+
+    // No token at all: the agent wants one.
+    let probe = ProbeProcess::spawn(&server.url(), &out, &common);
+    let output = probe.wait().await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("requires a token to upload (401 Unauthorized) and this probe has none"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probe_says_what_it_does_as_it_starts() {
+    let server = BroadcastServer::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("probe.sklog");
+    let probe = ProbeProcess::spawn(
+        &server.url(),
+        &out,
+        &["--connections", "2", "--count", "1", "--act-at", "/at"],
+    );
+    server.wait_for_clients(2).await;
+    server.broadcast(Message::text("go"));
+    let output = probe.wait().await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let start = stderr
+        .lines()
+        .find(|l| l.contains("bin-test: 2 connection(s) to"))
+        .unwrap_or_else(|| panic!("no start line: {stderr}"));
+    for said in [
+        server.url(),
+        format!("recording to {}", out.display()),
+        "UDP time exchange".to_owned(),
+        "acting at each message's /at".to_owned(),
+        "each connection has 1 message(s)".to_owned(),
+    ] {
+        assert!(start.contains(&said), "{said}: {start}");
+    }
+}
