@@ -33,7 +33,7 @@ fn main() -> ExitCode {
     match run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!(target: "agent", "{e:#}");
+            tracing::error!(target: "agent", "{}", said_once(&e));
             ExitCode::FAILURE
         }
     }
@@ -48,8 +48,25 @@ fn run(config: AgentConfig) -> anyhow::Result<()> {
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut hup = signal(SignalKind::hangup())?;
+        let token = config.token_file.clone();
         let agent = RunningAgent::start(config).await?;
         println!("listening on {}", agent.addr);
+        if agent.addr.ip().is_loopback() {
+            tracing::info!(
+                target: "agent",
+                "{} answers on this host only: devices on the LAN cannot reach it (give --listen 0.0.0.0:{} for them)",
+                agent.addr,
+                agent.addr.port()
+            );
+        }
+        // (Without one, on the network, the agent's start says what is open.)
+        if let Some(file) = &token {
+            tracing::info!(
+                target: "agent",
+                "/publish, /start_test, /ingest and /audit/* need the token in {} (give the probes and `skewscope audit` --token-file with the same file)",
+                file.display()
+            );
+        }
         if agent.tls() {
             tracing::info!(target: "agent", "serving TLS only: wss:// and https:// on {}", agent.addr);
         }
@@ -80,6 +97,23 @@ fn run(config: AgentConfig) -> anyhow::Result<()> {
         agent.shutdown().await?;
         Ok(())
     })
+}
+
+/// `e` and its causes, each said once: a cause whose text the error
+/// before it already includes (`{path}: {source}`) is not said again.
+fn said_once(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
 }
 
 /// Half the systemd watchdog period, when systemd set one.

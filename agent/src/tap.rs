@@ -43,6 +43,13 @@ impl TapThread {
         recorder: Recorder,
     ) -> std::io::Result<TapThread> {
         let capture = PacketCapture::open(port, interface.as_deref(), ring_bytes)?;
+        tracing::info!(
+            target: "agent::tap",
+            "tap running: recording the fan-out of the server on local TCP port {port} from its outgoing packets ({}); its clients (and probes) connect to it, not to this agent's /ws",
+            interface
+                .as_deref()
+                .map_or_else(|| "every interface".to_owned(), |i| format!("interface {i}"))
+        );
         recorder.record(AgentRecord::TapStarted(TapStarted {
             port,
             interface,

@@ -240,3 +240,115 @@ fn without_a_token_on_the_network_the_agent_says_what_is_open() {
     let local = logged_at_start(&["--listen", "127.0.0.1:0", "--time-port", "0"]);
     assert!(!local.contains("no --token-file"), "{local}");
 }
+
+#[test]
+fn on_loopback_the_agent_says_how_devices_reach_it() {
+    let local = logged_at_start(&["--listen", "127.0.0.1:0", "--time-port", "0"]);
+    assert!(
+        local.contains("answers on this host only") && local.contains("--listen 0.0.0.0:"),
+        "{local}"
+    );
+}
+
+#[test]
+fn help_is_grouped_by_task_names_every_endpoint_and_takes_sizes_as_typed() {
+    let o = Command::new(AGENT).arg("--help").output().unwrap();
+    assert!(o.status.success());
+    let help = String::from_utf8_lossy(&o.stdout);
+    for endpoint in [
+        "/ws",
+        "/publish",
+        "/start_test",
+        "/ingest",
+        "/audit/status",
+        "/metrics",
+        "/clock",
+        "/healthz",
+    ] {
+        assert!(help.contains(endpoint), "{endpoint}: {help}");
+    }
+    for said in [
+        "[token]: with --token-file",
+        "[--metrics-token-file]",
+        "--listen 0.0.0.0:8080",
+        "Where clients reach it, and who may use it:",
+        "What it records:",
+        "Recording a server it does not run (the tap):",
+        "Limits against misbehaving clients:",
+        "[default: 64KiB]",
+        "[default: 1GiB]",
+    ] {
+        assert!(help.contains(said), "{said}: {help}");
+    }
+    // Sizes as people type them, on the command line and in a file.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("agent.toml");
+    std::fs::write(
+        &file,
+        "max_queue_bytes = \"2MiB\"\nsegment_bytes = 1048576\n",
+    )
+    .unwrap();
+    let o = Command::new(AGENT)
+        .args([
+            "--max-frame",
+            "32KiB",
+            "--max-data-bytes",
+            "2GiB",
+            "--config",
+        ])
+        .arg(&file)
+        .arg("--print-config")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let printed = String::from_utf8_lossy(&o.stdout);
+    for line in [
+        "max_frame = 32768",
+        "max_data_bytes = 2147483648",
+        "max_queue_bytes = 2097152",
+        "segment_bytes = 1048576",
+    ] {
+        assert!(printed.contains(line), "{line}: {printed}");
+    }
+    let o = Command::new(AGENT)
+        .args(["--max-frame", "12MB"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("12MB") && err.contains("KiB, MiB or GiB"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_failure_at_start_says_the_os_error_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // A data directory that is a file cannot hold the record log.
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, "").unwrap();
+    let o = Command::new(AGENT)
+        .args(["--listen", "127.0.0.1:0", "--time-port", "0", "--data-dir"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    let os_errors = err.matches("(os error").count();
+    assert_eq!(os_errors, 1, "{err}");
+}
+
+#[test]
+fn a_tapping_agent_says_the_tap_is_running() {
+    // Capturing needs CAP_NET_RAW: the test's own user and network namespace
+    // give it, and nothing outside is captured.
+    if !skewscope_os::test_namespace::in_own_namespace("a_tapping_agent_says_the_tap_is_running") {
+        return;
+    }
+    let tapping = logged_at_start(&["--listen", "127.0.0.1:0", "--tap-port", "8000"]);
+    assert!(
+        tapping.contains("tap running") && tapping.contains("local TCP port 8000"),
+        "{tapping}"
+    );
+}

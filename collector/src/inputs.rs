@@ -462,10 +462,46 @@ pub fn analyse(
         .expect("started above")
         .finish(&joined, inputs.summaries);
     report.set_trigger_latency(analysis.triggers.as_ref().map(|t| t.finish()));
+    if let (
+        Some(Window::FirstReceiptBetween {
+            from_wall_ns,
+            to_wall_ns,
+        }),
+        Some(_),
+    ) = (scope.window, &report.tap)
+    {
+        report.tap = tap_within(&inputs.agents, &joined, from_wall_ns, to_wall_ns);
+    }
     report.reference = Some(reference);
     report.matched = matched;
     let figures = analysis.figures.map(|f| f.finish(&joined));
     Ok((report, figures))
+}
+
+/// The tap's summary of the broadcasts it saw between `from` and `to`
+/// (the first byte of each, in the agent's clock) only: the window a
+/// report of a foreign server judges. Without it the tap's section of an
+/// audit of a long-running agent would tell of every client since the tap
+/// started. Its counters (connections followed, segments) stay the
+/// tap's totals, and say so.
+fn tap_within(
+    agents: &[AgentFiles],
+    joined: &Joined,
+    from: u64,
+    to: u64,
+) -> Option<tapped::TapSummary> {
+    let latest = agents.iter().max_by_key(|a| a.run.as_ref().map(|r| r.1))?;
+    let records = AgentSource::records(latest).filter(|r| match r {
+        AgentRecord::TapBroadcast(b) => b
+            .copies
+            .iter()
+            .map(|c| c.first_byte_wall_ns)
+            .min()
+            .is_some_and(|t| from <= t && t <= to),
+        _ => true,
+    });
+    let tap = tapped::TapJoin::new(joined, records)?;
+    Some(tap.finish(joined, &mut Vec::new()))
 }
 
 /// Reads a triggers file (see [`skewscope_core::analysis::triggers::parse`]); errors name the file
@@ -481,10 +517,186 @@ pub fn read_triggers(path: &Path) -> anyhow::Result<Vec<u64>> {
     Ok(times)
 }
 
+/// `report --between FROM-TO` (or `FROM` alone: until now), each end a
+/// wall-clock time as people have it: ns since 1970 (`date +%s%N`, what
+/// an audit prints), an RFC 3339 time (`2026-12-06T17:00:00Z`, with a
+/// fraction or an offset like `+01:00`), `now`, or a duration before now
+/// (`-10m`, `-90s`). `now_ns` is the wall clock now.
+pub fn parse_between(text: &str, now_ns: u64) -> Result<(u64, u64), String> {
+    const HINT: &str = "give FROM-TO or FROM (until now), each as ns since 1970, an RFC 3339 time like 2026-12-06T17:00:00Z, now, or a time before now like -10m";
+    let text = text.trim();
+    let time = |t: &str| parse_wall_time(t, now_ns);
+    // Dates and offsets hold dashes too: the split is the dash with a time
+    // on either side.
+    let split = text
+        .char_indices()
+        .filter(|&(i, c)| c == '-' && i > 0)
+        .find_map(|(i, _)| Some((time(&text[..i]).ok()?, time(&text[i + 1..]).ok()?)));
+    let (from, to) = match split {
+        Some(range) => range,
+        None => (
+            time(text).map_err(|e| format!("--between {text}: {e}; {HINT}"))?,
+            now_ns,
+        ),
+    };
+    if from > to {
+        return Err(format!("--between {text}: FROM is after TO; {HINT}"));
+    }
+    Ok((from, to))
+}
+
+/// One end of `--between`: see [`parse_between`].
+fn parse_wall_time(text: &str, now_ns: u64) -> Result<u64, String> {
+    let text = text.trim();
+    if text == "now" {
+        return Ok(now_ns);
+    }
+    if let Some(before) = text.strip_prefix('-') {
+        let d = skewscope_core::units::parse_duration(before)?;
+        return Ok(now_ns.saturating_sub(d.as_nanos() as u64));
+    }
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text
+            .parse()
+            .map_err(|_| format!("`{text}` is too large for ns since 1970"));
+    }
+    // RFC 3339: humantime reads UTC (`Z`, or none); an offset is applied here.
+    let (local, offset_s) = match text.len().checked_sub(6).map(|i| text.split_at(i)) {
+        Some((local, off))
+            if (off.starts_with('+') || off.starts_with('-')) && off.as_bytes()[3] == b':' =>
+        {
+            let hours: i64 = off[1..3]
+                .parse()
+                .map_err(|_| format!("`{off}` is no offset"))?;
+            let minutes: i64 = off[4..]
+                .parse()
+                .map_err(|_| format!("`{off}` is no offset"))?;
+            let sign = if off.starts_with('-') { -1 } else { 1 };
+            (local, sign * (hours * 3600 + minutes * 60))
+        }
+        _ => (text, 0),
+    };
+    let at = humantime::parse_rfc3339_weak(local)
+        .map_err(|e| format!("`{text}` is not a time ({e})"))?;
+    let ns = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| format!("`{text}` is before 1970"))?
+        .as_nanos() as i128
+        - i128::from(offset_s) * 1_000_000_000;
+    u64::try_from(ns).map_err(|_| format!("`{text}` is before 1970"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use skewscope_os::log_files::FileLogWriter;
+
+    #[test]
+    fn the_tap_section_of_a_window_is_of_that_window_only() {
+        use skewscope_core::log::LogWriter;
+        use skewscope_core::record::{AgentStarted, SendOrder, TapBroadcast, TapCopy, TapStarted};
+        let second = 1_000_000_000u64;
+        let t0 = 1_764_000_000 * second;
+        let stamp = |ns: u64| skewscope_core::Stamp {
+            wall_ns: t0 + ns,
+            mono_ns: ns,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent-1-0000.sklog");
+        let mut w = LogWriter::create(&path, LogKind::Agent).unwrap();
+        w.append(&AgentRecord::Started(AgentStarted {
+            host: "server".into(),
+            version: "t".into(),
+            at: stamp(0),
+            shards: 1,
+            order: SendOrder::Fixed,
+            per_client_times: true,
+        }))
+        .unwrap();
+        w.append(&AgentRecord::TapStarted(TapStarted {
+            port: 8000,
+            interface: None,
+            at: stamp(1),
+        }))
+        .unwrap();
+        // An earlier client at 1 s, this window's two at 2 s.
+        for (id, at, clients) in [(1, 1, &["early:1"][..]), (2, 2, &["a:1", "b:1"][..])] {
+            w.append(&AgentRecord::TapBroadcast(TapBroadcast {
+                id,
+                seq: None,
+                hash: id,
+                len: 10,
+                copies: clients
+                    .iter()
+                    .map(|c| TapCopy {
+                        client: (*c).into(),
+                        first_byte_wall_ns: t0 + at * second,
+                        last_byte_wall_ns: t0 + at * second + 1_000,
+                    })
+                    .collect(),
+            }))
+            .unwrap();
+        }
+        w.sync().unwrap();
+        let scope = |window| Scope {
+            window,
+            agent_as_reference: true,
+        };
+        let all = analyse(
+            read_inputs(std::slice::from_ref(&path)).unwrap(),
+            None,
+            scope(None),
+            false,
+        )
+        .unwrap()
+        .0;
+        assert_eq!(all.tap.as_ref().unwrap().clients, 3);
+        let window = Window::FirstReceiptBetween {
+            from_wall_ns: t0 + 3 * second / 2,
+            to_wall_ns: t0 + 3 * second,
+        };
+        let within = analyse(
+            read_inputs(&[path]).unwrap(),
+            None,
+            scope(Some(window)),
+            false,
+        )
+        .unwrap()
+        .0;
+        let tap = within.tap.unwrap();
+        assert_eq!((tap.broadcasts, tap.clients), (1, 2), "{tap:?}");
+        assert!(tap.per_client.iter().all(|c| c.client != "early:1"));
+    }
+
+    #[test]
+    fn between_takes_times_as_people_have_them() {
+        let now = 1_796_578_418_000_000_000;
+        // What an audit prints: ns since 1970.
+        assert_eq!(parse_between("5-9", now), Ok((5, 9)));
+        // RFC 3339, with a fraction, an offset, or none.
+        let z = "2026-12-06T17:15:00Z";
+        let (from, to) = parse_between(&format!("{z}-now"), now).unwrap();
+        assert_eq!(to, now);
+        let stamp = |s: &str| parse_wall_time(s, now).unwrap();
+        assert_eq!(from, stamp(z));
+        assert_eq!(stamp("2026-12-06T18:15:00+01:00"), stamp(z));
+        assert_eq!(stamp("2026-12-06T17:15:00.5Z"), stamp(z) + 500_000_000);
+        let both = format!("{z}-2026-12-06T17:25:00Z");
+        assert_eq!(
+            parse_between(&both, now).unwrap(),
+            (stamp(z), stamp(z) + 600_000_000_000)
+        );
+        // Before now: one end, or both.
+        assert_eq!(parse_between("-10m", now), Ok((now - 600_000_000_000, now)));
+        assert_eq!(
+            parse_between("-10m--1m", now),
+            Ok((now - 600_000_000_000, now - 60_000_000_000))
+        );
+        for bad in ["yesterday", "9-5", "-10", "2026-13-40T00:00:00Z"] {
+            let e = parse_between(bad, now).unwrap_err();
+            assert!(e.contains("give FROM-TO"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn an_empty_log_in_a_data_directory_is_skipped_not_fatal() {

@@ -24,6 +24,18 @@ struct Cli {
     command: Command,
 }
 
+/// The help's sections, by what a person came to do.
+mod heading {
+    pub const READ: &str = "What to read";
+    pub const WHICH: &str = "Which broadcasts to judge";
+    pub const OUTPUT: &str = "Output";
+    pub const AGENT: &str = "The agent to audit";
+    pub const TRIGGER: &str = "What to trigger, or watch";
+    pub const WAIT: &str = "Waiting for probes and receipts";
+    pub const THRESHOLDS: &str = "Thresholds (the verdict)";
+    pub const RUN: &str = "The run";
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Join agent and probe logs and report skew, latency, fan-out and loss.
@@ -31,37 +43,46 @@ enum Command {
         /// Record logs: one agent run's segments and any number of probe logs;
         /// a directory (an agent's data directory) stands for every log in it
         /// and in its probes/ (the runs probes uploaded).
-        #[arg(required = true)]
+        #[arg(required = true, help_heading = heading::READ)]
         files: Vec<PathBuf>,
-        /// Also write the report as JSON to this file (`-` for standard output).
-        #[arg(long)]
-        json: Option<PathBuf>,
         /// When each broadcast was triggered, for latency without an agent log:
         /// one wall-clock time in ns since 1970 per line (`date +%s%N`).
-        #[arg(long)]
+        #[arg(long, value_name = "FILE", help_heading = heading::READ)]
         triggers: Option<PathBuf>,
         /// Only the agent's broadcasts with these ids, `FIRST-LAST` (what an
         /// audit of the hub judged).
-        #[arg(long, value_parser = parse_range, conflicts_with = "between")]
+        #[arg(long, value_name = "FIRST-LAST", value_parser = parse_range, conflicts_with = "between", help_heading = heading::WHICH)]
         broadcasts: Option<(u64, u64)>,
-        /// Only broadcasts first received between these wall-clock times, in
-        /// ns since 1970, `FROM-TO` (what an audit of a foreign server judged).
-        #[arg(long, value_parser = parse_range)]
+        /// Only broadcasts first received between two wall-clock times,
+        /// `FROM-TO`, or from `FROM` until now. Each is an RFC 3339 time
+        /// (`2026-12-06T17:00:00Z`, or with an offset like `+01:00`), a
+        /// time before now (`-10m`: ten minutes ago), `now`, or ns since
+        /// 1970 (what an audit of a foreign server prints). `-10m`: the
+        /// last ten minutes.
+        #[arg(long, value_name = "FROM-TO", value_parser = parse_between_now, allow_hyphen_values = true, help_heading = heading::WHICH)]
         between: Option<(u64, u64)>,
-        /// The probes listened to a server that is not the agent: use the
-        /// agent's log as the clock reference only.
-        #[arg(long)]
+        /// The probes listened to a server that is not the agent (FastAPI,
+        /// Go, any app): the agent's log then serves only as the clock all
+        /// receipts are corrected to (the probes measured their offsets to
+        /// it), and as the sends of that server when the agent tapped it
+        /// (--tap-port); its own hub's broadcasts are left out. The report
+        /// tells this from the logs by itself and says which reference it
+        /// used; give this flag when it guessed wrong.
+        #[arg(long, help_heading = heading::WHICH)]
         agent_as_reference: bool,
-        /// Also write the report as one self-contained HTML page with plots
-        /// (no script, nothing fetched; light and dark).
-        #[arg(long, value_name = "OUT")]
-        html: Option<PathBuf>,
         /// Judge only broadcasts whose payload matches: `/POINTER=VALUE` (a
         /// JSON pointer equal to a value, like `/type=start`) or
         /// `re:EXPRESSION` (a regular expression on text payloads). The
         /// report says how many were left out.
-        #[arg(long = "match", value_name = "EXPR", value_parser = parse_matcher)]
+        #[arg(long = "match", value_name = "EXPR", value_parser = parse_matcher, help_heading = heading::WHICH)]
         matching: Option<(String, Matcher)>,
+        /// Also write the report as JSON to this file (`-` for standard output).
+        #[arg(long, value_name = "OUT", help_heading = heading::OUTPUT)]
+        json: Option<PathBuf>,
+        /// Also write the report as one self-contained HTML page with plots
+        /// (no script, nothing fetched; light and dark).
+        #[arg(long, value_name = "OUT", help_heading = heading::OUTPUT)]
+        html: Option<PathBuf>,
     },
     /// Audit a running installation: trigger broadcasts, wait for the
     /// probes' uploaded receipts, print the report and a PASS/FAIL line per
@@ -75,6 +96,9 @@ enum Command {
     /// Skew thresholds are judged on the upper bound of the skew corrected
     /// to the agent's clock (or on the measured skew when every receipt is
     /// on one clock): a pass holds for the truth, not only the estimate.
+    ///
+    /// Only this agent run and the probe runs that upload during the audit
+    /// are judged; earlier runs the agent keeps are named and left out.
     #[command(verbatim_doc_comment)]
     Audit(Box<AuditArgs>),
     /// Print the JSON Schema of `report --json` (the committed copy is
@@ -86,24 +110,15 @@ enum Command {
     /// and how far apart the actions happened.
     #[cfg(feature = "demo")]
     Demo {
-        /// Probe connections.
-        #[arg(long, default_value_t = 100)]
+        /// Probe connections (two probes share them).
+        #[arg(long, value_name = "N", default_value_t = 100, help_heading = heading::RUN)]
         clients: u32,
         /// Test broadcasts.
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, value_name = "K", default_value_t = 20, help_heading = heading::RUN)]
         broadcasts: u32,
         /// Pause between broadcasts (e.g. 100ms, 1s).
-        #[arg(long, default_value = "100ms", value_parser = skewscope_core::units::parse_duration)]
+        #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = skewscope_core::units::parse_duration, help_heading = heading::RUN)]
         interval: Duration,
-        /// Also write the report as JSON to this file (`-` for standard output).
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Keep the agent and probe logs in this directory (default: a temporary one, removed).
-        #[arg(long)]
-        keep: Option<PathBuf>,
-        /// Also write the report as one self-contained HTML page with plots.
-        #[arg(long, value_name = "OUT")]
-        html: Option<PathBuf>,
         /// The time to act, this long after each broadcast's start: 50ms is
         /// ample for 100 loopback connections on a loaded 2-core machine
         /// (their copies are read within a few ms); the report says how
@@ -112,119 +127,138 @@ enum Command {
         /// is judged, get its allowance for an unmeasured network).
         #[arg(
             long,
+            value_name = "DURATION|auto",
             default_value = "50ms",
             allow_hyphen_values = true,
-            conflicts_with = "no_act"
+            conflicts_with = "no_act",
+            help_heading = heading::RUN
         )]
         lead: skewscope_core::lead::LeadChoice,
         /// Receive only: no time to act in the broadcasts, no actions.
-        #[arg(long)]
+        #[arg(long, help_heading = heading::RUN)]
         no_act: bool,
+        /// Also write the report as JSON to this file (`-` for standard output).
+        #[arg(long, value_name = "OUT", help_heading = heading::OUTPUT)]
+        json: Option<PathBuf>,
+        /// Also write the report as one self-contained HTML page with plots.
+        #[arg(long, value_name = "OUT", help_heading = heading::OUTPUT)]
+        html: Option<PathBuf>,
+        /// Keep the agent and probe logs in this directory (default: a
+        /// temporary one, removed), for `skewscope report` later.
+        #[arg(long, value_name = "DIR", help_heading = heading::OUTPUT)]
+        keep: Option<PathBuf>,
     },
 }
 
 /// `skewscope audit`'s options.
 #[derive(clap::Args)]
 struct AuditArgs {
-    /// The agent's base URL.
-    #[arg(long, value_name = "URL")]
+    /// The agent's address, http://HOST:PORT (https:// when it has
+    /// --tls-cert): the port it listens on (--listen). A bare HOST:PORT
+    /// means http://.
+    #[arg(long, value_name = "URL", help_heading = heading::AGENT)]
     agent: String,
-    /// File holding the agent's bearer token.
-    #[arg(long, value_name = "FILE")]
+    /// File holding the agent's bearer token: the file the agent was given
+    /// with its --token-file (/etc/skewscope/agent.token where its package
+    /// installed it).
+    #[arg(long, value_name = "FILE", help_heading = heading::AGENT)]
     token_file: Option<PathBuf>,
     /// For an https:// agent (--tls-cert): trust only the CA certificates
     /// in this PEM file (a site's own CA), instead of the system's roots.
-    #[arg(long, value_name = "PEM")]
+    #[arg(long, value_name = "PEM", help_heading = heading::AGENT)]
     ca_file: Option<PathBuf>,
-    /// Broadcasts to trigger (20 if not given); with --passive, stop
-    /// watching once this many were seen.
-    #[arg(long)]
-    broadcasts: Option<u64>,
-    /// Trigger nothing: watch the site's own broadcasts for --window (or
-    /// until --broadcasts were seen) and judge those, for an audit where
-    /// real people watch the screens. Exit codes as for any audit.
-    #[arg(long, conflicts_with_all = ["trigger", "lead", "interval"])]
-    passive: bool,
-    /// How long a passive audit watches.
-    #[arg(long, default_value = "10m", value_parser = skewscope_core::units::parse_duration, requires = "passive")]
-    window: Duration,
+    /// Broadcasts to trigger; with --passive, stop watching once this many
+    /// were seen (without it a passive audit watches all of --window).
+    #[arg(long, value_name = "K", default_value_t = 20, help_heading = heading::TRIGGER)]
+    broadcasts: u64,
     /// Pause between broadcasts.
-    #[arg(long, default_value = "1s", value_parser = skewscope_core::units::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = skewscope_core::units::parse_duration, help_heading = heading::TRIGGER)]
     interval: Duration,
-    /// Longest wait for probes before the first broadcast, and for receipts
-    /// after the last; receipts still absent then count missing.
-    #[arg(long, default_value = "5s", value_parser = skewscope_core::units::parse_duration)]
-    settle: Duration,
-    /// Probes that must be uploading to the agent.
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    require_probes: usize,
     /// Trigger broadcasts here instead of the agent's /start_test: a server
     /// that is not the agent (e.g. FastAPI's /start_test); the agent stays
     /// the clock reference and collector.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", help_heading = heading::TRIGGER)]
     trigger: Option<String>,
     /// HTTP method for --trigger.
-    #[arg(long, default_value = "GET", value_parser = ["GET", "POST"])]
+    #[arg(long, default_value = "GET", value_parser = ["GET", "POST"], help_heading = heading::TRIGGER)]
     trigger_method: String,
-    /// Most median skew per broadcast allowed.
-    #[arg(long, value_name = "D", value_parser = parse_ns)]
-    max_skew_p50: Option<u64>,
-    /// Most 99th-percentile skew allowed.
-    #[arg(long, value_name = "D", default_value = "10ms", value_parser = parse_ns)]
-    max_skew_p99: Option<u64>,
-    /// Most skew of any one broadcast allowed.
-    #[arg(long, value_name = "D", value_parser = parse_ns)]
-    max_skew_max: Option<u64>,
-    /// Most receipts missing allowed (broadcast × connection).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    max_missing: u64,
-    /// Most error bound of any probe's clock offset to the agent.
-    #[arg(long, value_name = "D", value_parser = parse_ns)]
-    max_offset_bound: Option<u64>,
     /// The time to act the hub's test broadcasts carry, this long after
-    /// each is sent (`/start_test?lead=`): probes run with `--act-at /at_ns`
-    /// act then, and the verdict can judge their actions. A foreign server
-    /// (`--trigger`) puts its own time to act in its messages: give the
-    /// lead in its trigger URL if it takes one. `auto`: the agent picks
-    /// each from what the probes' uploads measure (`lead=auto`), and the
-    /// report says what it chose and how many actions were late.
+    /// each is sent (`/start_test?lead=`, at `/at_ns` in the message):
+    /// probes run with `--act-at /at_ns` act then, and the verdict can
+    /// judge their actions. A foreign server (`--trigger`) puts its own
+    /// time to act in its messages: give the lead in its trigger URL if it
+    /// takes one. `auto`: the agent picks each from what the probes'
+    /// uploads measure (`lead=auto`), and the report says what it chose
+    /// and how many actions were late.
     #[arg(
         long,
-        value_name = "D|auto",
+        value_name = "DURATION|auto",
         allow_hyphen_values = true,
-        conflicts_with = "trigger"
+        conflicts_with = "trigger",
+        help_heading = heading::TRIGGER
     )]
     lead: Option<skewscope_core::lead::LeadChoice>,
-
-    /// Most 99th-percentile action skew per broadcast allowed (judged on its
-    /// upper bound across clocks, as skew is); needs probes with --act-at.
-    #[arg(long, value_name = "D", value_parser = parse_ns)]
-    max_action_skew_p99: Option<u64>,
-
-    /// Most late actions allowed (a message that came after its time to
-    /// act); needs probes with --act-at.
-    #[arg(long, value_name = "N")]
-    max_late: Option<u64>,
-
-    /// Every clock (probes' and server's) must claim to be synchronised.
-    #[arg(long)]
-    require_synced_clocks: bool,
+    /// Trigger nothing: watch the site's own broadcasts for --window (or
+    /// until --broadcasts were seen) and judge those, for an audit where
+    /// real people watch the screens. Exit codes as for any audit.
+    #[arg(long, conflicts_with_all = ["trigger", "lead", "interval"], help_heading = heading::TRIGGER)]
+    passive: bool,
+    /// How long a passive audit watches.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = skewscope_core::units::parse_duration, requires = "passive", help_heading = heading::TRIGGER)]
+    window: Duration,
     /// Judge only broadcasts whose payload matches: `/POINTER=VALUE` or
     /// `re:EXPRESSION`, as for `report`.
-    #[arg(long = "match", value_name = "EXPR", value_parser = parse_matcher)]
+    #[arg(long = "match", value_name = "EXPR", value_parser = parse_matcher, help_heading = heading::TRIGGER)]
     matching: Option<(String, Matcher)>,
+    /// Longest wait for probes before the first broadcast, and for receipts
+    /// after the last; receipts still absent then count missing.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = skewscope_core::units::parse_duration, help_heading = heading::WAIT)]
+    settle: Duration,
+    /// Probes that must be uploading to the agent before the audit begins.
+    #[arg(long, default_value_t = 1, value_name = "N", help_heading = heading::WAIT)]
+    require_probes: usize,
+    /// Most median skew per broadcast allowed.
+    #[arg(long, value_name = "DURATION", value_parser = parse_ns, help_heading = heading::THRESHOLDS)]
+    max_skew_p50: Option<u64>,
+    /// Most 99th-percentile skew allowed.
+    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_ns, help_heading = heading::THRESHOLDS)]
+    max_skew_p99: Option<u64>,
+    /// Most skew of any one broadcast allowed.
+    #[arg(long, value_name = "DURATION", value_parser = parse_ns, help_heading = heading::THRESHOLDS)]
+    max_skew_max: Option<u64>,
+    /// Most receipts missing allowed (broadcast × connection).
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = heading::THRESHOLDS)]
+    max_missing: u64,
+    /// Most error bound of any probe's clock offset to the agent.
+    #[arg(long, value_name = "DURATION", value_parser = parse_ns, help_heading = heading::THRESHOLDS)]
+    max_offset_bound: Option<u64>,
+    /// Most 99th-percentile action skew per broadcast allowed (judged on its
+    /// upper bound across clocks, as skew is); needs probes with --act-at.
+    #[arg(long, value_name = "DURATION", value_parser = parse_ns, help_heading = heading::THRESHOLDS)]
+    max_action_skew_p99: Option<u64>,
+    /// Most late actions allowed (a message that came after its time to
+    /// act); needs probes with --act-at.
+    #[arg(long, value_name = "N", help_heading = heading::THRESHOLDS)]
+    max_late: Option<u64>,
+    /// Every clock (probes' and server's) must claim to be synchronised.
+    #[arg(long, help_heading = heading::THRESHOLDS)]
+    require_synced_clocks: bool,
     /// Also write the audit (facts, verdict, report) as JSON here (`-` for
     /// standard output).
-    #[arg(long, value_name = "OUT")]
+    #[arg(long, value_name = "OUT", help_heading = heading::OUTPUT)]
     json: Option<PathBuf>,
-    /// Keep the copy of the agent's logs in this directory (reused by the
-    /// next audit, which then fetches only what is new).
-    #[arg(long, value_name = "DIR")]
-    keep: Option<PathBuf>,
     /// Also write the verdict and the report as one self-contained HTML
     /// page with plots, to hand over (no script, nothing fetched).
-    #[arg(long, value_name = "OUT")]
+    #[arg(long, value_name = "OUT", help_heading = heading::OUTPUT)]
     html: Option<PathBuf>,
+    /// Keep the copy of the agent's logs in this directory (reused by the
+    /// next audit, which then fetches only what is new).
+    #[arg(long, value_name = "DIR", help_heading = heading::OUTPUT)]
+    keep: Option<PathBuf>,
+    /// Whether --broadcasts was given (not a flag: read from the command
+    /// line, for --passive).
+    #[arg(skip)]
+    broadcasts_given: bool,
 }
 
 /// `--match`'s argument, kept as given for the report.
@@ -235,10 +269,18 @@ fn parse_matcher(s: &str) -> Result<(String, Matcher), String> {
 }
 
 fn main() -> std::process::ExitCode {
-    match run(Cli::parse().command) {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let (Command::Audit(args), Some(("audit", audit))) = (&mut cli.command, matches.subcommand())
+    {
+        args.broadcasts_given =
+            audit.value_source("broadcasts") == Some(clap::parser::ValueSource::CommandLine);
+    }
+    match run(cli.command) {
         Ok(code) => std::process::ExitCode::from(code),
         Err(e) => {
-            eprintln!("skewscope: {e:#}");
+            eprintln!("skewscope: {}", said_once(&e));
             // Every failure before a verdict: for an audit, it could not run.
             std::process::ExitCode::from(audit::exit::CANNOT_AUDIT)
         }
@@ -318,12 +360,22 @@ fn run(command: Command) -> anyhow::Result<u8> {
                 runtime.block_on(demo::run(&options, &|line| eprintln!("{line}")))?;
             let mut logs = vec![agent_log];
             logs.extend(probe_logs);
-            let (report, figures) = inputs::analyse(
+            let (mut report, figures) = inputs::analyse(
                 inputs::read_inputs(&logs)?,
                 None,
                 inputs::Scope::default(),
                 html.is_some(),
             )?;
+            if options.keep.is_none() {
+                // Its temporary directory is gone once the demo ends: name
+                // the files as what they were, not as paths to look for.
+                for input in &mut report.inputs {
+                    let name = Path::new(&input.file)
+                        .file_name()
+                        .map_or_else(|| input.file.clone(), |n| n.to_string_lossy().into_owned());
+                    input.file = format!("{name} (removed with the demo; --keep DIR keeps it)");
+                }
+            }
             print!("{}", table::render(&report));
             if let (Some(out), Some(figures)) = (&html, &figures) {
                 let title = format!("skewscope demo: {clients} connections on loopback");
@@ -343,20 +395,30 @@ fn run(command: Command) -> anyhow::Result<u8> {
 }
 
 fn audit(args: AuditArgs) -> anyhow::Result<u8> {
+    // Every value is checked before the agent is asked anything.
+    let agent = audit::options::agent_url(&args.agent).map_err(anyhow::Error::msg)?;
     let token = args
         .token_file
         .as_deref()
         .map(|p| {
-            std::fs::read_to_string(p)
+            let token = std::fs::read_to_string(p)
                 .map(|t| t.trim().to_owned())
-                .with_context(|| format!("cannot read --token-file {}", p.display()))
+                .with_context(|| format!("cannot read --token-file {}", p.display()))?;
+            if token.is_empty() {
+                anyhow::bail!(
+                    "--token-file {} is empty; put the agent's token in it (the file the agent was given with its --token-file)",
+                    p.display()
+                );
+            }
+            Ok(token)
         })
         .transpose()?;
     let options = AuditOptions {
-        agent: args.agent,
+        agent,
         token,
+        token_file: args.token_file.clone(),
         ca_file: args.ca_file,
-        broadcasts: args.broadcasts.unwrap_or(20).max(1),
+        broadcasts: args.broadcasts.max(1),
         interval: args.interval,
         settle: args.settle,
         require_probes: args.require_probes,
@@ -378,7 +440,7 @@ fn audit(args: AuditArgs) -> anyhow::Result<u8> {
         matching: args.matching,
         passive: args.passive.then_some(audit::Passive {
             window: args.window,
-            broadcasts: args.broadcasts,
+            broadcasts: args.broadcasts_given.then_some(args.broadcasts),
         }),
     };
     let mut progress = Progress::new(options.broadcasts);
@@ -391,7 +453,7 @@ fn audit(args: AuditArgs) -> anyhow::Result<u8> {
             return Ok(audit::exit::CANNOT_AUDIT);
         }
     };
-    print!("{}", table::render(&outcome.report));
+    print!("{}", table::render_live(&outcome.report));
     println!();
     print!("{}", verdict_lines::render(&outcome.verdict));
     let a = &outcome.audit;
@@ -406,9 +468,12 @@ fn audit(args: AuditArgs) -> anyhow::Result<u8> {
         sentences::duration(a.last_broadcast_to_verdict_ms as i64 * 1_000_000),
         a.reproduce.replace(
             "DIR",
-            a.kept
-                .as_deref()
-                .unwrap_or("AGENT_DATA_DIR (or --keep DIR)")
+            match a.kept.as_deref() {
+                Some(kept) => kept,
+                // The logs are named one by one: each in the agent's directory.
+                None if a.reproduce.contains("DIR/") => "AGENT_DATA_DIR",
+                None => "AGENT_DATA_DIR (or --keep DIR)",
+            }
         )
     );
     if let Some(out) = &args.json {
@@ -430,10 +495,32 @@ fn audit(args: AuditArgs) -> anyhow::Result<u8> {
     Ok(outcome.exit_code())
 }
 
+/// `e` and its causes, each said once: a cause whose text the error
+/// before it already includes (`{path}: {source}`) is not said again.
+fn said_once(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
 fn parse_ns(s: &str) -> Result<u64, String> {
     skewscope_core::units::parse_duration(s)
         .map(|d| d.as_nanos() as u64)
         .map_err(|e| e.to_string())
+}
+
+/// `--between`, read against the wall clock now.
+fn parse_between_now(s: &str) -> Result<(u64, u64), String> {
+    inputs::parse_between(s, skewscope_os::clock::now().wall_ns)
 }
 
 fn parse_range(s: &str) -> Result<(u64, u64), String> {
@@ -476,6 +563,8 @@ fn write_html(
         report,
         figures,
         verdict,
+        // An audit's page (it has a verdict) read a running agent's logs.
+        live: verdict.is_some(),
     });
     std::fs::write(out, page).with_context(|| format!("cannot write {}", out.display()))
 }

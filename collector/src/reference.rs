@@ -91,8 +91,8 @@ pub fn infer(agents: &[AgentFiles], probes: &[ProbeFiles], asked: Scope) -> (Sco
         }
     };
     if asked.agent_as_reference {
-        let why = "asked (--agent-as-reference, or an audit with --trigger): the probes \
-                   listened to another server"
+        let why = "the probes listened to another server, as --agent-as-reference (or an \
+                   audit's --trigger) says"
             .to_owned();
         return (asked, beside(why));
     }
@@ -232,7 +232,7 @@ mod tests {
         };
         let (_, r) = infer(&[agent(None)], &[probe(true, &[])], asked);
         assert_eq!(r.kind, ReferenceKind::Clock);
-        assert!(r.why.starts_with("asked"), "{}", r.why);
+        assert!(r.why.contains("as --agent-as-reference"), "{}", r.why);
         assert!(r.left_out.is_some());
         // A tap's log alone is the tap's.
         let (scope, r) = infer(&[agent(Some(8000))], &[], Scope::default());

@@ -5,18 +5,81 @@
 use skewscope_core::analysis::actions::LeadAdvice;
 use skewscope_core::analysis::report::{MatchCounts, Reference, ReferenceKind};
 
-/// Formats nanoseconds at a readable scale.
+/// Formats nanoseconds at a readable scale: the unit is chosen after
+/// rounding, so 999,960 ns reads `1.00 ms`, not `1000.0 µs`; a negative
+/// value keeps its sign in every unit, and one that rounds to nothing
+/// reads `0 ns`, never `-0.0 µs`.
 pub fn duration(ns: i64) -> String {
     let a = ns.unsigned_abs() as f64;
     let sign = if ns < 0 { "-" } else { "" };
     if a < 1_000.0 {
         format!("{ns} ns")
-    } else if a < 1_000_000.0 {
+    } else if a < 999_950.0 {
         format!("{sign}{:.1} µs", a / 1e3)
-    } else if a < 1_000_000_000.0 {
+    } else if a < 999_995_000.0 {
         format!("{sign}{:.2} ms", a / 1e6)
     } else {
         format!("{sign}{:.3} s", a / 1e9)
+    }
+}
+
+/// How often a connection was the very last of its broadcast's copies:
+/// `last in 3 of 20`, or, when it never was, `never the very last (of 20)`
+/// (a connection can be near the end every time and last in none).
+pub fn last_of(last: u64, of: u64) -> String {
+    if last == 0 {
+        format!("never the very last (of {of})")
+    } else {
+        format!("the very last in {last} of {of}")
+    }
+}
+
+/// How much of the skew the server's send order explains, and the rest;
+/// a share over 100 % means the network narrowed the spread.
+pub fn share_sentence(share: f64) -> String {
+    let order = (share * 100.0).round();
+    let rest = 100.0 - order;
+    let head = "of their skew summed, the order the server sent copies in explains";
+    if rest >= 1.0 {
+        format!("{head} {order:.0} %; the network and the clocks {rest:.0} %")
+    } else if rest > -1.0 {
+        format!("{head} all of it; the network and the clocks less than 1 %")
+    } else {
+        format!(
+            "{head} {order:.0} %: the network and the clocks narrowed the spread by {:.0} %",
+            -rest
+        )
+    }
+}
+
+/// Why a network time in the agent's timebase can be below zero, said
+/// under the row when its median is.
+pub const NETWORK_BELOW_ZERO: &str = "(a network time below 0: the agent stamps a copy when its write() returns, and a receiver can have it before that; on one host it often does. The agent's --tx-timestamps stamps when the copy left instead)";
+
+/// How the agent's log ends, for people; `None` when it stopped cleanly,
+/// or when the agent is known to be running (`live`: an audit reads it
+/// as it runs, so no stop record is no news).
+pub fn agent_end_text(ended: skewscope_core::analysis::join::RunEnd, live: bool) -> Option<String> {
+    use skewscope_core::analysis::join::RunEnd;
+    match ended {
+        RunEnd::NoStopRecord if !live => Some(
+            "the agent's log ends without a stop record: it was still running when the log was read, or it was killed; its counters are as last recorded".to_owned(),
+        ),
+        _ => None,
+    }
+}
+
+/// Receipts whose message had no time to act where the probe looked.
+pub fn without_action_text(receipts: u64, actions: u64) -> String {
+    let pointer_hint = "check --act-at against the messages: the agent's test message (/start_test?lead=, audit --lead) carries its time at /at_ns, /publish?lead= writes /at (or its pointer=), an app's own message where the app puts it";
+    if actions == 0 {
+        format!(
+            "none of the {receipts} receipts carried a time to act where the probes looked (--act-at): {pointer_hint}"
+        )
+    } else {
+        format!(
+            "{receipts} receipts carried no time to act where the probe looked (--act-at); if they should have, {pointer_hint}"
+        )
     }
 }
 
@@ -101,8 +164,12 @@ pub fn reference_line(reference: &Reference) -> String {
 }
 
 /// What a probe deleted from and kept in its `--out-dir`, for people: one
-/// line (the text report and the HTML say the same).
-pub fn pruned_text(p: &skewscope_core::record::LogsPruned) -> String {
+/// line (the text report and the HTML say the same); `None` when it
+/// deleted nothing (then there is nothing to say).
+pub fn pruned_text(p: &skewscope_core::record::LogsPruned) -> Option<String> {
+    if p.runs == 0 {
+        return None;
+    }
     let mib = |b: u64| {
         if b < 1024 * 1024 {
             format!("{:.1} KiB", b as f64 / 1024.0)
@@ -113,7 +180,7 @@ pub fn pruned_text(p: &skewscope_core::record::LogsPruned) -> String {
     let limit = |n: u64, what: String| {
         if n == 0 { "no limit".to_owned() } else { what }
     };
-    format!(
+    Some(format!(
         "--out-dir: deleted {} earlier run log(s) ({}) the agent had in full; kept {} ({}); limits {} runs, {}",
         p.runs,
         mib(p.bytes),
@@ -121,7 +188,7 @@ pub fn pruned_text(p: &skewscope_core::record::LogsPruned) -> String {
         mib(p.kept_bytes),
         limit(u64::from(p.max_runs), p.max_runs.to_string()),
         limit(p.max_bytes, mib(p.max_bytes)),
-    )
+    ))
 }
 
 /// What a browser probe's stamps are, for people: one line.
@@ -140,11 +207,19 @@ pub fn page_text(page: &skewscope_core::record::PageProbe) -> String {
 
 /// Which probes' clocks an unauthenticated time exchange set, for people;
 /// `None` when every one that exchanged held the token.
+/// Each name once, in the order first given: a probe restarted (two
+/// runs of one name) is one device.
 pub fn unauthenticated_line(names: &[String]) -> Option<String> {
-    (!names.is_empty()).then(|| {
+    let mut once: Vec<&str> = Vec::new();
+    for n in names {
+        if !once.contains(&n.as_str()) {
+            once.push(n);
+        }
+    }
+    (!once.is_empty()).then(|| {
         format!(
             "UNAUTHENTICATED CLOCK on {}: their time exchange ran without the agent's token, so anyone on the LAN path could have moved their clocks (and every bound would still look fine); give the agent --token-file and the probes the same token",
-            names.join(", ")
+            once.join(", ")
         )
     })
 }
@@ -250,3 +325,67 @@ pub fn notices_text(n: &skewscope_core::record::NoticeTotals) -> Option<String> 
 
 /// What one frame is, next to the frames' skew.
 pub const FRAME_SENTENCE: &str = "a display shows an action at its next refresh: one frame is 16.7 ms at 60 Hz, and two displays' refreshes are not aligned, so what people see can differ by up to a frame more than this";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_round_into_the_next_unit_and_keep_their_sign() {
+        assert_eq!(duration(999_960), "1.00 ms");
+        assert_eq!(duration(-999_960), "-1.00 ms");
+        assert_eq!(duration(999_996_000), "1.000 s");
+        assert_eq!(duration(-5_000), "-5.0 µs");
+        assert_eq!(duration(-999), "-999 ns");
+        assert_eq!(duration(0), "0 ns");
+    }
+
+    #[test]
+    fn the_share_of_the_order_never_reads_minus_zero() {
+        let all = share_sentence(1.003);
+        assert!(all.contains("explains all of it"), "{all}");
+        assert!(!all.contains("-0"), "{all}");
+        let over = share_sentence(1.05);
+        assert!(
+            over.contains("explains 105 %") && over.contains("narrowed the spread by 5 %"),
+            "{over}"
+        );
+        let most = share_sentence(0.96);
+        assert!(
+            most.ends_with("explains 96 %; the network and the clocks 4 %"),
+            "{most}"
+        );
+    }
+
+    #[test]
+    fn never_last_is_said_as_such() {
+        assert_eq!(last_of(0, 20), "never the very last (of 20)");
+        assert_eq!(last_of(3, 20), "the very last in 3 of 20");
+    }
+
+    #[test]
+    fn an_unauthenticated_clock_is_named_once() {
+        let names: Vec<String> = ["kiosk-a", "kiosk-b", "kiosk-a"].map(String::from).into();
+        let line = unauthenticated_line(&names).unwrap();
+        assert!(
+            line.starts_with("UNAUTHENTICATED CLOCK on kiosk-a, kiosk-b:"),
+            "{line}"
+        );
+        assert_eq!(unauthenticated_line(&[]), None);
+    }
+
+    #[test]
+    fn a_running_agent_is_no_fault() {
+        use skewscope_core::analysis::join::RunEnd;
+        assert_eq!(agent_end_text(RunEnd::NoStopRecord, true), None);
+        assert!(agent_end_text(RunEnd::NoStopRecord, false).is_some());
+        assert_eq!(agent_end_text(RunEnd::Stopped, false), None);
+    }
+
+    #[test]
+    fn receipts_without_a_time_to_act_name_where_times_are() {
+        let none = without_action_text(25, 0);
+        assert!(none.starts_with("none of the 25 receipts"), "{none}");
+        assert!(none.contains("/at_ns"), "{none}");
+    }
+}

@@ -58,7 +58,7 @@ fn tap_paragraph(out: &mut String, t: &skewscope_core::analysis::tapped::TapSumm
     if let Some(c) = &t.counters {
         let _ = writeln!(
             out,
-            "    connections: {} followed; skipped {} open before the tap, {} plain HTTP, {} TLS; {} broken, {} lost",
+            "    since the tap started: connections {} followed; skipped {} open before the tap, {} plain HTTP, {} TLS; {} broken, {} lost",
             c.tap.followed,
             c.tap.open_before_tap,
             c.tap.not_websocket,
@@ -90,8 +90,9 @@ fn tap_paragraph(out: &mut String, t: &skewscope_core::analysis::tapped::TapSumm
         };
         let _ = writeln!(
             out,
-            "    sent to late: {:<22} mean position {position:.2} (0 first, 1 last), last in {} of {}{resent}",
-            l.client, l.last, l.copies
+            "    sent to late: {:<22} mean position {position:.2} (0 first, 1 last); {}{resent}",
+            l.client,
+            crate::sentences::last_of(l.last, l.copies)
         );
     }
     let resent: Vec<_> = t.per_client.iter().filter(|c| c.resent > 0).collect();
@@ -142,7 +143,7 @@ fn probe_clock_line(p: &ProbeSummary) -> String {
     )
 }
 
-fn clocks_paragraph(out: &mut String, r: &Report) {
+fn clocks_paragraph(out: &mut String, r: &Report, live: bool) {
     let _ = match r.clock_basis {
         ClockBasis::SingleHost => writeln!(
             out,
@@ -179,10 +180,10 @@ fn clocks_paragraph(out: &mut String, r: &Report) {
             let _ = writeln!(
                 out,
                 "  agent time port (as last recorded, every 10 s{}): {} answered; dropped {} malformed, {} oversized, {} replayed",
-                if unfinished {
-                    "; not the run's totals"
-                } else {
-                    ""
+                match (unfinished, live) {
+                    (false, _) => "",
+                    (true, true) => "; the agent is running",
+                    (true, false) => "; not the run's totals",
                 },
                 t.answered,
                 t.malformed,
@@ -190,11 +191,8 @@ fn clocks_paragraph(out: &mut String, r: &Report) {
                 t.replayed
             );
         }
-        if unfinished {
-            let _ = writeln!(
-                out,
-                "  the agent's log ends without a stop record: it was killed or is still running"
-            );
+        if let Some(line) = crate::sentences::agent_end_text(a.ended, live) {
+            let _ = writeln!(out, "  {line}");
         }
         if a.records_lost > 0 {
             let _ = writeln!(
@@ -226,18 +224,28 @@ fn actions_paragraph(
         "  acting together ({} actions at their time to act; {} late)",
         a.actions, a.late
     );
+    // With no action at all, every row below would be absent for that
+    // one reason: said once, not as five different ones.
+    let none = a.actions == 0;
+    let absent = |why: &'static str| if none { "-" } else { why };
     row(
         out,
         "action skew",
         &a.action_skew_ns,
-        "no broadcast acted on by two connections",
+        if none {
+            "no actions: no probe acted on these broadcasts"
+        } else {
+            "no broadcast acted on by two connections"
+        },
     );
     row(out, "  receive skew", &a.receive_skew_ns, "-");
     bounded_row(
         out,
         "  corrected",
         &a.action_skew_corrected_ns,
-        "no offset estimates: no time exchange with an agent (give the probes --time-server)",
+        absent(
+            "no offset estimates: no time exchange with an agent (give the probes --time-server)",
+        ),
     );
     if a.frames > 0 {
         row(
@@ -249,8 +257,18 @@ fn actions_paragraph(
         bounded_row(out, "  corrected", &a.frame_skew_corrected_ns, "-");
         let _ = writeln!(out, "    {}", crate::sentences::FRAME_SENTENCE);
     }
-    row(out, "timer error", &a.timer_error_ns, "no action in time");
-    row(out, "lead given", &a.lead_given_ns, "needs the agent's log");
+    row(
+        out,
+        "timer error",
+        &a.timer_error_ns,
+        absent("no action in time"),
+    );
+    row(
+        out,
+        "lead given",
+        &a.lead_given_ns,
+        absent("the agent's log records no lead for these broadcasts"),
+    );
     if let Some(auto) = &a.auto_lead {
         let _ = writeln!(out, "    {}", crate::sentences::auto_lead_line(auto));
     }
@@ -258,7 +276,7 @@ fn actions_paragraph(
         out,
         "time to spare",
         &a.spare_ns,
-        "no receipt with its action",
+        absent("no receipt with its action"),
     );
     if let Some(spare) = &a.spare_ns {
         let _ = writeln!(out, "    {}", spare_sentence(spare.min));
@@ -306,8 +324,8 @@ fn actions_paragraph(
     if a.receipts_without_action > 0 {
         let _ = writeln!(
             out,
-            "    {} receipts carried no time to act where the probe looked (--act-at)",
-            a.receipts_without_action
+            "    {}",
+            crate::sentences::without_action_text(a.receipts_without_action, a.actions)
         );
     }
     if a.on_wide_bound > 0 {
@@ -398,17 +416,18 @@ pub fn why_paragraph(out: &mut String, w: &Diagnosis) {
         );
     }
     if let Some(share) = w.fanout_share {
-        let _ = writeln!(
-            out,
-            "    of their skew summed, the order the server sent copies in explains {:.0} %; the network and the clocks {:.0} %",
-            share * 100.0,
-            (1.0 - share) * 100.0
-        );
+        let _ = writeln!(out, "    {}", crate::sentences::share_sentence(share));
     }
     if w.split_broadcasts > 0 {
         row(out, "  skew", &w.skew_ns, "-");
         row(out, "    sent later", &w.fanout_ns, "-");
         row(out, "    network", &w.network_ns, "-");
+        if w.network_ns.as_ref().is_some_and(|n| n.p50 < 0) {
+            let _ = writeln!(
+                out,
+                "      (below 0: the later copies' network was the faster, and narrowed the spread)"
+            );
+        }
         row(
             out,
             "  + delivery",
@@ -420,7 +439,7 @@ pub fn why_paragraph(out: &mut String, w: &Diagnosis) {
         if w.connections_ranked > 0 {
             let _ = writeln!(
                 out,
-                "    no connection is late every time: of {} ranked, none has a mean place of {} or more (0 first, 1 last)",
+                "    no connection is always among the last: of {} ranked, none has a mean place of {} or more (0 first, 1 last)",
                 w.connections_ranked, LATE_EVERY_TIME_PLACE
             );
         }
@@ -433,8 +452,10 @@ pub fn why_paragraph(out: &mut String, w: &Diagnosis) {
                 .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "    late every time: {}{address}: mean place {:.2} (0 first, 1 last), last in {} of {}",
-                l.connection, l.mean_place, l.last, l.of
+                "    always among the last: {}{address}: mean place {:.2} (0 first, 1 last); {}",
+                l.connection,
+                l.mean_place,
+                crate::sentences::last_of(l.last, l.of)
             );
         }
     }
@@ -579,6 +600,9 @@ fn corrected_table(out: &mut String, r: &Report) {
     };
     bounded_row(out, "latency", &r.latency_corrected_ns, no_starts);
     bounded_row(out, "  network", &r.network_ns, no_starts);
+    if r.network_ns.as_ref().is_some_and(|n| n.estimate.p50 < 0) {
+        let _ = writeln!(out, "    {}", crate::sentences::NETWORK_BELOW_ZERO);
+    }
     if r.network_acausal > 0 {
         let _ = writeln!(
             out,
@@ -589,7 +613,7 @@ fn corrected_table(out: &mut String, r: &Report) {
 }
 
 /// Each probe's clock and what else it said, then the probes side by side.
-fn probes_paragraph(out: &mut String, r: &Report) {
+fn probes_paragraph(out: &mut String, r: &Report, live: bool) {
     for p in &r.probes {
         let _ = writeln!(out, "{}", probe_clock_line(p));
         if p.tls_unverified > 0 {
@@ -618,8 +642,8 @@ fn probes_paragraph(out: &mut String, r: &Report) {
                 p.connections + p.reconnects
             );
         }
-        if let Some(pruned) = &p.logs_pruned {
-            let _ = writeln!(out, "  {:<16} {}", p.name, pruned_text(pruned));
+        if let Some(pruned) = p.logs_pruned.as_ref().and_then(pruned_text) {
+            let _ = writeln!(out, "  {:<16} {pruned}", p.name);
         }
         if let Some(refused) = p
             .clock_tags
@@ -637,10 +661,12 @@ fn probes_paragraph(out: &mut String, r: &Report) {
                     p.name
                 );
             }
+            // In an audit the probes upload as they run: no stop record yet.
+            RunEnd::NoStopRecord if live => {}
             RunEnd::NoStopRecord => {
                 let _ = writeln!(
                     out,
-                    "  {:<16} log ends without a stop record (killed, or still running); later broadcasts are not counted missing",
+                    "  {:<16} log ends without a stop record (still running when read, or killed); later broadcasts are not counted missing",
                     p.name
                 );
             }
@@ -694,6 +720,17 @@ fn worst_broadcasts(out: &mut String, r: &Report) {
 
 /// Renders the whole report.
 pub fn render(r: &Report) -> String {
+    render_with(r, false)
+}
+
+/// Renders the report of an audit: the agent and the uploading probes are
+/// running as it is read, so their logs have no stop record yet, which is
+/// then no news.
+pub fn render_live(r: &Report) -> String {
+    render_with(r, true)
+}
+
+fn render_with(r: &Report, live: bool) -> String {
     let mut out = String::new();
     inputs_paragraph(&mut out, r);
     counts_paragraph(&mut out, r);
@@ -714,9 +751,9 @@ pub fn render(r: &Report) -> String {
         actions_paragraph(&mut out, a, receive_corrected, one_clock);
     }
     let _ = writeln!(out);
-    clocks_paragraph(&mut out, r);
+    clocks_paragraph(&mut out, r, live);
     let _ = writeln!(out);
-    probes_paragraph(&mut out, r);
+    probes_paragraph(&mut out, r, live);
     if let Some(t) = &r.tap {
         tap_paragraph(&mut out, t);
     }
@@ -727,6 +764,63 @@ pub fn render(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use skewscope_core::Stamp;
+    use skewscope_core::analysis::join::join;
+    use skewscope_core::record::*;
+
+    fn at(ns: u64) -> Stamp {
+        Stamp {
+            wall_ns: 1_764_000_000_000_000_000 + ns,
+            mono_ns: ns,
+        }
+    }
+
+    /// A running agent's log (no stop record) and a probe's that pruned
+    /// nothing from its --out-dir.
+    fn report() -> Report {
+        let agent = vec![AgentRecord::Started(AgentStarted {
+            host: "server".into(),
+            version: "t".into(),
+            at: at(0),
+            shards: 1,
+            order: SendOrder::Fixed,
+            per_client_times: true,
+        })];
+        let probe = vec![
+            ProbeRecord::Started(Box::new(ProbeStarted {
+                name: "kiosk".into(),
+                host: "device".into(),
+                url: "ws://x/ws".into(),
+                connections: 1,
+                version: "t".into(),
+                at: at(1),
+            })),
+            ProbeRecord::LogsPruned(LogsPruned {
+                at: at(2),
+                runs: 0,
+                bytes: 0,
+                kept_runs: 0,
+                kept_bytes: 0,
+                max_runs: 20,
+                max_bytes: 64 << 20,
+            }),
+        ];
+        Report::build(&join(Some(&agent), &[&probe]), vec![])
+    }
+
+    #[test]
+    fn an_audit_says_nothing_of_stop_records_a_report_says_what_they_mean() {
+        let live = render_live(&report());
+        assert!(!live.contains("stop record"), "{live}");
+        let copied = render(&report());
+        assert!(
+            copied.contains("the agent's log ends without a stop record: it was still running when the log was read, or it was killed"),
+            "{copied}"
+        );
+        // Nothing pruned: nothing said.
+        assert!(!copied.contains("--out-dir: deleted 0"), "{copied}");
+    }
 
     #[test]
     fn durations_pick_a_readable_unit() {

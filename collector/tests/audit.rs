@@ -244,7 +244,19 @@ fn an_audit_of_the_hub_passes_fails_or_cannot_run_and_says_which() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("refused the token"),
+        String::from_utf8_lossy(&o.stderr).contains(&format!(
+            "the agent refused the token from {} (401)",
+            wrong.display()
+        )),
+        "{}",
+        text(&o)
+    );
+    // No token: it wants one. The address alone is taken as http://.
+    let o = audit(&["--agent", &addr]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("the agent requires a token (401) and none was given: give --token-file"),
         "{}",
         text(&o)
     );
@@ -265,6 +277,107 @@ fn an_audit_of_the_hub_passes_fails_or_cannot_run_and_says_which() {
         "{}",
         text(&o)
     );
+}
+
+#[test]
+fn a_long_running_agent_is_audited_on_this_run_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let token_arg = token.to_str().unwrap();
+    let (_agent, addr, _) =
+        start_agent_with(dir.path(), "127.0.0.1:0", &["--token-file", token_arg]);
+    let url = format!("ws://{addr}/ws");
+    // An earlier run of the kiosk: it connected, uploaded and ended.
+    let earlier = dir.path().join("earlier");
+    std::fs::create_dir(&earlier).unwrap();
+    let mut old = uploading_probe(
+        &earlier,
+        "kiosk-a",
+        &url,
+        3,
+        &addr,
+        &["--token-file", token_arg, "--count", "1"],
+    );
+    wait_until("the earlier run's three connections", || {
+        status(&addr, "s3cret")["clients"] == 3
+    });
+    common::request_ok(&addr, "GET", "/start_test", b"", Some("s3cret"));
+    assert!(old.0.wait().unwrap().success());
+    wait_until("the earlier run uploaded and idle", || {
+        status(&addr, "s3cret")["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["uploading"] == false && p["idle_ms"].as_u64().unwrap() > 3_000)
+    });
+    // This run of the kiosk: two connections.
+    let _a = uploading_probe(
+        dir.path(),
+        "kiosk-a",
+        &url,
+        2,
+        &addr,
+        &["--token-file", token_arg],
+    );
+    wait_until("the new run uploading", || uploading(&addr, "s3cret") == 1);
+    wait_until("its two connections", || {
+        status(&addr, "s3cret")["clients"] == 2
+    });
+    let out = dir.path().join("audit.json");
+    let o = audit(&[
+        "--agent",
+        &format!("http://{addr}"),
+        "--token-file",
+        token_arg,
+        "--broadcasts",
+        "3",
+        "--interval",
+        "20ms",
+        "--settle",
+        "20s",
+        "--json",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    // The connections of this run, not of both.
+    assert!(
+        stdout.contains("broadcasts 3   connections 2   receipts 6   missing 0"),
+        "{}",
+        text(&o)
+    );
+    // The earlier run is named as such, and is no fault.
+    assert!(
+        stderr.contains("left out 1 earlier probe run(s)") && stderr.contains("kiosk-a (run "),
+        "{}",
+        text(&o)
+    );
+    assert!(!stdout.contains("without a stop record"), "{}", text(&o));
+    let facts = json(&out);
+    assert_eq!(facts["audit"]["earlier_runs"].as_array().unwrap().len(), 1);
+    // Its reproduction names the logs it read, since the directory holds more.
+    let reproduce = facts["audit"]["reproduce"].as_str().unwrap();
+    assert!(reproduce.contains("DIR/probes/"), "{reproduce}");
+    let files: Vec<_> = reproduce
+        .split(' ')
+        .filter_map(|a| a.strip_prefix("DIR/"))
+        .map(|name| dir.path().join("agent").join(name))
+        .collect();
+    let o = Command::new(SKEWSCOPE)
+        .arg("report")
+        .args(&files)
+        .args(reproduce.split(' ').skip_while(|a| !a.starts_with("--")))
+        .args(["--json", "-"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let direct = String::from_utf8_lossy(&o.stdout);
+    let direct: serde_json::Value =
+        serde_json::from_str(&direct[direct.find("{\n").unwrap()..]).unwrap();
+    assert_eq!(direct["connections"], 2, "{reproduce}");
+    assert_eq!(direct["receipts"], facts["report"]["receipts"]);
 }
 
 /// A broadcast server that is not skewscope: WebSocket clients on `/ws` of

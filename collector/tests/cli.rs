@@ -342,7 +342,9 @@ fn separate_processes_and_a_probe_killed_mid_run() {
     assert_eq!(json["probes"][1]["ended"], "no-stop-record");
     assert_eq!(json["agent"]["ended"], "stopped");
     assert!(
-        out.contains("b                log ends without a stop record (killed, or still running)"),
+        out.contains(
+            "b                log ends without a stop record (still running when read, or killed)"
+        ),
         "{out}"
     );
     assert!(
@@ -433,4 +435,85 @@ fn report_with_triggers(files: &[&Path], triggers: &Path) -> (String, serde_json
     let out = stdout(&o);
     let json = serde_json::from_str(&out[out.find("{\n").unwrap()..]).unwrap();
     (out, json)
+}
+
+#[test]
+fn mistakes_are_refused_saying_what_to_give() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file that is not there: the OS error said once, not twice.
+    let missing = dir.path().join("missing.sklog");
+    let o = run(&["report", missing.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr(&o).matches("No such file or directory").count(),
+        1,
+        "{}",
+        stderr(&o)
+    );
+    // --between takes times as people have them, and says how when not.
+    let o = run(&[
+        "report",
+        missing.to_str().unwrap(),
+        "--between",
+        "yesterday",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("give FROM-TO"), "{}", stderr(&o));
+    let o = run(&["report", missing.to_str().unwrap(), "--between", "-10m"]);
+    assert!(
+        !stderr(&o).contains("--between"),
+        "-10m is taken: {}",
+        stderr(&o)
+    );
+
+    // The audit's agent: a WebSocket URL is refused with the one to give;
+    // an address alone is taken as http://.
+    let o = run(&["audit", "--agent", "ws://127.0.0.1:1/ws"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("give the agent's HTTP address, http://127.0.0.1:1"),
+        "{}",
+        stderr(&o)
+    );
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nobody = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let o = run(&["audit", "--agent", &nobody]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains(&format!("http://{nobody}/audit/status: no answer"))
+            && stderr(&o).contains("check that skewscope-agent runs there"),
+        "{}",
+        stderr(&o)
+    );
+    let empty = dir.path().join("token");
+    std::fs::write(&empty, "\n").unwrap();
+    let o = run(&[
+        "audit",
+        "--agent",
+        &nobody,
+        "--token-file",
+        empty.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("is empty"), "{}", stderr(&o));
+
+    // Help: grouped by task, defaults shown as defaults.
+    let o = run(&["audit", "--help"]);
+    let help = stdout(&o);
+    for said in [
+        "The agent to audit:",
+        "Thresholds (the verdict):",
+        "[default: 20]",
+    ] {
+        assert!(help.contains(said), "{said}: {help}");
+    }
+    let o = run(&["report", "--help"]);
+    let help = stdout(&o);
+    assert!(help.contains("Which broadcasts to judge:"), "{help}");
+    assert!(help.contains("RFC 3339"), "{help}");
+    assert!(
+        help.contains("clock all receipts are corrected to"),
+        "{help}"
+    );
 }

@@ -15,8 +15,14 @@ use skewscope_core::record::ProbeRecord;
 use skewscope_os::log_files::read_file;
 
 fn uploaded_runs(data: &Path) -> Vec<std::path::PathBuf> {
+    // The run logs; beside each the agent keeps its owner's digest (.owner).
     std::fs::read_dir(data.join("probes"))
-        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "sklog"))
+                .collect()
+        })
         .unwrap_or_default()
 }
 

@@ -71,9 +71,30 @@ impl ActUnit {
     }
 }
 
+/// The units a time to act is written in, as every message says them.
+pub const UNITS: &str = "s, ms, us or ns";
+
+impl ActUnit {
+    /// A unit to *write* a time in (`/publish?unit=`): `auto` is refused,
+    /// since a writer must choose. Errors start with the text given, so a
+    /// caller puts its flag or parameter before them (`unit=sec: …`).
+    pub fn written(text: &str) -> Result<ActUnit, String> {
+        match text.parse::<ActUnit>() {
+            Ok(ActUnit::Auto) => Err(format!(
+                "{text}: auto reads a unit from a time's size, but a time written needs one: give {UNITS}"
+            )),
+            Ok(unit) => Ok(unit),
+            Err(_) => Err(format!("{text}: not a unit of time: give {UNITS}")),
+        }
+    }
+}
+
 impl std::str::FromStr for ActUnit {
     type Err = String;
 
+    /// A unit to *read* a time in (`--act-at`'s `--act-unit`): one of
+    /// [`UNITS`], or `auto`. Errors start with the text given, as
+    /// [`ActUnit::written`]'s do.
     fn from_str(s: &str) -> Result<ActUnit, String> {
         match s {
             "auto" => Ok(ActUnit::Auto),
@@ -81,7 +102,9 @@ impl std::str::FromStr for ActUnit {
             "ms" => Ok(ActUnit::Ms),
             "us" | "µs" => Ok(ActUnit::Us),
             "ns" => Ok(ActUnit::Ns),
-            other => Err(format!("{other}: the unit is one of auto, s, ms, us, ns")),
+            other => Err(format!(
+                "{other}: not a unit of time: give {UNITS}, or auto to read it from the time's size"
+            )),
         }
     }
 }
@@ -200,6 +223,24 @@ mod tests {
 
     fn at(pointer: &str, unit: ActUnit, payload: &str) -> Result<u64, NoTimeToAct> {
         ActAt::new(pointer, unit).unwrap().find(payload.as_bytes())
+    }
+
+    #[test]
+    fn units_are_refused_in_the_same_words_wherever_they_are_given() {
+        assert_eq!("ms".parse::<ActUnit>(), Ok(ActUnit::Ms));
+        assert_eq!(ActUnit::written("ns"), Ok(ActUnit::Ns));
+        let read = "sec".parse::<ActUnit>().unwrap_err();
+        assert_eq!(
+            read,
+            "sec: not a unit of time: give s, ms, us or ns, or auto to read it from the time's size"
+        );
+        let written = ActUnit::written("sec").unwrap_err();
+        assert_eq!(written, "sec: not a unit of time: give s, ms, us or ns");
+        let auto = ActUnit::written("auto").unwrap_err();
+        assert!(
+            auto.starts_with("auto: ") && auto.ends_with("give s, ms, us or ns"),
+            "{auto}"
+        );
     }
 
     #[test]

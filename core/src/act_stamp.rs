@@ -48,7 +48,10 @@ impl fmt::Display for StampError {
                 "pointer={p}: its parent is not an object in the body (a time to act is added as a member of an existing object)"
             ),
             StampError::BadPointer(why) => write!(f, "pointer={why}"),
-            StampError::NoUnit => write!(f, "unit= is s, ms, us or ns"),
+            StampError::NoUnit => write!(
+                f,
+                "unit=auto: auto reads a unit from a time's size, but a time written needs one: give s, ms, us or ns"
+            ),
         }
     }
 }

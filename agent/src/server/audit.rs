@@ -97,7 +97,7 @@ pub async fn log(stream: &mut Conn, request: &Request, source: &AuditSource) {
     else {
         return respond(stream, 400, "", "from= must be a byte offset\n").await;
     };
-    let path = source.data_dir.join(name);
+    let path = source.data_dir.join(&name);
     let piece = tokio::task::spawn_blocking(move || read_piece(&path, from)).await;
     match piece {
         Ok(Ok(piece)) => {

@@ -23,7 +23,7 @@ pub async fn authorized_by(stream: &mut Conn, request: &Request, token: Option<&
         stream,
         401,
         "WWW-Authenticate: Bearer\r\n",
-        "missing or wrong bearer token\n",
+        "missing or wrong bearer token: send `Authorization: Bearer TOKEN`, TOKEN being what the agent's --token-file holds (--metrics-token-file for /metrics)\n",
     )
     .await;
     false

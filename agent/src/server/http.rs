@@ -46,15 +46,124 @@ impl Request {
             .collect()
     }
 
-    /// The value of `key` in the query string.
-    pub fn query_param(&self, key: &str) -> Option<&str> {
+    /// The value of `key` in the query string, percent-decoded (what
+    /// Python's `urlencode` or a browser's `URLSearchParams` sends: `/at`
+    /// as `%2Fat`). A value that does not decode reads as given; the
+    /// endpoints refuse it first ([`Request::check_query`]).
+    pub fn query_param(&self, key: &str) -> Option<String> {
         self.query
             .as_deref()?
             .split('&')
             .filter_map(|kv| kv.split_once('='))
-            .find(|(k, _)| *k == key)
-            .map(|(_, v)| v)
+            .find(|(k, _)| percent_decode(k).as_deref() == Ok(key))
+            .map(|(_, v)| percent_decode(v).unwrap_or_else(|_| v.to_owned()))
     }
+
+    /// Checks the query against the parameters `self.path` takes (`known`):
+    /// each one known, given once, with a value. A typo (`leed=30ms`) is
+    /// refused with the list of what the endpoint takes, rather than
+    /// ignored: ignored, the broadcast would go out without what was
+    /// asked of it. The error is the body of a 400.
+    pub fn check_query(&self, known: &[&str]) -> Result<(), String> {
+        let Some(query) = self.query.as_deref() else {
+            return Ok(());
+        };
+        let takes = if known.is_empty() {
+            format!("{} takes no parameters", self.path)
+        } else {
+            format!("{} takes {}", self.path, one_of(known, "and"))
+        };
+        let mut seen: Vec<String> = Vec::new();
+        for piece in query.split('&').filter(|p| !p.is_empty()) {
+            let (raw_name, value) = match piece.split_once('=') {
+                Some((name, value)) => (name, Some(value)),
+                None => (piece, None),
+            };
+            let name = percent_decode(raw_name).map_err(|e| format!("{e}; {takes}\n"))?;
+            if !known.contains(&name.as_str()) {
+                let hint = known
+                    .iter()
+                    .find(|k| close_to(&name, k))
+                    .map(|k| format!(" (did you mean {k}?)"))
+                    .unwrap_or_default();
+                return Err(format!(
+                    "unknown parameter `{name}`{hint}: {takes}; nothing was done\n"
+                ));
+            }
+            let Some(value) = value else {
+                return Err(format!(
+                    "`{name}` has no value: give it as {name}=VALUE; nothing was done\n"
+                ));
+            };
+            percent_decode(value).map_err(|e| format!("{name}={value}: {e}\n"))?;
+            if seen.contains(&name) {
+                return Err(format!(
+                    "{name}= is given twice: give each parameter once; nothing was done\n"
+                ));
+            }
+            seen.push(name);
+        }
+        Ok(())
+    }
+}
+
+/// `a`, `a and b`, `a, b and c` (or `or`).
+pub fn one_of(items: &[&str], last: &str) -> String {
+    match items {
+        [] => String::new(),
+        [one] => (*one).to_owned(),
+        [init @ .., tail] => format!("{} {last} {tail}", init.join(", ")),
+    }
+}
+
+/// Whether `typed` is one slip away from `known`: one letter wrong,
+/// missing, added, or two swapped; or the same but for case.
+fn close_to(typed: &str, known: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (typed.chars().collect(), known.chars().collect());
+    if typed.eq_ignore_ascii_case(known) {
+        return true;
+    }
+    match a.len() as isize - b.len() as isize {
+        0 => {
+            let differ: Vec<usize> = (0..a.len()).filter(|&i| a[i] != b[i]).collect();
+            match differ.as_slice() {
+                [_] => true,
+                [i, j] => *j == i + 1 && a[*i] == b[*j] && a[*j] == b[*i],
+                _ => false,
+            }
+        }
+        1 => (0..a.len()).any(|i| a[..i] == b[..i] && a[i + 1..] == b[i..]),
+        -1 => (0..b.len()).any(|i| b[..i] == a[..i] && b[i + 1..] == a[i..]),
+        _ => false,
+    }
+}
+
+/// `%XX` sequences decoded (a `+` stays a `+`: a JSON pointer may hold
+/// one, and RFC 3986 queries do not mean a space by it).
+pub fn percent_decode(text: &str) -> Result<String, String> {
+    if !text.contains('%') {
+        return Ok(text.to_owned());
+    }
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| {
+                    format!("`{text}` is not percent-encoded right (a % takes two hex digits)")
+                })?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("`{text}` does not decode to UTF-8 text"))
 }
 
 /// Why no request could be read; each maps to a status or a silent close.
@@ -177,4 +286,71 @@ pub async fn respond_bytes(
     let _ = stream.write_all(head.as_bytes()).await;
     let _ = stream.write_all(body).await;
     let _ = stream.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(target: &str) -> Request {
+        parse_head(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .unwrap()
+            .unwrap()
+    }
+
+    #[test]
+    fn queries_are_checked_against_what_the_endpoint_takes() {
+        let known = ["lead", "pointer", "unit"];
+        assert_eq!(head("/publish").check_query(&known), Ok(()));
+        assert_eq!(head("/publish?").check_query(&known), Ok(()));
+        assert_eq!(
+            head("/publish?lead=1s&unit=ms&").check_query(&known),
+            Ok(())
+        );
+        let typo = head("/publish?leed=30ms").check_query(&known).unwrap_err();
+        assert!(typo.contains("(did you mean lead?)"), "{typo}");
+        assert!(
+            typo.contains("/publish takes lead, pointer and unit"),
+            "{typo}"
+        );
+        let none = head("/healthz?x=1").check_query(&[]).unwrap_err();
+        assert!(none.contains("/healthz takes no parameters"), "{none}");
+        let twice = head("/publish?unit=s&unit=ms")
+            .check_query(&known)
+            .unwrap_err();
+        assert!(twice.starts_with("unit= is given twice"), "{twice}");
+        let bare = head("/publish?lead").check_query(&known).unwrap_err();
+        assert!(bare.contains("give it as lead=VALUE"), "{bare}");
+        let bad = head("/publish?pointer=%zz")
+            .check_query(&known)
+            .unwrap_err();
+        assert!(bad.contains("percent-encoded"), "{bad}");
+    }
+
+    #[test]
+    fn values_are_percent_decoded() {
+        let r = head("/publish?pointer=%2Fshow%2Fgo&lea%64=30ms");
+        assert_eq!(r.query_param("pointer").as_deref(), Some("/show/go"));
+        assert_eq!(r.query_param("lead").as_deref(), Some("30ms"));
+        assert_eq!(percent_decode("a+b").unwrap(), "a+b");
+        assert!(percent_decode("%e9").is_err(), "not UTF-8");
+    }
+
+    #[test]
+    fn one_slip_away_is_close() {
+        for (typed, known) in [
+            ("leed", "lead"),
+            ("led", "lead"),
+            ("laed", "lead"),
+            ("LEAD", "lead"),
+            ("units", "unit"),
+        ] {
+            assert!(close_to(typed, known), "{typed} ~ {known}");
+        }
+        for (typed, known) in [("name", "lead"), ("l", "lead"), ("pointers!", "pointer")] {
+            assert!(!close_to(typed, known), "{typed} !~ {known}");
+        }
+        assert_eq!(one_of(&["a", "b", "c"], "or"), "a, b or c");
+        assert_eq!(one_of(&["a"], "and"), "a");
+    }
 }

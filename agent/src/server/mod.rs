@@ -113,6 +113,12 @@ async fn handle(
             return respond(&mut stream, 408, "", &format!("{e}\n")).await;
         }
     };
+    if let Some(known) = parameters_of(&request.path)
+        && let Err(msg) = request.check_query(known)
+    {
+        refused_query(&request.path, peer, &msg);
+        return respond(&mut stream, 400, "", &msg).await;
+    }
     match (request.method.as_str(), request.path.as_str()) {
         (_, "/ws") => upgrade(stream, peer, request, context).await,
         (_, "/clock") => clock(stream, request, context).await,
@@ -212,8 +218,23 @@ async fn handle(
         }
         (
             _,
-            "/healthz" | "/metrics" | "/skewscope-clock.js" | "/probe" | "/probe.js" | "/probe.css" | "/publish" | "/start_test" | "/audit/status" | "/audit/log",
-        ) => respond(&mut stream, 405, "", "method not allowed\n").await,
+            path @ ("/healthz" | "/metrics" | "/skewscope-clock.js" | "/probe" | "/probe.js"
+            | "/probe.css" | "/publish" | "/start_test" | "/audit/status" | "/audit/log"),
+        ) => {
+            let allowed = match path {
+                "/publish" => "POST",
+                "/start_test" => "GET or POST",
+                _ => "GET",
+            };
+            let body = if path == "/publish" {
+                ", with the message to broadcast as its body"
+            } else {
+                ""
+            };
+            let msg = format!("method not allowed: {path} takes {allowed}{body}\n");
+            let header = format!("Allow: {}\r\n", allowed.replace(" or ", ", "));
+            respond(&mut stream, 405, &header, &msg).await
+        }
         _ => {
             respond(
                 &mut stream,
@@ -223,6 +244,53 @@ async fn handle(
             )
             .await
         }
+    }
+}
+
+/// The query parameters each endpoint takes (`None`: no such endpoint).
+/// Anything else in a query is refused with this list
+/// ([`Request::check_query`]): a typo must not go unnoticed.
+pub fn parameters_of(path: &str) -> Option<&'static [&'static str]> {
+    Some(match path {
+        "/ws" => &["probe"],
+        "/publish" => &["lead", "pointer", "unit"],
+        "/start_test" => &["lead"],
+        "/audit/log" => &["name", "from"],
+        // Read by the page's script, not by the agent.
+        "/probe" => &[
+            "url",
+            "name",
+            "act-at",
+            "act-unit",
+            "connections",
+            "token",
+            "spin-ms",
+            "new-run",
+        ],
+        "/clock"
+        | "/ingest"
+        | "/healthz"
+        | "/metrics"
+        | "/skewscope-clock.js"
+        | "/probe.js"
+        | "/probe.css"
+        | "/audit/status" => &[],
+        _ => return None,
+    })
+}
+
+/// Says in the agent's log that a request was refused for its query, where
+/// its client may not show the answer (a browser's WebSocket shows no
+/// body): the first time and then at each power of two.
+fn refused_query(path: &str, peer: SocketAddr, why: &str) {
+    static REFUSED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = REFUSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    if n.is_power_of_two() {
+        tracing::warn!(
+            target: "agent::server",
+            "refused {path} from {peer} (answered 400; {n} so far): {}",
+            why.trim_end()
+        );
     }
 }
 
@@ -293,7 +361,7 @@ async fn upgrade(mut stream: Conn, peer: SocketAddr, request: Request, context: 
     if let Err(e) = skewscope_os::sockets::detect_vanished_peers(&std_stream) {
         tracing::warn!(target: "agent::server", "cannot set keepalive on {peer}: {e}");
     }
-    let label = request.query_param("probe").map(sanitize_label);
+    let label = request.query_param("probe").as_deref().map(sanitize_label);
     context.hub.attach(
         NewClient {
             id: conn,

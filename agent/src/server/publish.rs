@@ -110,10 +110,14 @@ impl Lead {
         out["lead"] = "auto".into();
         out["lead_basis"] = match auto.basis {
             LeadBasis::Probes { copies, evidence } => {
+                let p = lead_rule::QUANTILE * 100.0;
+                let independent = evidence.reads();
                 let quantile = match evidence {
-                    Evidence::Quantile { .. } => format!("p99.9 of {copies} reads"),
+                    Evidence::Quantile { .. } => {
+                        format!("p{p} of {copies} reads ({independent} independent)")
+                    }
                     Evidence::TailModel { .. } => format!(
-                        "a tail model of {copies} reads (the p99.9 needs {}; never below their largest)",
+                        "a tail model of {copies} reads ({independent} independent, a device's copies of a broadcast once; the p{p} needs {}; never below their largest)",
                         lead_rule::MIN_EVIDENCE
                     ),
                 };
@@ -155,6 +159,7 @@ pub fn lead_param(request: &Request, auto: AutoLeadNow) -> Result<Option<Lead>, 
     let Some(text) = request.query_param("lead") else {
         return Ok(None);
     };
+    let text = text.as_str();
     match text
         .parse::<LeadChoice>()
         .map_err(|e| format!("lead={e}\n"))?
@@ -187,12 +192,18 @@ fn stamping_of(request: &Request, auto: AutoLeadNow) -> Result<Option<Stamping>,
         }
         return Ok(None);
     };
-    let pointer = request.query_param("pointer").unwrap_or("/at").to_owned();
-    let unit = match request.query_param("unit").unwrap_or("s") {
-        "auto" => return Err("unit= is s, ms, us or ns\n".to_owned()),
-        other => other
-            .parse::<ActUnit>()
-            .map_err(|e| format!("unit={other}: {e}\n"))?,
+    let pointer = request
+        .query_param("pointer")
+        .unwrap_or_else(|| "/at".to_owned());
+    if pointer.is_empty() {
+        return Err("pointer= is empty: name the member to write the time in, like /at\n".into());
+    }
+    if let Err(e) = pointer.parse::<skewscope_core::json_pointer::JsonPointer>() {
+        return Err(format!("pointer={e}\n"));
+    }
+    let unit = match request.query_param("unit") {
+        None => ActUnit::S,
+        Some(text) => ActUnit::written(&text).map_err(|e| format!("unit={e}\n"))?,
     };
     Ok(Some(Stamping {
         lead,

@@ -17,7 +17,9 @@ const MAX_BODY: u64 = 4 * 1024 * 1024 + 64 * 1024 * 1024 + 8;
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// No answer at all (refused, timed out, reset).
-    #[error("{url}: no answer: {source}")]
+    #[error(
+        "{url}: no answer ({source}); check that skewscope-agent runs there and listens on that address (its --listen; the default, 127.0.0.1:8080, answers on its own host only)"
+    )]
     Unreachable {
         /// What was asked.
         url: String,
@@ -25,10 +27,14 @@ pub enum ApiError {
         source: ureq::Error,
     },
     /// 401: the token is missing or wrong.
-    #[error("{url}: the agent refused the token (401); give the agent's token with --token-file")]
+    #[error("{url}: {}", unauthorized_text(token_file.as_deref(), *given))]
     Unauthorized {
         /// What was asked.
         url: String,
+        /// Whether a token was sent.
+        given: bool,
+        /// The file it was read from.
+        token_file: Option<std::path::PathBuf>,
     },
     /// Any other status than the one expected.
     #[error("{url}: answered {status}: {body}")]
@@ -53,6 +59,26 @@ pub enum ApiError {
     },
 }
 
+/// What to do about a 401: the token sent (from which file) is not the
+/// agent's, or none was sent.
+fn unauthorized_text(file: Option<&std::path::Path>, given: bool) -> String {
+    const WHERE: &str = "the file the agent was given with its own --token-file (/etc/skewscope/agent.token where its package installed it)";
+    match (given, file) {
+        (true, Some(file)) => format!(
+            "the agent refused the token from {} (401): it is not the agent's token; give --token-file {WHERE}",
+            file.display()
+        ),
+        (true, None) => {
+            format!(
+                "the agent refused the token (401): it is not the agent's; give --token-file {WHERE}"
+            )
+        }
+        (false, _) => format!(
+            "the agent requires a token (401) and none was given: give --token-file {WHERE}"
+        ),
+    }
+}
+
 /// One probe run the agent stores, as `/audit/status` lists it.
 #[derive(Clone, Debug, Deserialize)]
 pub struct ProbeRun {
@@ -68,6 +94,10 @@ pub struct ProbeRun {
     pub host: String,
     /// Uploading right now.
     pub uploading: bool,
+    /// Milliseconds since its last batch was stored (or since it was
+    /// opened); absent from agents before 0.1.
+    #[serde(default)]
+    pub idle_ms: Option<u64>,
 }
 
 impl ProbeRun {
@@ -134,6 +164,7 @@ pub struct Piece {
 pub struct AgentApi {
     base: String,
     token: Option<String>,
+    token_file: Option<std::path::PathBuf>,
     http: ureq::Agent,
 }
 
@@ -144,8 +175,15 @@ impl AgentApi {
         AgentApi {
             base: base.trim_end_matches('/').to_owned(),
             token,
+            token_file: None,
             http,
         }
+    }
+
+    /// Names the file the token was read from, for the message of a 401.
+    pub fn token_from(mut self, file: Option<std::path::PathBuf>) -> AgentApi {
+        self.token_file = file;
+        self
     }
 
     /// The client it asks with, for `--trigger` too (same trust, same
@@ -227,6 +265,8 @@ impl AgentApi {
             200 => Ok((file_bytes, body)),
             401 => Err(ApiError::Unauthorized {
                 url: url.to_owned(),
+                given: self.token.is_some(),
+                token_file: self.token_file.clone(),
             }),
             _ => Err(ApiError::Status {
                 url: url.to_owned(),
@@ -322,4 +362,33 @@ pub fn http_client(ca_file: Option<&std::path::Path>) -> Result<ureq::Agent, Api
         .http_status_as_error(false)
         .build()
         .into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_token_names_its_file_or_says_none_was_given() {
+        let refused = ApiError::Unauthorized {
+            url: "http://srv:8080/audit/status".into(),
+            given: true,
+            token_file: Some("badtoken".into()),
+        };
+        assert_eq!(
+            refused.to_string(),
+            "http://srv:8080/audit/status: the agent refused the token from badtoken (401): it is not the agent's token; give --token-file the file the agent was given with its own --token-file (/etc/skewscope/agent.token where its package installed it)"
+        );
+        let none = ApiError::Unauthorized {
+            url: "u".into(),
+            given: false,
+            token_file: None,
+        };
+        assert!(
+            none.to_string().starts_with(
+                "u: the agent requires a token (401) and none was given: give --token-file"
+            ),
+            "{none}"
+        );
+    }
 }

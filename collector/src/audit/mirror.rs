@@ -3,9 +3,12 @@
 //! copy always reads exactly as the agent's file did at some moment and a
 //! poll costs only what is new.
 
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
@@ -18,29 +21,58 @@ const MAX_PIECES_PER_SYNC: usize = 64;
 /// A directory holding copies of the agent's logs under their own names.
 pub struct Mirror {
     dir: PathBuf,
+    /// When the audit began: a probe run that uploaded since is this
+    /// audit's.
+    begun: Instant,
+    /// The probe runs (ids) of this audit: uploading, or stored to, while
+    /// it ran. The agent keeps every run uploaded since it started; the
+    /// others are earlier runs, left out and named as such.
+    current: RefCell<BTreeSet<String>>,
+    /// Every probe run the agent listed, by id: its label.
+    seen: RefCell<BTreeMap<String, String>>,
+    /// The logs the last sync read, by the agent's names, and whether the
+    /// agent's data directory held others (earlier runs).
+    read: RefCell<(Vec<String>, bool)>,
 }
+
+/// Slack on "uploaded since the audit began": a probe's last batch a
+/// moment before the audit's first question is still this audit's.
+const RECENT: Duration = Duration::from_secs(2);
 
 impl Mirror {
     /// Copies what is new of this agent run's segments and of every probe
-    /// run it stores; returns the local copies to read and the bytes fetched.
+    /// run of this audit (see [`Mirror::is_current`]); returns the local
+    /// copies to read and the bytes fetched.
     pub fn sync_run(
         &self,
         api: &AgentApi,
         status: &Status,
     ) -> Result<(Vec<PathBuf>, u64), SyncError> {
+        self.note_current(status);
         let prefix = format!("{}-", status.segment_stem);
+        let current = self.current.borrow();
         let wanted = status.logs.iter().filter(|l| {
-            l.name.starts_with(&prefix) || status.probes.iter().any(|p| p.file == l.name)
+            l.name.starts_with(&prefix)
+                || status
+                    .probes
+                    .iter()
+                    .any(|p| p.file == l.name && current.contains(&p.run))
         });
         let (mut files, mut fetched) = (Vec::new(), 0);
+        let mut names = Vec::new();
+        let mut wanted_count = 0;
         for log in wanted {
+            wanted_count += 1;
             fetched += self.sync(api, &log.name, log.bytes)?;
             let path = self.path_of(&log.name);
             if path.exists() {
                 files.push(path);
+                names.push(log.name.clone());
             }
         }
         files.sort();
+        names.sort();
+        *self.read.borrow_mut() = (names, wanted_count < status.logs.len());
         Ok((files, fetched))
     }
 
@@ -50,7 +82,48 @@ impl Mirror {
             .with_context(|| format!("cannot create {}", dir.display()))?;
         Ok(Mirror {
             dir: dir.to_owned(),
+            begun: Instant::now(),
+            current: RefCell::default(),
+            seen: RefCell::default(),
+            read: RefCell::default(),
         })
+    }
+
+    /// Adds the probe runs `status` shows uploading, or stored to since
+    /// the audit began, to this audit's.
+    fn note_current(&self, status: &Status) {
+        let since = self.begun.elapsed() + RECENT;
+        let mut current = self.current.borrow_mut();
+        let mut seen = self.seen.borrow_mut();
+        for p in &status.probes {
+            seen.entry(p.run.clone()).or_insert_with(|| p.label());
+            let recent = p
+                .idle_ms
+                .is_none_or(|idle| Duration::from_millis(idle) <= since);
+            if p.uploading || recent {
+                current.insert(p.run.clone());
+            }
+        }
+    }
+
+    /// The logs the audit read, by the agent's names, when the agent's data
+    /// directory holds others too (so `report DIR` would read more than
+    /// the audit did); `None` when it holds only these.
+    pub fn logs_read_among_others(&self) -> Option<Vec<String>> {
+        let read = self.read.borrow();
+        read.1.then(|| read.0.clone())
+    }
+
+    /// The probe runs the agent holds that are not this audit's: earlier
+    /// runs (a probe restarted, a device gone), by name and run id.
+    pub fn earlier_runs(&self) -> Vec<String> {
+        let current = self.current.borrow();
+        self.seen
+            .borrow()
+            .iter()
+            .filter(|(run, _)| !current.contains(*run))
+            .map(|(run, label)| format!("{label} (run {})", &run[..8.min(run.len())]))
+            .collect()
     }
 
     /// Where the copy of `name` is.

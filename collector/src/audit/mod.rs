@@ -35,7 +35,8 @@ use progress::Progress;
 /// the receipts, and judges the report of what came.
 pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutcome, CannotAudit> {
     let http = agent_api::http_client(options.ca_file.as_deref())?;
-    let api = AgentApi::new(&options.agent, options.token.clone(), http);
+    let api = AgentApi::new(&options.agent, options.token.clone(), http)
+        .token_from(options.token_file.clone());
     let temp;
     let dir = match &options.keep {
         Some(dir) => dir.clone(),
@@ -73,6 +74,14 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
         Some(passive) => observe::observe(&api, &mirror, options, passive, &status, progress)?,
     };
     let waited = wait::wait_for_receipts(&api, &mirror, options, run, &observed, progress)?;
+    let earlier = mirror.earlier_runs();
+    if !earlier.is_empty() {
+        progress.say(&format!(
+            "audit: left out {} earlier probe run(s) the agent keeps, which did not upload during this audit: {}",
+            earlier.len(),
+            earlier.join(", ")
+        ));
+    }
 
     let triggers =
         (!observed.trigger_times.is_empty()).then_some(observed.trigger_times.as_slice());
@@ -87,6 +96,9 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
         if let Ok(name) = std::path::Path::new(&input.file).strip_prefix(&dir) {
             input.file = name.display().to_string();
         }
+    }
+    if let Some(line) = acting_note(&report, options.lead.is_some()) {
+        progress.say(&format!("audit: {line}"));
     }
     let mut verdict = judge(&report, &options.thresholds);
     let reported = outcome::probes_reported(&waited.state.lagging);
@@ -106,11 +118,101 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
             probes_uploading: uploading.len(),
             complete: waited.state.done,
             last_broadcast_to_verdict_ms: waited.since.elapsed().as_millis() as u64,
-            reproduce: outcome::reproduce_line(waited.window, matching),
+            reproduce: outcome::reproduce_line(
+                waited.window,
+                matching,
+                mirror.logs_read_among_others().as_deref(),
+            ),
             kept: options.keep.as_ref().map(|d| d.display().to_string()),
+            earlier_runs: earlier,
         },
         verdict,
         report,
         figures,
     })
+}
+
+/// What the audit says when a time to act went unused: the broadcasts
+/// carried one (`--lead`) and no probe acts, or the probes act and found
+/// none where they look. Either way no action is judged, whatever passes.
+fn acting_note(report: &skewscope_core::analysis::report::Report, lead: bool) -> Option<String> {
+    match &report.actions {
+        None if lead => Some(
+            "the broadcasts carried a time to act (--lead, at /at_ns), but no probe acts on it: start the probes with --act-at /at_ns to have their actions judged".to_owned(),
+        ),
+        Some(a) if a.actions == 0 && a.receipts_without_action > 0 => Some(format!(
+            "NO ACTION was judged: {}",
+            crate::sentences::without_action_text(a.receipts_without_action, 0)
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::acting_note;
+    use skewscope_core::Stamp;
+    use skewscope_core::analysis::join::join;
+    use skewscope_core::analysis::report::Report;
+    use skewscope_core::record::*;
+
+    fn at(ns: u64) -> Stamp {
+        Stamp {
+            wall_ns: 1_764_000_000_000_000_000 + ns,
+            mono_ns: ns,
+        }
+    }
+
+    /// A probe that received two broadcasts on two connections, acting
+    /// (`--act-at /at`) when `acting`, on messages with no `/at`.
+    fn report(acting: bool) -> Report {
+        let mut probe = vec![ProbeRecord::Started(Box::new(ProbeStarted {
+            name: "kiosk".into(),
+            host: "device".into(),
+            url: "ws://x/ws".into(),
+            connections: 2,
+            version: "t".into(),
+            at: at(1),
+        }))];
+        if acting {
+            probe.push(ProbeRecord::ActPlan(ActPlan {
+                pointer: "/at".into(),
+                unit: "auto".into(),
+                at: at(1),
+            }));
+        }
+        for conn in 0..2 {
+            probe.push(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
+                conn,
+                agent_conn: None,
+                at: at(2),
+            }));
+        }
+        for seq in 0..2u64 {
+            for conn in 0..2 {
+                probe.push(ProbeRecord::Receipt(Receipt {
+                    conn,
+                    key: MessageKey::Seq(seq),
+                    hash: seq,
+                    len: 10,
+                    at: at(1_000_000 * (seq + 1) + u64::from(conn)),
+                    kernel_delay_ns: None,
+                }));
+            }
+        }
+        Report::build(&join(None, &[&probe]), vec![])
+    }
+
+    #[test]
+    fn a_time_to_act_nobody_used_is_said() {
+        let none_found = acting_note(&report(true), true).unwrap();
+        assert!(
+            none_found.starts_with("NO ACTION was judged"),
+            "{none_found}"
+        );
+        assert!(none_found.contains("/at_ns"), "{none_found}");
+        let nobody_acts = acting_note(&report(false), true).unwrap();
+        assert!(nobody_acts.contains("--act-at /at_ns"), "{nobody_acts}");
+        assert_eq!(acting_note(&report(false), false), None);
+    }
 }

@@ -130,7 +130,10 @@ fn through_the_hub(
     let (files, _) = mirror.sync_run(api, &status)?;
     let inputs = options.read_copy(&files)?;
     let on_hub = inputs.probes.iter().any(|p| p.hub_side);
-    let elsewhere = inputs.probes.iter().any(|p| p.foreign_side && !p.hub_side);
+    let elsewhere = |inputs: &crate::inputs::Inputs| {
+        inputs.probes.iter().any(|p| p.foreign_side && !p.hub_side)
+    };
+    let mut elsewhere_now = elsewhere(&inputs);
     if !on_hub {
         return Ok(None);
     }
@@ -138,13 +141,25 @@ fn through_the_hub(
     let deadline = Instant::now() + options.settle;
     let mut now = status;
     // Another server's probes: the hub sent nothing, so the triggers were
-    // that server's. Only the hub's probes: wait for what it sends.
-    if now.broadcasts < first && elsewhere {
-        return Ok(None);
-    }
-    while now.broadcasts < before.broadcasts + options.broadcasts && Instant::now() < deadline {
+    // that server's. Only the hub's probes: wait for what it sends. Those
+    // of another server may not have uploaded their first connection yet
+    // (the audit can start a moment after they do): while the hub sends
+    // nothing, their logs are looked at again.
+    loop {
+        if now.broadcasts < first && elsewhere_now {
+            return Ok(None);
+        }
+        if now.broadcasts >= before.broadcasts + options.broadcasts || Instant::now() >= deadline {
+            break;
+        }
         std::thread::sleep(Duration::from_millis(50));
         now = api.status()?;
+        if now.broadcasts < first {
+            let (files, fetched) = mirror.sync_run(api, &now)?;
+            if fetched > 0 {
+                elsewhere_now = elsewhere(&options.read_copy(&files)?);
+            }
+        }
     }
     if now.broadcasts < first {
         return Err(CannotAudit::TriggerSentNothing {

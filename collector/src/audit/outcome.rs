@@ -45,6 +45,10 @@ pub struct AuditFacts {
     pub reproduce: String,
     /// Where the copy of the agent's logs is, when kept.
     pub kept: Option<String>,
+    /// The probe runs the agent keeps that did not upload during the audit
+    /// (a probe restarted since, a device gone), left out of the report:
+    /// `NAME (run RUNID8)`.
+    pub earlier_runs: Vec<String>,
 }
 
 /// The audit's exit status, the whole policy (docs/audit.md, `--help`).
@@ -102,15 +106,31 @@ pub(super) fn probes_reported(lagging: &[String]) -> Check {
 }
 
 /// The `skewscope report` arguments that give the same report from the
-/// logs: the audit's window, and its `--match`.
-pub(super) fn reproduce_line(window: Option<Window>, matching: Option<&str>) -> String {
+/// logs: the audit's window, and its `--match`. `DIR` stands for the
+/// directory; with `logs`, the audit read only these of it (others are
+/// earlier runs), and they are named: `DIR/NAME`.
+pub(super) fn reproduce_line(
+    window: Option<Window>,
+    matching: Option<&str>,
+    logs: Option<&[String]>,
+) -> String {
+    let dir = match logs {
+        Some(names) if !names.is_empty() => names
+            .iter()
+            .map(|n| format!("DIR/{n}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => "DIR".to_owned(),
+    };
     let line = match window {
-        Some(Window::AgentIds { first, last }) => format!("report DIR --broadcasts {first}-{last}"),
+        Some(Window::AgentIds { first, last }) => {
+            format!("report {dir} --broadcasts {first}-{last}")
+        }
         Some(Window::FirstReceiptBetween {
             from_wall_ns,
             to_wall_ns,
-        }) => format!("report DIR --agent-as-reference --between {from_wall_ns}-{to_wall_ns}"),
-        None => "report DIR".to_owned(),
+        }) => format!("report {dir} --agent-as-reference --between {from_wall_ns}-{to_wall_ns}"),
+        None => format!("report {dir}"),
     };
     match matching {
         Some(expression) => format!("{line} --match '{expression}'"),
@@ -125,14 +145,26 @@ mod tests {
     #[test]
     fn the_reproduce_line_names_the_window_and_the_match() {
         let ids = Some(Window::AgentIds { first: 3, last: 7 });
-        assert_eq!(reproduce_line(ids, None), "report DIR --broadcasts 3-7");
+        assert_eq!(
+            reproduce_line(ids, None, None),
+            "report DIR --broadcasts 3-7"
+        );
         let between = Some(Window::FirstReceiptBetween {
             from_wall_ns: 1,
             to_wall_ns: 2,
         });
         assert_eq!(
-            reproduce_line(between, Some("type=go")),
+            reproduce_line(between, Some("type=go"), None),
             "report DIR --agent-as-reference --between 1-2 --match 'type=go'"
+        );
+        // Earlier runs in the directory: the logs read are named.
+        let logs = [
+            "agent-1-0000.sklog".to_owned(),
+            "probes/probe-ab.sklog".into(),
+        ];
+        assert_eq!(
+            reproduce_line(ids, None, Some(&logs)),
+            "report DIR/agent-1-0000.sklog DIR/probes/probe-ab.sklog --broadcasts 3-7"
         );
     }
 

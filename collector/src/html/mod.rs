@@ -33,6 +33,9 @@ pub struct Page<'a> {
     pub figures: &'a Figures,
     /// An audit's verdict, when there is one.
     pub verdict: Option<&'a Verdict>,
+    /// The agent and the uploading probes were running as their logs were
+    /// read (an audit): a log without a stop record is no news then.
+    pub live: bool,
 }
 
 const STYLE: &str = include_str!("report.css");
@@ -59,7 +62,7 @@ pub fn render(page: &Page) -> String {
     if let Some(v) = page.verdict {
         verdict(&mut out, v);
     }
-    summary(&mut out, r);
+    summary(&mut out, r, page.live);
     if let Some(w) = &r.why {
         // The same lines as the table's: one wording of the diagnosis.
         let mut text = String::new();
@@ -102,13 +105,15 @@ pub fn render(page: &Page) -> String {
         },
     );
     if f.broadcasts.iter().any(|b| b.actions.is_some()) {
+        let chart = plots::actions_over_time(f, corrected);
+        let drawn = chart.is_some();
         section(
             &mut out,
             "actions-time",
             "Acting together: action skew beside receive skew",
-            plots::actions_over_time(f, corrected),
+            chart,
             &format!(
-                "Each broadcast carried a time to act; its probes acted then. Blue: how far apart the copies arrived (receive skew); green: how far apart the devices acted (action skew){}. Red: some copy came after its time, and its device acted late. What a screen or speaker adds after the action is not in it.",
+                "Each broadcast carried a time to act; its probes acted then. Each broadcast has two marks: how far apart the copies arrived (receive skew) and how far apart the devices acted (action skew){}. A red mark: some copy came after its time, and its device acted late. What a screen or speaker adds after the action is not in it.",
                 if corrected {
                     ", both on the upper bound of their interval in the agent's clock"
                 } else {
@@ -116,6 +121,16 @@ pub fn render(page: &Page) -> String {
                 }
             ),
         );
+        if drawn {
+            key(
+                &mut out,
+                &[
+                    ("received", "receive skew"),
+                    ("acted", "action skew"),
+                    ("acted late", "action skew, some acted late"),
+                ],
+            );
+        }
     }
     section(
         &mut out,
@@ -138,7 +153,7 @@ pub fn render(page: &Page) -> String {
         "Lateness per connection and broadcast",
         heat.map(|h| h.0),
         &format!(
-            "Each row is a connection, each column a broadcast{}: how long after the broadcast's first receipt it arrived. A device that is always late is a bright row; grey is nothing received.{}",
+            "Each row is a connection, each column a broadcast{}: how long after the broadcast's first receipt it arrived. Rows are the connections as their probes' logs recorded them opening, one probe after another, top to bottom (NAME #n is a probe's connection n). A device that is always late is a bright row; grey is nothing received.{}",
             if f.heatmap.broadcasts_per_column > 1 {
                 format!(
                     " (a column is the mean of {} broadcasts)",
@@ -149,7 +164,7 @@ pub fn render(page: &Page) -> String {
             },
             if f.heatmap.rows.len() < f.heatmap.connections_total {
                 format!(
-                    " Shown: the {} latest of {} connections.",
+                    " Shown: the {} connections latest on average, of {}.",
                     f.heatmap.rows.len(),
                     f.heatmap.connections_total
                 )
@@ -166,12 +181,46 @@ pub fn render(page: &Page) -> String {
         "offsets",
         "Probe clocks against the agent's",
         plots::probe_offsets(f),
-        "Each probe's measured offset with its error bar (its clock bound from the clock model: the truth lies within it), over the shaded span the two clocks claim to be within of each other. A bar outside its span: one clock is wrong about itself.",
+        &offsets_caption(f),
     );
-    probes(&mut out, r);
+    probes(&mut out, r, page.live);
     inputs(&mut out, r);
     out.push_str("</body></html>\n");
     out
+}
+
+/// What the clock plot shows: the shaded spans only where both clocks
+/// claim a bound (a clock that claims no synchronisation has none).
+fn offsets_caption(f: &Figures) -> String {
+    const BAR: &str = "Each probe's measured offset with its error bar (its clock bound from the clock model: the truth lies within it).";
+    let spans = f.agent_claim_ns.is_some() && f.probes.iter().any(|p| p.claim_ns.is_some());
+    let unclaimed = f.agent_claim_ns.is_none() || f.probes.iter().any(|p| p.claim_ns.is_none());
+    let mut caption = BAR.to_owned();
+    if spans {
+        caption.push_str(" Shaded: the span the two clocks claim to be within of each other; a bar outside its span means one clock is wrong about itself.");
+    }
+    if unclaimed {
+        caption.push_str(if spans {
+            " A probe without a shaded span: its clock or the agent's claims no bound (not synchronised, or not known)."
+        } else {
+            " No span is shaded: the clocks claim no bound to compare with (not synchronised, or not known), so only the measurement is shown."
+        });
+    }
+    caption
+}
+
+/// A key under a chart: a swatch of each mark's class and what it is
+/// (swatches are styled as the marks, and are not marks).
+fn key(out: &mut String, items: &[(&str, &str)]) {
+    out.push_str(r#"<p class="legend">"#);
+    for (class, text) in items {
+        let _ = write!(
+            out,
+            r#"<span><svg viewBox="0 0 10 10" width="10" height="10"><circle class="swatch {class}" cx="5" cy="5" r="4"/></svg> {}</span> "#,
+            escape(text)
+        );
+    }
+    out.push_str("</p>\n");
 }
 
 fn thinned(drawn: usize, total: usize, what: &str) -> String {
@@ -240,7 +289,7 @@ fn verdict(out: &mut String, v: &Verdict) {
     out.push_str("</table></div></section>\n");
 }
 
-fn summary(out: &mut String, r: &Report) {
+fn summary(out: &mut String, r: &Report, live: bool) {
     let _ = write!(
         out,
         r#"<section id="summary"><h2>Summary</h2><p class="counts">broadcasts <b>{}</b> · connections <b>{}</b> · receipts <b>{}</b> · missing <b class="{}">{}</b> · duplicates <b>{}</b> · unmatched <b>{}</b> · reconnects <b>{}</b></p>"#,
@@ -309,6 +358,13 @@ fn summary(out: &mut String, r: &Report) {
         bounded("frame skew, agent's clock", &a.frame_skew_corrected_ns);
     }
     out.push_str("</table></div>");
+    if r.network_ns.as_ref().is_some_and(|n| n.estimate.p50 < 0) {
+        let _ = write!(
+            out,
+            r#"<p class="basis">{}</p>"#,
+            escape(crate::sentences::NETWORK_BELOW_ZERO)
+        );
+    }
     if r.actions.as_ref().is_some_and(|a| a.frames > 0) {
         let _ = write!(
             out,
@@ -400,14 +456,15 @@ fn summary(out: &mut String, r: &Report) {
                 a.records_lost
             );
         }
-        if a.ended == RunEnd::NoStopRecord {
-            out.push_str(r#" <b class="bad">The agent's log ends without a stop record.</b>"#);
+        // No news for a running agent; for a copied log, a plain fact.
+        if let Some(end) = crate::sentences::agent_end_text(a.ended, live) {
+            let _ = write!(out, " {}.", escape(&upper_first(&end)));
         }
     }
     out.push_str("</p></section>\n");
 }
 
-fn probes(out: &mut String, r: &Report) {
+fn probes(out: &mut String, r: &Report, live: bool) {
     if r.probes.is_empty() {
         return;
     }
@@ -457,18 +514,20 @@ fn probes(out: &mut String, r: &Report) {
         let pruned = p
             .logs_pruned
             .as_ref()
-            .map(|l| format!("; {}", escape(&crate::sentences::pruned_text(l))))
+            .and_then(crate::sentences::pruned_text)
+            .map(|l| format!("; {}", escape(&l)))
             .unwrap_or_default();
         let ended = match p.ended {
             RunEnd::Stopped => "stopped",
             RunEnd::LogFull => {
                 r#"<b class="bad">log size limit reached (--max-log-bytes or --keep-bytes)</b>"#
             }
-            RunEnd::NoStopRecord => "no stop record",
+            RunEnd::NoStopRecord if live => "running",
+            RunEnd::NoStopRecord => "no stop record (still running when read, or killed)",
         };
         let _ = write!(
             out,
-            r#"<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class="{}">{}</td><td>{offset}</td><td>{claim}</td><td>{check}{}</td><td>{ended}{deflate}{page}{pruned}{tls}</td></tr>"#,
+            r#"<tr><td class="name">{}</td><td class="name">{}</td><td>{}</td><td>{}</td><td class="{}">{}</td><td class="name">{offset}</td><td>{claim}</td><td>{check}{}</td><td>{ended}{deflate}{page}{pruned}{tls}</td></tr>"#,
             escape(&p.name),
             escape(&p.host),
             p.connections,
@@ -505,6 +564,15 @@ fn inputs(out: &mut String, r: &Report) {
     out.push_str("</table></div></section>\n");
 }
 
+/// `text` with its first letter in capitals: a sentence of its own.
+fn upper_first(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(c) => c.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests;
 
@@ -532,7 +600,7 @@ fn who_acted(out: &mut String, a: &skewscope_core::analysis::actions::ActionFigu
             .unwrap_or_default();
         let _ = write!(
             out,
-            r#"<tr><th>{}{notices}</th><td>{}</td><td>{}</td><td class="{}">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+            r#"<tr><th class="name">{}{notices}</th><td>{}</td><td>{}</td><td class="{}">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
             escape(&x.name),
             escape(&crate::sentences::actor_kind_text(x)),
             x.actions,

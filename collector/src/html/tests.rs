@@ -57,6 +57,7 @@ fn page_of(records: &[&[ProbeRecord]]) -> String {
         report: &report,
         figures: &figures,
         verdict: None,
+        live: false,
     })
 }
 
@@ -98,4 +99,80 @@ fn an_empty_run_still_renders_every_section() {
     let html = page_of(&[]);
     assert!(html.ends_with("</body></html>\n"));
     assert_eq!(html.matches(r#"class="absent""#).count(), 5);
+}
+
+/// The page of `records` with an agent log that has no stop record (an
+/// agent still running, or killed), as an audit (`live`) or a report
+/// renders it.
+fn page_with_agent(live: bool) -> String {
+    let agent = vec![AgentRecord::Started(AgentStarted {
+        host: "server".into(),
+        version: "t".into(),
+        at: at(0),
+        shards: 1,
+        order: SendOrder::Fixed,
+        per_client_times: true,
+    })];
+    let probe = probe_log("lobby", 2, 3);
+    let joined = join(Some(&agent), &[&probe]);
+    let report = Report::build(&joined, vec![]);
+    let figures = figures(&joined);
+    render(&Page {
+        title: "test",
+        made: "now",
+        report: &report,
+        figures: &figures,
+        verdict: None,
+        live,
+    })
+}
+
+#[test]
+fn a_running_agent_is_no_fault_and_a_copied_log_is_a_plain_fact() {
+    let live = page_with_agent(true);
+    assert!(!live.contains("stop record"), "an audit's agent runs");
+    let copied = page_with_agent(false);
+    assert!(
+        copied.contains("log ends without a stop record: it was still running"),
+        "{copied}"
+    );
+    assert!(
+        !copied.contains(r#"class="bad">The agent's log"#),
+        "not in red"
+    );
+}
+
+#[test]
+fn the_clock_plot_speaks_only_of_spans_it_draws() {
+    // These probes' clocks claim nothing: no span is drawn, and the
+    // caption says so rather than describing one.
+    let html = page_of(&[&probe_log("lobby", 1, 2)]);
+    assert!(!html.contains(r#"<rect class="claim""#));
+    assert!(html.contains("No span is shaded"), "{html}");
+    assert!(!html.contains("over the shaded span"), "{html}");
+}
+
+#[test]
+fn names_do_not_break_and_rows_are_explained() {
+    let html = page_of(&[&probe_log("demo-a", 2, 2)]);
+    assert!(html.contains(r#"<td class="name">demo-a</td>"#), "{html}");
+    assert!(html.contains("td.name, th.name { white-space: nowrap; }"));
+    assert!(
+        html.contains("Rows are the connections as their probes"),
+        "{html}"
+    );
+}
+
+#[test]
+fn the_acting_plot_has_a_key_whose_swatches_are_not_marks() {
+    let html = page_with_agent(false);
+    // No probe acted here: no acting plot, no key.
+    assert!(!html.contains(r#"class="swatch"#));
+    let mut out = String::new();
+    key(&mut out, &[("acted late", "action skew, some acted late")]);
+    assert!(
+        out.contains(r#"<circle class="swatch acted late""#),
+        "{out}"
+    );
+    assert!(!out.contains("mark"), "{out}");
 }

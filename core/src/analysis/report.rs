@@ -609,11 +609,16 @@ fn spread(times: impl Iterator<Item = u64> + Clone) -> Option<u64> {
 /// The probes whose time exchange ran unkeyed and answered: the one rule
 /// the text, the page and the audit say "unauthenticated" by.
 fn unauthenticated(probes: &[ProbeSummary]) -> Vec<String> {
-    let mut names: Vec<String> = probes
+    // Each name once, in the probes' order (a restarted probe is two runs
+    // of one name, not always side by side).
+    let mut names: Vec<String> = Vec::new();
+    for p in probes
         .iter()
         .filter(|p| p.clock.time_samples > 0 && p.clock_tags.is_some_and(|t| !t.keyed))
-        .map(|p| p.name.clone())
-        .collect();
-    names.dedup();
+    {
+        if !names.contains(&p.name) {
+            names.push(p.name.clone());
+        }
+    }
     names
 }
