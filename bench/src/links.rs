@@ -115,6 +115,12 @@ fn run_profile(
     let mut links = Vec::new();
     let mut probes = Vec::new();
     let started = Instant::now();
+    // The probes outlast every broadcast (one each 500 ms after the
+    // warm-up), with two minutes to spare for the last actions.
+    let run_for = warmup
+        + Duration::from_millis(500) * (START_UP_BROADCASTS + broadcasts) as u32
+        + Duration::from_secs(120);
+    let run_for = format!("{}s", run_for.as_secs());
     for (i, (name, spec, _)) in DEVICES.iter().enumerate() {
         let link = Link::start(profile, 101 + i as u64, "127.0.0.1:0".parse()?, addr, None)?;
         let log = dir.path().join(format!("{name}.sklog"));
@@ -124,7 +130,7 @@ fn run_profile(
                 "--connections",
                 "3",
                 "--duration",
-                "600s",
+                &run_for,
                 "--act-at",
                 "/at_ns",
             ])
