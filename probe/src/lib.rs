@@ -48,6 +48,7 @@ mod request;
 mod retention;
 mod shutdown;
 mod spool;
+mod start_steps;
 mod time_exchange;
 mod tls;
 mod uploader;
@@ -57,13 +58,9 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use skewscope_core::log::{LogKind, LogWriter};
-use skewscope_core::record::{ActPlan, ProbeRecord, ProbeStarted};
-use skewscope_core::time_exchange::TimeKey;
-use skewscope_os::log_files::FileLogWriter;
+use skewscope_core::record::ProbeRecord;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
-use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 pub use config::ProbeConfig;
@@ -202,141 +199,15 @@ impl RunningProbe {
             );
         }
         skewscope_os::files::ensure_open_files(config.connections)?;
-        // With an upload, an earlier run's log is kept, not truncated: what
-        // the agent has not acknowledged of it is uploaded too.
-        let earlier = match (&config.upload, &config.retention) {
-            (Some(_), _) => previous_runs::keep_and_list(&config.out, &config.name),
-            (None, Some(_)) => previous_runs::list(&config.out, &config.name),
-            (None, None) => Ok(Vec::new()),
-        }
-        .map_err(|e| {
-            ProbeError::Config(format!(
-                "cannot keep or list the earlier logs beside {}: {e}",
-                config.out.display()
-            ))
-        })?;
-        // Room for this run in --out-dir, deleting only what the agent has.
-        let (previous, room) = match config.retention {
-            Some(limits) => {
-                let asks = match &config.upload {
-                    Some(base) => Some(uploader::upload_to(base, &config, 0, false)?),
-                    None => None,
-                };
-                let dir = config.out.parent().unwrap_or(std::path::Path::new("."));
-                let empty =
-                    previous_runs::empty_logs(&config.out, &config.name).unwrap_or_default();
-                let room = retention::make_room(limits, dir, earlier, empty, asks.as_ref()).await?;
-                (room.to_upload, Some((room.pruned, room.budget)))
-            }
-            None => (earlier, None),
-        };
-        let max_log_bytes = match (config.max_log_bytes, room.as_ref().and_then(|r| r.1)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        // Flush the header at once: a probe killed before its first record still
-        // leaves a readable (empty) log rather than an unrecognisable file.
-        let log = LogWriter::create(&config.out, LogKind::Probe)
-            .and_then(|mut log| log.flush().map(|()| log))
-            .map_err(|source| ProbeError::CreateLog {
-                path: config.out.clone(),
-                source,
-            })?;
-
-        let deadline = config.duration.map(|d| Instant::now() + d);
-        let (stop, shutdown) = shutdown::channel(deadline);
-        let (recorder, finished) =
-            recorder::spawn(log, config.out.clone(), max_log_bytes, stop.clone()).map_err(
-                |source| ProbeError::WriteLog {
-                    path: config.out.clone(),
-                    source,
-                },
-            )?;
-        recorder.record(ProbeRecord::Started(Box::new(ProbeStarted {
-            name: config.name.clone(),
-            host: skewscope_os::host::host_name(),
-            // Never a password in the log.
-            url: request::redacted(&config.url),
-            connections: config.connections,
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            at: skewscope_os::clock::now(),
-        })));
-        let identity = skewscope_os::host::new_run_identity().map_err(ProbeError::RunId)?;
-        let run_id = identity.run_id;
-        recorder.record(ProbeRecord::Identity(identity));
-        if let Some((pruned, _)) = room {
-            recorder.record(ProbeRecord::LogsPruned(pruned));
-        }
-        let (log_ended, ended) = watch::channel(false);
-        let (upload_state_tx, upload_state) = watch::channel(uploader::UploadState::default());
-        let mut previous_uploads = Vec::new();
-        let upload_task = match &config.upload {
-            Some(base) => {
-                let upload = uploader::upload_to(base, &config, run_id, true)?;
-                for run in previous {
-                    let earlier = uploader::Upload {
-                        log: run.path,
-                        run_id: run.run_id,
-                        follow: false,
-                        ..upload.clone()
-                    };
-                    let (state_tx, state) = watch::channel(uploader::UploadState::default());
-                    let task = tokio::spawn(uploader::run(earlier, ended.clone(), state_tx));
-                    previous_uploads.push((task, state));
-                }
-                Some(tokio::spawn(uploader::run(upload, ended, upload_state_tx)))
-            }
-            None => None,
-        };
-
-        // A refused token cannot get better by asking again: the run stops
-        // at once and says why (finish's error), rather than measuring on
-        // what nobody will receive.
-        for mut state in std::iter::once(upload_state.clone())
-            .chain(previous_uploads.iter().map(|(_, s)| s.clone()))
-            .filter(|_| config.upload.is_some())
-        {
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                if state.wait_for(|s| s.token_refused).await.is_ok() {
-                    stop.stop();
-                }
-            });
-        }
+        let room = start_steps::make_room(&config).await?;
+        let (recorder, finished, stop, shutdown) =
+            start_steps::open_log(&config, room.max_log_bytes)?;
+        let run_id = start_steps::record_start(&recorder, &config, room.pruned)?;
+        let uploads = start_steps::start_uploads(&config, run_id, room.to_upload, &stop)?;
         let refused_text = refused_text(&config);
-
         // The running idea of the agent's clock, for acting at its times.
         let clock = clock_estimate::ClockEstimate::new();
-        let (actor, acting) = match &config.act_at {
-            Some(act_at) => {
-                recorder.record(ProbeRecord::ActPlan(ActPlan {
-                    pointer: act_at.pointer().to_owned(),
-                    unit: act_at.unit().as_str().to_owned(),
-                    at: skewscope_os::clock::now(),
-                }));
-                let notifier = match &config.act_notify {
-                    Some(target) => Some(
-                        act_notify::Notifier::open(
-                            target.clone(),
-                            &config.act_notify_name,
-                            recorder.clone(),
-                        )
-                        .map_err(|e| ProbeError::Config(format!("--act-notify {target}: {e}")))?,
-                    ),
-                    None => None,
-                };
-                let (actor, acting) = act::Actor::start(
-                    act_at.clone(),
-                    clock.clone(),
-                    recorder.clone(),
-                    config.act_realtime,
-                    notifier,
-                )
-                .map_err(ProbeError::Threads)?;
-                (Some(actor), Some(acting))
-            }
-            None => (None, None),
-        };
+        let (actor, acting) = start_steps::start_actor(&config, &recorder, &clock)?;
         let waiting_at_gate = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let settings = Arc::new(Settings {
             upgrade: handshake::Upgrade::new(url, &config)?,
@@ -355,22 +226,8 @@ impl RunningProbe {
             payloads: Default::default(),
         });
         let reopen = recorder.reopen_handle();
-        let mut helpers = JoinSet::new();
-        clock_watch::record_once(&recorder).await;
-        helpers.spawn(clock_watch::run(recorder.clone(), shutdown.clone()));
-        if let Some(target) = time_target(&config).await? {
-            // The token it uploads with is the agent's: its replies must
-            // carry that token's tag.
-            let key = config.upload_token.as_deref().map(TimeKey::from_token);
-            helpers.spawn(time_exchange::run(
-                target,
-                config.time_interval,
-                key,
-                recorder.clone(),
-                clock.clone(),
-                shutdown.clone(),
-            ));
-        }
+        let helpers =
+            start_steps::start_clock_helpers(&config, &recorder, &clock, &shutdown).await?;
         let (progress_tx, progress) = watch::channel(Progress::default());
         let connections = (0..config.connections)
             .map(|index| {
@@ -400,11 +257,11 @@ impl RunningProbe {
             finished,
             helpers,
             reopen,
-            log_ended,
-            upload_task,
-            upload_state,
+            log_ended: uploads.log_ended,
+            upload_task: uploads.task,
+            upload_state: uploads.state,
             actor,
-            previous_uploads,
+            previous_uploads: uploads.previous,
             refused_text,
             clock,
         })
