@@ -514,42 +514,6 @@ fn refused_text(config: &ProbeConfig) -> String {
     }
 }
 
-/// Where to run the time exchange: `--time-server`, else the URL's host and
-/// port (a skewscope agent answers on the same port number); `None` when off.
-async fn time_target(config: &ProbeConfig) -> Result<Option<std::net::SocketAddr>, ProbeError> {
-    if !config.time_exchange {
-        return Ok(None);
-    }
-    let (host, port) = match &config.time_server {
-        Some(server) => {
-            let (host, port) = server
-                .rsplit_once(':')
-                .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
-                .ok_or_else(|| {
-                    ProbeError::Config(format!("--time-server {server}: give HOST:PORT"))
-                })?;
-            (
-                host.trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .to_owned(),
-                port,
-            )
-        }
-        None => request::host_port(&config.url)?,
-    };
-    let found = tokio::net::lookup_host((host.as_str(), port)).await;
-    match found.ok().and_then(|mut addrs| addrs.next()) {
-        Some(addr) => Ok(Some(addr)),
-        None => {
-            tracing::warn!(
-                target: "probe::time",
-                "cannot resolve the time server {host}:{port}; no offset estimate"
-            );
-            Ok(None)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

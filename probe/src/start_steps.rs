@@ -14,11 +14,13 @@ use tokio::time::Instant;
 
 use crate::act::{Acting, Actor};
 use crate::clock_estimate::ClockEstimate;
+use crate::config::ProbeConfig;
+use crate::error::ProbeError;
 use crate::previous_runs::{self, PreviousRun};
 use crate::recorder::{self, Recorder};
 use crate::shutdown::{self, Shutdown, StopHandle};
 use crate::uploader::{self, UploadState};
-use crate::{ProbeConfig, ProbeError, act_notify, clock_watch, request, retention, time_exchange};
+use crate::{act_notify, clock_watch, request, retention, time_exchange};
 
 /// What the log directory holds for this run: the earlier runs still to
 /// upload, what was pruned to make room, and the size this run's log may
@@ -233,7 +235,7 @@ pub(crate) async fn start_clock_helpers(
     let mut helpers = JoinSet::new();
     clock_watch::record_once(recorder).await;
     helpers.spawn(clock_watch::run(recorder.clone(), shutdown.clone()));
-    if let Some(target) = crate::time_target(config).await? {
+    if let Some(target) = time_target(config).await? {
         let key = config.upload_token.as_deref().map(TimeKey::from_token);
         helpers.spawn(time_exchange::run(
             target,
@@ -245,4 +247,40 @@ pub(crate) async fn start_clock_helpers(
         ));
     }
     Ok(helpers)
+}
+
+/// Where to run the time exchange: `--time-server`, else the URL's host and
+/// port (a skewscope agent answers on the same port number); `None` when off.
+async fn time_target(config: &ProbeConfig) -> Result<Option<std::net::SocketAddr>, ProbeError> {
+    if !config.time_exchange {
+        return Ok(None);
+    }
+    let (host, port) = match &config.time_server {
+        Some(server) => {
+            let (host, port) = server
+                .rsplit_once(':')
+                .and_then(|(h, p)| Some((h.to_owned(), p.parse::<u16>().ok()?)))
+                .ok_or_else(|| {
+                    ProbeError::Config(format!("--time-server {server}: give HOST:PORT"))
+                })?;
+            (
+                host.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_owned(),
+                port,
+            )
+        }
+        None => request::host_port(&config.url)?,
+    };
+    let found = tokio::net::lookup_host((host.as_str(), port)).await;
+    match found.ok().and_then(|mut addrs| addrs.next()) {
+        Some(addr) => Ok(Some(addr)),
+        None => {
+            tracing::warn!(
+                target: "probe::time",
+                "cannot resolve the time server {host}:{port}; no offset estimate"
+            );
+            Ok(None)
+        }
+    }
 }

@@ -196,18 +196,15 @@ fn awaiting_actions(joined: &Joined) -> usize {
         .map(|p| p.stamps.iter().map(|s| s.wall_ns).max().unwrap_or(0))
         .collect();
     // How long after its broadcast's first receipt an action has come.
-    let lead = joined
-        .broadcasts
-        .iter()
-        .filter_map(|b| {
-            let first = b.receipts.iter().map(|r| r.wall_ns).min()?;
-            b.actions
-                .iter()
-                .map(|a| a.done.wall_ns.saturating_sub(first))
-                .max()
-        })
-        .max()
-        .unwrap_or(0);
+    let mut seen = skewscope_core::analysis::settled::LeadSeen::default();
+    for b in &joined.broadcasts {
+        if let Some(first) = b.receipts.iter().map(|r| r.wall_ns).min() {
+            for a in &b.actions {
+                seen.add(first, a.done.wall_ns);
+            }
+        }
+    }
+    let lead = seen.ns();
     joined
         .broadcasts
         .iter()

@@ -28,7 +28,7 @@ use crate::analysis::join::{ActorKind, Joined};
 use crate::analysis::lead_rule::{self, Evidence};
 use crate::analysis::placing::PlacedBroadcast;
 use crate::analysis::stats::{Summary, SummaryBuilder};
-use crate::analysis::timebase::spread_of_all;
+use crate::analysis::timebase::{raw_spread, spread_of_all};
 
 /// Late actions listed at most (the worst).
 pub const LATE_LISTED: usize = 20;
@@ -236,9 +236,7 @@ pub struct BroadcastActions {
 /// One broadcast's actions, in the agent's timebase where the clocks say.
 pub fn broadcast_actions(placed: &PlacedBroadcast) -> BroadcastActions {
     let b = placed.broadcast;
-    let walls = b.actions.iter().map(|a| a.done.wall_ns);
-    let skew_ns =
-        (b.actions.len() >= 2).then(|| walls.clone().max().unwrap_or(0) - walls.min().unwrap_or(0));
+    let skew_ns = raw_spread(b.actions.iter().map(|a| a.done.wall_ns));
     BroadcastActions {
         actions: b.actions.len() as u32,
         late: b.actions.iter().filter(|a| a.late_ns > 0).count() as u32,
@@ -292,11 +290,11 @@ impl ActionsBuilder {
             .filter(|&i| b.actions[i].frame.is_some())
             .collect();
         self.frames += framed.len() as u64;
-        if framed.len() >= 2 {
-            let walls = framed
+        if let Some(spread) = raw_spread(
+            framed
                 .iter()
-                .filter_map(|&i| b.actions[i].frame.map(|f| f.wall_ns));
-            let spread = walls.clone().max().unwrap_or(0) - walls.min().unwrap_or(0);
+                .filter_map(|&i| b.actions[i].frame.map(|f| f.wall_ns)),
+        ) {
             self.frame_skew.add(spread as i64);
             if let Some(c) = spread_of_all(framed.iter().map(|&i| placed.frame(i))) {
                 self.frame_skew_corrected.add(c);

@@ -282,7 +282,7 @@ pub struct LiveJoin {
     counts: LiveCounts,
     /// The longest any action came after its broadcast's first receipt:
     /// how much longer a probe that acts may lag (see [`moved_past`]).
-    lead_seen_ns: u64,
+    lead_seen: crate::analysis::settled::LeadSeen,
     agent_started_wall_ns: u64,
     /// Each broadcast's fan-out until settled: until its shards have all
     /// reported, its targets are not all known.

@@ -432,7 +432,8 @@ impl ReportBuilder {
         if let Some(s) = skew {
             self.skews.add(s as i64);
         }
-        if let Some(s) = spread(b.receipts.iter().map(|r| r.wall_ns)) {
+        if let Some(s) = crate::analysis::timebase::raw_spread(b.receipts.iter().map(|r| r.wall_ns))
+        {
             self.userspace_skews.add(s as i64);
         }
         if let Some(a) = b.agent {
@@ -596,14 +597,6 @@ impl ReportBuilder {
         report.lead = report.advise_lead();
         report
     }
-}
-
-/// max − min of some times; `None` with fewer than two.
-fn spread(times: impl Iterator<Item = u64> + Clone) -> Option<u64> {
-    if times.clone().count() < 2 {
-        return None;
-    }
-    Some(times.clone().max()? - times.min()?)
 }
 
 /// The probes whose time exchange ran unkeyed and answered: the one rule

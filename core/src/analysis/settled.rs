@@ -17,6 +17,27 @@
 /// a loaded device's scheduling.
 pub const SETTLE_MARGIN_NS: u64 = 2_000_000_000;
 
+/// The largest lead seen: how long after its broadcast's first receipt an
+/// action has come, over every action so far (on the probe's own clock).
+/// One definition for the live join and the audit's wait.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeadSeen(u64);
+
+impl LeadSeen {
+    /// Takes in an action done at `done_wall_ns` of a broadcast first
+    /// received at `first_receipt_wall_ns`.
+    pub fn add(&mut self, first_receipt_wall_ns: u64, done_wall_ns: u64) {
+        self.0 = self
+            .0
+            .max(done_wall_ns.saturating_sub(first_receipt_wall_ns));
+    }
+
+    /// The largest so far, ns.
+    pub fn ns(self) -> u64 {
+        self.0
+    }
+}
+
 /// Whether a probe whose records reach `through_wall_ns` can still send
 /// anything about a broadcast first received at `first_receipt_wall_ns`,
 /// its actions having come up to `lead_seen_ns` after their receipts (all
@@ -37,6 +58,11 @@ mod tests {
         let first = 10_000_000_000;
         assert!(!moved_past(first + SETTLE_MARGIN_NS - 1, first, 0));
         assert!(moved_past(first + SETTLE_MARGIN_NS, first, 0));
+        let mut seen = LeadSeen::default();
+        seen.add(first, first + 3_000);
+        seen.add(first, first + 1_000);
+        seen.add(first + 9_000, first);
+        assert_eq!(seen.ns(), 3_000);
         // A probe that acts 3 s after its receipts waits 3 s longer.
         let lead = 3_000_000_000;
         assert!(!moved_past(

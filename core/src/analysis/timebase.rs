@@ -24,6 +24,28 @@ pub fn place(correction: Correction, wall_ns: u64) -> Placed {
     )
 }
 
+/// The spread of moments on one device clock each, as they are (raw):
+/// max − min; `None` with fewer than two. The one definition of a raw
+/// skew: the report's, the live join's, actions' and frames'.
+pub fn raw_spread(times: impl IntoIterator<Item = u64>) -> Option<u64> {
+    let mut times = times.into_iter();
+    let first = times.next()?;
+    let (mut min, mut max, mut n) = (first, first, 1u32);
+    for t in times {
+        min = min.min(t);
+        max = max.max(t);
+        n += 1;
+    }
+    (n >= 2).then_some(max - min)
+}
+
+/// When a copy arrived on its device's clock: the kernel's receive stamp
+/// (the read less the kernel's delay) where known, else the read. The one
+/// definition the batch join and the live join use.
+pub fn arrival_ns(read_wall_ns: u64, kernel_delay_ns: Option<u64>) -> u64 {
+    read_wall_ns.saturating_sub(kernel_delay_ns.unwrap_or(0))
+}
+
 /// The spread of one broadcast's copies in the agent's clock as
 /// (estimate, lower bound, upper bound); `None` with fewer than two copies
 /// or when any copy is not placed (`None`): see the module's rule.
@@ -55,6 +77,11 @@ mod tests {
     fn one_unplaced_copy_leaves_the_broadcast_without_a_corrected_skew() {
         let placed = [Some((0, 10)), Some((100, 10))];
         assert_eq!(spread_of_all(placed), Some((100, 80, 120)));
+        assert_eq!(raw_spread([5, 1, 9]), Some(8));
+        assert_eq!(raw_spread([5]), None);
+        assert_eq!(arrival_ns(100, Some(30)), 70);
+        assert_eq!(arrival_ns(100, Some(300)), 0);
+        assert_eq!(arrival_ns(100, None), 100);
         assert_eq!(spread_of_all([Some((0, 10)), None, Some((100, 10))]), None);
         assert_eq!(spread_of_all([Some((0, 10))]), None);
     }

@@ -213,7 +213,7 @@ pub struct JoinedReceipt {
 impl JoinedReceipt {
     /// The best receipt time on the device's clock: the kernel's when known.
     pub fn arrival_wall_ns(&self) -> u64 {
-        self.wall_ns - self.kernel_delay_ns.unwrap_or(0).min(self.wall_ns)
+        crate::analysis::timebase::arrival_ns(self.wall_ns, self.kernel_delay_ns)
     }
 }
 
@@ -322,20 +322,9 @@ impl JoinedBroadcast {
     /// max − min receipt time (kernel arrival where known) over the connections
     /// that got it, raw device clocks; `None` with fewer than two receipts.
     pub fn skew_ns(&self) -> Option<u64> {
-        if self.receipts.len() < 2 {
-            return None;
-        }
-        let min = self
-            .receipts
-            .iter()
-            .map(JoinedReceipt::arrival_wall_ns)
-            .min()?;
-        let max = self
-            .receipts
-            .iter()
-            .map(JoinedReceipt::arrival_wall_ns)
-            .max()?;
-        Some(max - min)
+        crate::analysis::timebase::raw_spread(
+            self.receipts.iter().map(JoinedReceipt::arrival_wall_ns),
+        )
     }
 }
 

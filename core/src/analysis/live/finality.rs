@@ -41,7 +41,7 @@ impl LiveJoin {
         let since = p.first_receipt_wall_ns.unwrap_or(p.start.wall_ns);
         self.runs
             .get(&run)
-            .is_none_or(|r| r.stopped || moved_past(r.through_wall_ns, since, self.lead_seen_ns))
+            .is_none_or(|r| r.stopped || moved_past(r.through_wall_ns, since, self.lead_seen.ns()))
     }
 
     /// Drops connections no pending broadcast can need and runs long silent.

@@ -216,7 +216,7 @@ impl LiveJoin {
                     .any(|(c, x)| *c == agent_conn && x.by_app == by_app) =>
             {
                 if let Some(first) = p.first_receipt_wall_ns {
-                    self.lead_seen_ns = self.lead_seen_ns.max(a.done.wall_ns.saturating_sub(first));
+                    self.lead_seen.add(first, a.done.wall_ns);
                 }
                 p.actions.push((
                     agent_conn,

@@ -2,6 +2,7 @@
 //! each broadcast once it is final: its spread, its actions, its reads.
 
 use super::*;
+use crate::analysis::timebase::{arrival_ns, raw_spread};
 
 impl LiveJoin {
     /// Puts a receipt in its broadcast; `false` when no pending broadcast
@@ -110,8 +111,8 @@ impl LiveJoin {
         let (mut missing, mut unjudged) = (0u32, 0u32);
         for (conn, arrival) in p.targets.iter() {
             if let Some(a) = arrival {
-                let wall = a.at.wall_ns.saturating_sub(a.kernel_delay_ns);
-                raw.push(wall as i64);
+                let wall = arrival_ns(a.at.wall_ns, Some(a.kernel_delay_ns));
+                raw.push(wall);
                 let correction = self.runs.get(&a.run).and_then(|r| r.correction(a.at));
                 corrected.push(correction.map(|c| place(c, wall)));
                 if let Some(c) = correction {
@@ -135,8 +136,7 @@ impl LiveJoin {
                 Some(_) => unjudged += 1,
             }
         }
-        let skew_ns = (raw.len() >= 2)
-            .then(|| (raw.iter().max().unwrap_or(&0) - raw.iter().min().unwrap_or(&0)) as u64);
+        let skew_ns = raw_spread(raw.iter().copied());
         let skew_upper_ns = spread_of_all(corrected).map(|(_, _, hi)| hi.max(0) as u64);
         // Actions, in the agent's timebase as receipts are.
         let acted = p.actions.iter().map(|(_, a)| {
