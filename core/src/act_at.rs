@@ -15,6 +15,7 @@
 //! near today is exact to about 0.24 µs, the resolution of an `f64` there),
 //! or a string holding one.
 
+use crate::convert;
 use std::fmt;
 
 /// The unit a time to act is written in.
@@ -187,7 +188,8 @@ impl ActAt {
                     return if scale == 1.0 {
                         Ok(i)
                     } else {
-                        i.checked_mul(scale as u64).ok_or(NoTimeToAct::OutOfRange)
+                        i.checked_mul(convert::from_float(scale))
+                            .ok_or(NoTimeToAct::OutOfRange)
                     };
                 }
                 let x = n.as_f64().ok_or(NoTimeToAct::NotANumber)?;
@@ -213,7 +215,7 @@ impl ActAt {
         if ns < 0.0 || ns >= u64::MAX as f64 {
             return Err(NoTimeToAct::OutOfRange);
         }
-        Ok(ns as u64)
+        Ok(convert::from_float(ns))
     }
 }
 

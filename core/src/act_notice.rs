@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::Stamp;
+use crate::convert;
 use crate::record::{Action, AppAction, MessageKey, NoticeTotals};
 
 /// One action, as the datagram carries it.
@@ -249,7 +250,7 @@ impl NoticeBook {
         // The wall reading at that moment: the probe's wall clock, at the
         // level it has when the answer comes.
         let level = now.wall_ns as i128 - now.mono_ns as i128;
-        let wall_ns = (answer.acted_mono_ns as i128 + level).max(0) as u64;
+        let wall_ns = convert::narrow_unsigned(answer.acted_mono_ns as i128 + level);
         Ok(AppAction {
             app: self.app.clone(),
             action: Action {

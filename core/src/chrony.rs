@@ -2,6 +2,7 @@
 //! lives in `skewscope_os::clock_claims`; the parsing is pure, so it is here
 //! and unit-tested (and fuzzable) without chronyd.
 
+use crate::convert;
 use crate::record::ChronyTracking;
 
 /// Parses `chronyc -c tracking` (comma-separated, seconds as decimals).
@@ -12,7 +13,7 @@ pub fn parse_tracking(csv: &str) -> Option<ChronyTracking> {
     }
     let ns = |i: usize| -> Option<i64> {
         let secs: f64 = f[i].trim().parse().ok()?;
-        Some((secs * 1e9).round() as i64)
+        Some(convert::from_float_signed((secs * 1e9).round()))
     };
     Some(ChronyTracking {
         reference: f[1].to_owned(),

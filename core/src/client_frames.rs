@@ -16,6 +16,7 @@ use std::io::Cursor;
 
 use tungstenite::protocol::frame::FrameHeader;
 
+use crate::convert;
 use crate::permessage_deflate::inflate::{InflateError, Inflater};
 use tungstenite::protocol::frame::coding::{Control, Data, OpCode};
 
@@ -109,7 +110,7 @@ impl ClientFrameParser {
     ) -> Result<(), ClientFrameError> {
         loop {
             if self.skipping > 0 {
-                let n = (self.skipping as usize).min(bytes.len());
+                let n = convert::index(self.skipping).min(bytes.len());
                 self.skipping -= n as u64;
                 self.payload(&bytes[..n], max_frame)?;
                 bytes = &bytes[n..];
@@ -158,7 +159,7 @@ impl ClientFrameParser {
             Ok(None) => return Ok(0),
             Err(_) => return Err(ClientFrameError::Protocol("unreadable frame header")),
         };
-        let header_len = cursor.position() as usize;
+        let header_len = convert::index(cursor.position());
         let starts_message = matches!(header.opcode, OpCode::Data(Data::Text | Data::Binary));
         if header.rsv2 || header.rsv3 || (header.rsv1 && !(self.deflate && starts_message)) {
             return Err(ClientFrameError::Protocol("reserved bits set"));
@@ -174,7 +175,7 @@ impl ClientFrameParser {
                 }
                 // Skip the payload (it may be far larger than what is
                 // buffered), checking text as it passes.
-                let here = (buf.len() - header_len).min(len as usize);
+                let here = (buf.len() - header_len).min(convert::index(len));
                 self.skipping = len - here as u64;
                 self.frame_mask = mask;
                 self.frame_offset = 0;
@@ -186,7 +187,7 @@ impl ClientFrameParser {
                 if !header.is_final || len > 125 {
                     return Err(ClientFrameError::Protocol("invalid control frame"));
                 }
-                let end = header_len + len as usize;
+                let end = header_len + convert::index(len);
                 if buf.len() < end {
                     return Ok(0);
                 }

@@ -28,6 +28,17 @@
 //! - the [`analysis`]: joining, the figures and the report.
 
 #![forbid(unsafe_code)]
+// No `as` that can wrap, truncate or lose a sign outside tests: a figure
+// converts through `convert`, whose rule is said once, or a cast says why
+// it cannot lose anything.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_possible_wrap
+    )
+)]
 
 pub mod act_at;
 pub mod act_notice;
@@ -37,6 +48,7 @@ pub mod chrony;
 pub mod client_frames;
 pub mod clock;
 pub mod control_rate;
+pub mod convert;
 pub mod identity;
 pub mod ingest;
 pub mod json_pointer;

@@ -380,7 +380,7 @@ fn packet(first: u8, body: &[u8]) -> Vec<u8> {
     let mut out = vec![first];
     let mut len = body.len();
     loop {
-        let mut byte = (len % 128) as u8;
+        let mut byte = u8::try_from(len % 128).expect("below 128");
         len /= 128;
         if len > 0 {
             byte |= 0x80;

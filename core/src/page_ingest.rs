@@ -23,6 +23,7 @@
 use serde::Deserialize;
 
 use crate::Stamp;
+use crate::convert;
 use crate::identity::{parse_test_message, payload_hash};
 use crate::ingest::{INGEST_VERSION, IngestError, ToAgent, ToProbe};
 use crate::log::encode_record;
@@ -434,8 +435,8 @@ fn ns(ms: f64) -> Result<u64, IngestError> {
         return Err(IngestError::Malformed);
     }
     let whole = ms.floor();
-    let fraction = ((ms - whole) * 1e6).round() as u64;
-    Ok(whole as u64 * 1_000_000 + fraction)
+    let fraction = convert::from_float(((ms - whole) * 1e6).round());
+    Ok(convert::from_float(whole) * 1_000_000 + fraction)
 }
 
 fn signed_ns(ms: f64) -> Result<i64, IngestError> {

@@ -11,6 +11,8 @@
 //! record nobody else has. What the new run may write is the byte limit
 //! less what stays.
 
+use crate::convert;
+
 /// Default most run logs kept, the new one included.
 pub const DEFAULT_MAX_RUNS: u32 = 20;
 
@@ -102,7 +104,7 @@ pub struct Plan {
 impl Retention {
     /// The plan for a new run beside `earlier` (oldest first).
     pub fn plan(&self, earlier: &[EarlierLog]) -> Plan {
-        let mut kept_runs = earlier.len() as u32;
+        let mut kept_runs = convert::count(earlier.len());
         let mut kept_bytes = earlier
             .iter()
             .fold(0u64, |sum, l| sum.saturating_add(l.bytes));

@@ -7,6 +7,8 @@
 //! the probe, as the client it is, strictly ([`ServerFrames::for_client`]):
 //! reserved bits no extension gave meaning to are an error (RFC 6455 §5.2).
 
+use crate::convert;
+
 /// Largest message followed by default; a larger one ends the connection's
 /// decoding (memory per connection stays bounded).
 pub const DEFAULT_MAX_MESSAGE: usize = 16 * 1024 * 1024;
@@ -181,7 +183,7 @@ impl ServerFrames {
                     frame, remaining, ..
                 } => {
                     let frame = *frame;
-                    let take = (*remaining).min(bytes.len() as u64) as usize;
+                    let take = convert::index((*remaining).min(bytes.len() as u64));
                     *remaining -= take as u64;
                     let done = *remaining == 0;
                     if frame.opcode < 8 {
@@ -228,7 +230,7 @@ impl ServerFrames {
                 self.message = Some(Partial {
                     text: frame.opcode == 1,
                     compressed: frame.rsv1,
-                    payload: Vec::with_capacity(len as usize),
+                    payload: Vec::with_capacity(convert::index(len)),
                     first_at,
                 });
             }

@@ -6,6 +6,7 @@
 //! the monotonic clock (`CLOCK_MONOTONIC`, for intervals inside one host, immune to
 //! clock steps), read back to back.
 
+use crate::convert;
 use serde::{Deserialize, Serialize};
 
 /// A pair of clock readings taken together, in nanoseconds.
@@ -24,14 +25,14 @@ impl Stamp {
     /// stamp as the anchor. Used so the hot path only reads one clock per send.
     pub fn wall_at(&self, mono_ns: u64) -> u64 {
         let delta = mono_ns as i128 - self.mono_ns as i128;
-        (self.wall_ns as i128 + delta).max(0) as u64
+        convert::narrow_unsigned(self.wall_ns as i128 + delta)
     }
 
     /// Maps a wall reading taken on the same host into monotonic time, using
     /// this stamp as the anchor (as if the wall clock does not step between).
     pub fn mono_at(&self, wall_ns: u64) -> u64 {
         let delta = wall_ns as i128 - self.wall_ns as i128;
-        (self.mono_ns as i128 + delta).max(0) as u64
+        convert::narrow_unsigned(self.mono_ns as i128 + delta)
     }
 }
 

@@ -29,6 +29,7 @@ use crate::analysis::lead_rule::{self, Evidence};
 use crate::analysis::placing::PlacedBroadcast;
 use crate::analysis::stats::{Summary, SummaryBuilder};
 use crate::analysis::timebase::{raw_spread, spread_of_all};
+use crate::convert;
 
 /// Late actions listed at most (the worst).
 pub const LATE_LISTED: usize = 20;
@@ -238,8 +239,8 @@ pub fn broadcast_actions(placed: &PlacedBroadcast) -> BroadcastActions {
     let b = placed.broadcast;
     let skew_ns = raw_spread(b.actions.iter().map(|a| a.done.wall_ns));
     BroadcastActions {
-        actions: b.actions.len() as u32,
-        late: b.actions.iter().filter(|a| a.late_ns > 0).count() as u32,
+        actions: convert::count(b.actions.len()),
+        late: convert::count(b.actions.iter().filter(|a| a.late_ns > 0).count()),
         skew_ns,
         corrected_ns: spread_of_all(placed.actions()),
     }
@@ -274,7 +275,7 @@ impl ActionsBuilder {
         self.late += u64::from(here.late);
         if let Some(lead) = b.agent.and_then(|a| a.lead).filter(|l| l.auto) {
             self.auto_broadcasts += 1;
-            self.auto_leads.add(lead.lead_ns as i64);
+            self.auto_leads.add(convert::signed(lead.lead_ns));
             self.auto_on_probes += u64::from(lead.basis_copies > 0);
             self.auto_actions += u64::from(here.actions);
             self.auto_late += u64::from(here.late);
@@ -295,15 +296,15 @@ impl ActionsBuilder {
                 .iter()
                 .filter_map(|&i| b.actions[i].frame.map(|f| f.wall_ns)),
         ) {
-            self.frame_skew.add(spread as i64);
+            self.frame_skew.add(convert::signed(spread));
             if let Some(c) = spread_of_all(framed.iter().map(|&i| placed.frame(i))) {
                 self.frame_skew_corrected.add(c);
             }
         }
         if let Some(s) = here.skew_ns {
-            self.skew.add(s as i64);
+            self.skew.add(convert::signed(s));
             if let Some(r) = b.skew_ns() {
-                self.receive_skew.add(r as i64);
+                self.receive_skew.add(convert::signed(r));
             }
         }
         match here.corrected_ns {
@@ -341,18 +342,21 @@ impl ActionsBuilder {
                 });
             }
             if let Some(read) = b.receipts.iter().find(|r| r.connection == a.connection) {
-                let spare = a.target.mono_ns as i64 - read.mono_ns as i64;
+                let spare = convert::signed(a.target.mono_ns) - convert::signed(read.mono_ns);
                 self.spare.add(spare);
                 if let Some(actor) = self.actors.get_mut(&(c.probe, c.app.clone())) {
                     actor.spare.add(spare);
                 }
-                if a.late_ns == 0 && a.bound_acted_on_ns.is_none_or(|bound| bound as i64 > spare) {
+                if a.late_ns == 0
+                    && a.bound_acted_on_ns
+                        .is_none_or(|bound| convert::signed(bound) > spare)
+                {
                     self.on_wide_bound += 1;
                 }
             }
             if let Some(agent) = b.agent {
                 self.lead_given
-                    .add(a.act_at_ns as i64 - agent.start.wall_ns as i64);
+                    .add(convert::signed(a.act_at_ns) - convert::signed(agent.start.wall_ns));
             }
         }
         if self.late_listed.len() > 4 * LATE_LISTED {
@@ -505,7 +509,7 @@ impl LeadAdvice {
             from,
             copies: latency.estimate.count,
             every_copy_ns: latency.hi.max,
-            p999_ns: lead_rule::lead_ns(&covering, readiness_ns) as i64,
+            p999_ns: convert::signed(lead_rule::lead_ns(&covering, readiness_ns)),
             worst_bound_ns,
             evidence: covering.evidence,
             readiness_ns,
@@ -525,7 +529,7 @@ impl LeadAdvice {
             from,
             copies: latency.count,
             every_copy_ns: latency.max,
-            p999_ns: lead_rule::lead_ns(&covering, readiness_ns) as i64,
+            p999_ns: convert::signed(lead_rule::lead_ns(&covering, readiness_ns)),
             worst_bound_ns: 0,
             evidence: covering.evidence,
             readiness_ns,

@@ -36,6 +36,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::analysis::lead_rule::{self, Evidence, MARGIN_NS};
 use crate::analysis::stats::{Summary, SummaryBuilder};
+use crate::convert;
 
 /// How long reads and action delays count (agent wall clock).
 pub const WINDOW_NS: u64 = 600_000_000_000;
@@ -328,7 +329,7 @@ impl AutoLead {
             Some(c) if c.lead_ns > target.lead_ns && same_kind(c.basis, target.basis) => {
                 if fall {
                     let gap = (c.lead_ns - target.lead_ns) as f64;
-                    c.lead_ns - (gap * FALL_FRACTION).ceil() as u64
+                    c.lead_ns - convert::from_float((gap * FALL_FRACTION).ceil())
                 } else {
                     c.lead_ns
                 }
@@ -425,12 +426,12 @@ impl AutoLead {
             (
                 lead_rule::lead_ns(&covering, readiness_ns),
                 LeadBasis::Probes {
-                    copies: s.count as usize,
+                    copies: convert::index(s.count),
                     evidence: covering.evidence,
                 },
             )
         } else if !self.spans.is_empty() {
-            let spans: Vec<i64> = self.spans.iter().map(|&s| s as i64).collect();
+            let spans: Vec<i64> = self.spans.iter().map(|&s| convert::signed(s)).collect();
             let s = Summary::of(&spans).expect("not empty");
             let covering = lead_rule::covering(&s, s.count);
             (

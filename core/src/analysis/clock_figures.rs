@@ -10,6 +10,7 @@ use crate::analysis::placing::PlacedBroadcast;
 use crate::analysis::stats::{Summary, SummaryBuilder};
 use crate::analysis::timebase::{Placed, spread_of_all};
 use crate::clock::{DeviceClock, MAX_DRIFT, find_steps};
+use crate::convert;
 use crate::record::ClockState;
 
 /// A distribution of estimates with the distributions of their lower and upper
@@ -233,7 +234,7 @@ impl TimingBuilder {
             let mut devices = std::collections::HashSet::new();
             for r in &b.receipts {
                 self.read_latency_raw
-                    .add(r.wall_ns as i64 - a.start.wall_ns as i64);
+                    .add(convert::signed(r.wall_ns) - convert::signed(a.start.wall_ns));
                 devices.insert(device(r));
             }
             self.read_independent_raw += devices.len() as u64;
@@ -241,7 +242,7 @@ impl TimingBuilder {
         let mut devices_read = std::collections::HashSet::new();
         for (i, r) in b.receipts.iter().enumerate() {
             match r.kernel_delay_ns {
-                Some(d) => self.delivery.add(d as i64),
+                Some(d) => self.delivery.add(convert::signed(d)),
                 None => self.no_kernel += 1,
             }
             let (Some((at, e)), Some((read, _)), Some(c)) = (
@@ -255,7 +256,7 @@ impl TimingBuilder {
             };
             corrected.push(Some((at, e)));
             if let Some(a) = b.agent {
-                let start = a.start.wall_ns as i64;
+                let start = convert::signed(a.start.wall_ns);
                 self.latency_corrected
                     .add((at - start, at - e - start, at + e - start));
                 self.worst_bound = self.worst_bound.max(c.bound_ns);
@@ -275,7 +276,8 @@ impl TimingBuilder {
         self.read_independent_corrected += devices_read.len() as u64;
         if let Some(a) = b.agent {
             for t in b.receipts.iter().filter_map(|r| r.sent_wall_ns) {
-                self.fanout_position.add(t as i64 - a.start.wall_ns as i64);
+                self.fanout_position
+                    .add(convert::signed(t) - convert::signed(a.start.wall_ns));
             }
         }
         if let Some(spread) = spread_of_all(corrected) {
@@ -290,7 +292,7 @@ impl TimingBuilder {
         }
         for (min, max, n) in per_probe {
             if n >= 2 {
-                self.skew_intra.add((max - min) as i64);
+                self.skew_intra.add(convert::signed(max - min));
             }
         }
     }
@@ -373,8 +375,8 @@ pub(crate) fn device_clocks(joined: &Joined) -> Vec<DeviceClock> {
 /// before `write` returns).
 fn causal_send(r: &JoinedReceipt, start_wall_ns: i64) -> Option<(i64, i64)> {
     match (r.tx_wall_ns, r.sent_wall_ns) {
-        (Some(tx), _) => Some((tx as i64, 0)),
-        (None, Some(done)) => Some((done as i64, start_wall_ns - done as i64)),
+        (Some(tx), _) => Some((convert::signed(tx), 0)),
+        (None, Some(done)) => Some((convert::signed(done), start_wall_ns - convert::signed(done))),
         (None, None) => None,
     }
 }

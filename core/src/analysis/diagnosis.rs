@@ -23,6 +23,7 @@ use serde::Serialize;
 use crate::analysis::join::Joined;
 use crate::analysis::placing::PlacedBroadcast;
 use crate::analysis::stats::{Summary, SummaryBuilder};
+use crate::convert;
 
 /// Connections listed as late at most.
 pub const LATE_CONNECTIONS_LISTED: usize = 5;
@@ -109,9 +110,12 @@ pub fn split_broadcast(placed: &PlacedBroadcast, one_clock: bool) -> Option<Skew
     let b = placed.broadcast;
     let mut rows = Vec::with_capacity(b.receipts.len());
     for (i, r) in b.receipts.iter().enumerate() {
-        let sent = r.tx_wall_ns.or(r.sent_wall_ns)? as i64;
+        let sent = convert::signed(r.tx_wall_ns.or(r.sent_wall_ns)?);
         let (arrival, read) = if one_clock {
-            (r.arrival_wall_ns() as i64, r.wall_ns as i64)
+            (
+                convert::signed(r.arrival_wall_ns()),
+                convert::signed(r.wall_ns),
+            )
         } else {
             (placed.arrival(i)?.0, placed.read(i)?.0)
         };
@@ -177,7 +181,7 @@ impl DiagnosisBuilder {
         let arrival = corrected.unwrap_or_else(|| {
             b.receipts
                 .iter()
-                .map(|r| r.arrival_wall_ns() as i64)
+                .map(|r| convert::signed(r.arrival_wall_ns()))
                 .collect()
         });
         let mut order: Vec<usize> = (0..b.receipts.len()).collect();

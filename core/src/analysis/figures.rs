@@ -13,6 +13,7 @@ use crate::analysis::clock_figures::{device_clocks, device_summaries};
 use crate::analysis::join::{Joined, JoinedBroadcast};
 use crate::analysis::timebase::spread_of_all;
 use crate::clock::DeviceClock;
+use crate::convert;
 
 /// Most receipts the latency scatter draws (one mark each).
 pub const MAX_RECEIPT_POINTS: usize = 4_000;
@@ -162,7 +163,7 @@ impl FiguresBuilder {
             .map(|(i, r)| Arrival {
                 connection: r.connection,
                 corrected: placed.arrival(i),
-                raw: r.arrival_wall_ns() as i64,
+                raw: convert::signed(r.arrival_wall_ns()),
             })
             .collect();
         let first_wall = b.receipts.iter().map(|r| r.wall_ns).min();
@@ -172,7 +173,7 @@ impl FiguresBuilder {
             at_wall_ns,
             skew_ns: b.skew_ns(),
             corrected_ns: spread_of_all(arrivals.iter().map(|a| a.corrected)),
-            missing: b.missing.len() as u32,
+            missing: convert::count(b.missing.len()),
             actions: (!b.actions.is_empty())
                 .then(|| crate::analysis::actions::broadcast_actions(&placed)),
         });
@@ -191,7 +192,7 @@ impl FiguresBuilder {
         );
 
         if let Some(agent) = b.agent {
-            let start = agent.start.wall_ns as i64;
+            let start = convert::signed(agent.start.wall_ns);
             for (r, a) in b.receipts.iter().zip(&arrivals) {
                 let Some(sent) = r.sent_wall_ns else { continue };
                 let (latency_ns, corrected) = match a.corrected {
@@ -200,7 +201,7 @@ impl FiguresBuilder {
                 };
                 self.receipts.offer(ReceiptPoint {
                     probe: joined.connections[r.connection].probe,
-                    position_ns: sent as i64 - start,
+                    position_ns: convert::signed(sent) - start,
                     latency_ns,
                     corrected,
                 });

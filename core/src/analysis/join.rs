@@ -9,6 +9,7 @@
 //! message keys the probes saw, and a connection misses a broadcast that arrived
 //! elsewhere while it was connected.
 
+use crate::convert;
 use crate::record::{AgentRecord, ProbeRecord};
 
 mod model;
@@ -116,7 +117,7 @@ pub fn join_runs_sources(
         duplicates: 0,
         unmatched: 0,
         unmatched_actions: 0,
-        agent_runs: runs.len() as u32,
+        agent_runs: convert::count(runs.len()),
         tap: None,
         most_receipts_held: 0,
     };
@@ -162,7 +163,7 @@ pub fn join_runs_sources(
             spans[k].iter().map(|s| s as &dyn ProbeSource).collect();
         let run = plan.stream(&sources, &mut |_, mut b| {
             if let BroadcastKey::Agent { run, .. } = &mut b.key {
-                *run = k as u32;
+                *run = convert::count(k);
             }
             for r in &mut b.receipts {
                 r.connection += offset;

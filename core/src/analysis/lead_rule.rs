@@ -33,6 +33,7 @@
 use serde::Serialize;
 
 use crate::analysis::stats::Summary;
+use crate::convert;
 
 /// The share of copies a lead covers: at most one action in a thousand late.
 pub const QUANTILE: f64 = 0.999;
@@ -100,7 +101,7 @@ pub fn covering(reads: &Summary, independent: u64) -> Covering {
     let above_p90 = (independent as f64 * 0.1).max(1.0);
     let widen = 1.0 + 2.0 / above_p90.sqrt();
     let decade = (reads.p99 - reads.p90).max(0) as f64 * widen;
-    let modelled = (reads.p99 as f64 + decade).min(i64::MAX as f64) as i64;
+    let modelled = convert::from_float_signed(reads.p99 as f64 + decade);
     Covering {
         read_ns: modelled.max(reads.max),
         evidence: Evidence::TailModel { reads: independent },
@@ -110,7 +111,7 @@ pub fn covering(reads: &Summary, independent: u64) -> Covering {
 /// The lead for a covering read and the slowest device's readiness: their
 /// sum and the margin.
 pub fn lead_ns(covering: &Covering, readiness_ns: u64) -> u64 {
-    let read = covering.read_ns.max(0) as u64;
+    let read = convert::unsigned(covering.read_ns);
     let with_margin = match covering.evidence {
         Evidence::Quantile { .. } => with_margin(read),
         Evidence::TailModel { .. } => read.saturating_add(MARGIN_NS),
@@ -121,7 +122,7 @@ pub fn lead_ns(covering: &Covering, readiness_ns: u64) -> u64 {
 /// `read_ns` and the margin on top an empirical quantile gets:
 /// [`MARGIN_NS`], or [`MARGIN_SHARE`] of it when that is more.
 pub fn with_margin(read_ns: u64) -> u64 {
-    let share = (read_ns as f64 * MARGIN_SHARE) as u64;
+    let share = convert::from_float(read_ns as f64 * MARGIN_SHARE);
     read_ns.saturating_add(share.max(MARGIN_NS))
 }
 
@@ -131,12 +132,14 @@ pub fn with_margin(read_ns: u64) -> u64 {
 /// that the device was ready). `target_mono_ns`, `late_ns` (read minus
 /// target) and `done_mono_ns` as the action records them.
 pub fn reaction_ns(target_mono_ns: u64, late_ns: u64, done_mono_ns: u64) -> Option<i64> {
-    (late_ns > 0).then(|| done_mono_ns as i64 - target_mono_ns.saturating_add(late_ns) as i64)
+    (late_ns > 0).then(|| {
+        convert::signed(done_mono_ns) - convert::signed(target_mono_ns.saturating_add(late_ns))
+    })
 }
 
 /// A device's readiness from its reactions: their p99, at least 0.
 pub fn readiness_ns(reactions: &Summary) -> u64 {
-    reactions.p99.max(0) as u64
+    convert::unsigned(reactions.p99)
 }
 
 #[cfg(test)]

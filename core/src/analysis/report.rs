@@ -10,6 +10,7 @@ use crate::analysis::clock_figures::{
 use crate::analysis::diagnosis::{Diagnosis, DiagnosisBuilder, SkewSplit};
 use crate::analysis::join::{BroadcastKey, ClockIdentity, Joined, JoinedBroadcast};
 use crate::analysis::stats::{Summary, SummaryBuilder};
+use crate::convert;
 use crate::record::{ClockState, SendOrder, TimePortTotals};
 
 /// How much a log file contributed, and what was lost reading it.
@@ -430,19 +431,20 @@ impl ReportBuilder {
         let split = self.diagnosis.add(&placed);
         let skew = b.skew_ns();
         if let Some(s) = skew {
-            self.skews.add(s as i64);
+            self.skews.add(convert::signed(s));
         }
         if let Some(s) = crate::analysis::timebase::raw_spread(b.receipts.iter().map(|r| r.wall_ns))
         {
-            self.userspace_skews.add(s as i64);
+            self.userspace_skews.add(convert::signed(s));
         }
         if let Some(a) = b.agent {
             for r in &b.receipts {
-                self.latencies
-                    .add((r.arrival_wall_ns() as i128 - a.start.wall_ns as i128) as i64);
+                self.latencies.add(convert::narrow(
+                    r.arrival_wall_ns() as i128 - a.start.wall_ns as i128,
+                ));
             }
             if let Some(f) = a.fanout_span_ns {
-                self.fanouts.add(f as i64);
+                self.fanouts.add(convert::signed(f));
             }
             self.queued += u64::from(a.queued);
             self.dropped += u64::from(a.dropped);

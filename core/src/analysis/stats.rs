@@ -1,8 +1,9 @@
 //! Distributions as the report shows them: p50, p90, p99, p99.9 and max from an
 //! HDR histogram, never a mean alone.
 
+use crate::convert;
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Percentiles of a set of nanosecond values.
 ///
@@ -10,7 +11,9 @@ use serde::Serialize;
 /// so they are shifted by the minimum before entering the histogram, which only
 /// holds non-negative numbers. Quantiles carry the histogram's 3 significant
 /// digits of precision; `min` and `max` are exact.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+// It reads back from JSON too: a saved result (`skewscope sweep --json`)
+// is compared with a later one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Summary {
     /// How many values.
     pub count: u64,
@@ -113,9 +116,9 @@ impl SummaryBuilder {
         let distance = v as i128 - origin as i128;
         // Distances of i64 values fit in u64; the histogram resizes itself.
         let recorded = if distance >= 0 {
-            self.above.record(distance as u64)
+            self.above.record(convert::narrow_unsigned(distance))
         } else {
-            self.below.record((-distance) as u64)
+            self.below.record(convert::narrow_unsigned(-distance))
         };
         recorded.expect("an auto-resizing histogram takes any u64");
         self.min = self.min.min(v);
@@ -140,7 +143,7 @@ impl SummaryBuilder {
         let (below, total) = (self.below.len(), self.count());
         let at = |q: f64| -> i64 {
             // The rank-th smallest value, 1-based.
-            let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+            let rank = convert::from_float((q * total as f64).ceil()).clamp(1, total);
             // Half a rank below, so float rounding cannot skip to the next.
             let value = if rank <= below {
                 let from_largest = below - rank + 1;
@@ -155,7 +158,7 @@ impl SummaryBuilder {
                     .value_at_quantile(((rank - below) as f64 - 0.5) / above as f64);
                 origin as i128 + distance as i128
             };
-            value.clamp(self.min as i128, self.max as i128) as i64
+            convert::narrow(value.clamp(self.min as i128, self.max as i128))
         };
         Some(Summary {
             count: total,

@@ -10,6 +10,7 @@ use crate::analysis::join::{
     AgentSide, AgentSource, BroadcastKey, BroadcastSink, Joined, JoinedAction, JoinedBroadcast,
     JoinedReceipt, ProbeSource, join_sources,
 };
+use crate::convert;
 use crate::record::{AgentRecord, MessageKey, ProbeRecord, TapBroadcast, TapCountersRecord};
 
 pub use crate::analysis::join::{TapSummary, TappedClient};
@@ -364,7 +365,7 @@ fn row_key(t: usize, b: &TapBroadcast) -> MessageKey {
         Some(seq) => MessageKey::Seq(seq),
         None => MessageKey::Hash {
             hash: b.hash,
-            occurrence: t as u32,
+            occurrence: convert::count(t),
         },
     }
 }
@@ -380,7 +381,7 @@ fn agent_side(b: &TapBroadcast) -> Option<AgentSide> {
             wall_ns: first,
             mono_ns: 0,
         },
-        targets: b.copies.len() as u32,
+        targets: convert::count(b.copies.len()),
         queued: 0,
         dropped: 0,
         fanout_span_ns: Some(last.saturating_sub(first)),

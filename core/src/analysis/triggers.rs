@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::analysis::join::{Joined, JoinedBroadcast, JoinedReceipt};
 use crate::analysis::stats::{Summary, SummaryBuilder};
 use crate::clock::DeviceClock;
+use crate::convert;
 
 /// A line of a triggers file that is not a time.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -116,7 +117,7 @@ impl<'t> TriggerLatencyBuilder<'t> {
         let placed = crate::analysis::placing::place_broadcast(joined, b, clocks);
         let corrected: Option<Vec<u64>> = placed
             .arrivals()
-            .map(|p| p.map(|(at, _)| at.max(0) as u64))
+            .map(|p| p.map(|(at, _)| convert::unsigned(at)))
             .collect();
         match corrected {
             Some(arrivals) => self.add_arrivals(&arrivals),
@@ -137,7 +138,8 @@ impl<'t> TriggerLatencyBuilder<'t> {
         self.used[i] = true;
         self.paired += 1;
         for &a in arrivals {
-            self.latencies.add(a as i64 - self.triggers[i] as i64);
+            self.latencies
+                .add(convert::signed(a) - convert::signed(self.triggers[i]));
         }
     }
 

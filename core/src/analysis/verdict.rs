@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::analysis::report::{ClockBasis, Report};
 use crate::analysis::stats::Summary;
+use crate::convert;
 
 /// What the operator requires. `None` leaves a check out.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -85,8 +86,8 @@ pub fn judge(report: &Report, thresholds: &Thresholds) -> Verdict {
         checks.push(Check {
             check: "missing",
             unit: Unit::Count,
-            limit: limit as i64,
-            measured: Some(report.missing as i64),
+            limit: convert::signed(limit),
+            measured: Some(convert::signed(report.missing)),
             pass: report.missing <= limit,
             basis: format!(
                 "receipts missing over {} broadcasts and {} connections",
@@ -155,9 +156,9 @@ fn skew_check(report: &Report, check: &'static str, limit: u64, at: Percentile) 
     Check {
         check,
         unit: Unit::Ns,
-        limit: limit as i64,
+        limit: convert::signed(limit),
         measured,
-        pass: measured.is_some_and(|m| m <= limit as i64),
+        pass: measured.is_some_and(|m| m <= convert::signed(limit)),
         basis,
     }
 }
@@ -197,9 +198,9 @@ fn action_skew_check(report: &Report, limit: u64) -> Check {
     Check {
         check: "action-skew-p99",
         unit: Unit::Ns,
-        limit: limit as i64,
+        limit: convert::signed(limit),
         measured,
-        pass: measured.is_some_and(|m| m <= limit as i64),
+        pass: measured.is_some_and(|m| m <= convert::signed(limit)),
         basis,
     }
 }
@@ -212,7 +213,7 @@ fn late_check(report: &Report, limit: u64) -> Check {
             "no action was measured: run the probes with --act-at".to_owned(),
         ),
         Some(a) => (
-            Some(a.late as i64),
+            Some(convert::signed(a.late)),
             format!(
                 "actions whose message came after its time to act, of {}",
                 a.actions
@@ -222,9 +223,9 @@ fn late_check(report: &Report, limit: u64) -> Check {
     Check {
         check: "late",
         unit: Unit::Count,
-        limit: limit as i64,
+        limit: convert::signed(limit),
         measured,
-        pass: measured.is_some_and(|m| m <= limit as i64),
+        pass: measured.is_some_and(|m| m <= convert::signed(limit)),
         basis,
     }
 }
@@ -243,7 +244,7 @@ fn offset_bound_check(report: &Report, limit: u64) -> Check {
         .max();
     let (measured, basis) = match (unbounded.is_empty(), worst) {
         (true, Some((bound, name))) => (
-            Some(bound as i64),
+            Some(convert::signed(bound)),
             format!("largest clock offset bound, probe {name}"),
         ),
         (true, None) => (None, "no probe in the report".to_owned()),
@@ -258,9 +259,9 @@ fn offset_bound_check(report: &Report, limit: u64) -> Check {
     Check {
         check: "offset-bound",
         unit: Unit::Ns,
-        limit: limit as i64,
+        limit: convert::signed(limit),
         measured,
-        pass: measured.is_some_and(|m| m <= limit as i64),
+        pass: measured.is_some_and(|m| m <= convert::signed(limit)),
         basis,
     }
 }
@@ -286,7 +287,7 @@ fn synced_clocks_check(report: &Report) -> Check {
         check: "synced-clocks",
         unit: Unit::Count,
         limit: 0,
-        measured: Some(unsynced.len() as i64),
+        measured: Some(convert::signed(unsynced.len() as u64)),
         pass: unsynced.is_empty(),
         basis,
     }

@@ -1,6 +1,7 @@
 //! One time exchange as the clock model reads it: two causality constraints
 //! on the agent's wall clock against this device's monotonic clock.
 
+use crate::convert;
 use crate::record::TimeSample;
 
 /// What one exchange proves. The probe sent at `sent_mono_ns` (t1) and had
@@ -60,7 +61,7 @@ impl Exchange {
     /// The round trip less the agent's turnaround: the width this exchange
     /// alone leaves the offset.
     pub fn delay_ns(&self) -> u64 {
-        (i128::from(self.upper_ns) - i128::from(self.lower_ns)) as u64
+        convert::narrow_unsigned(i128::from(self.upper_ns) - i128::from(self.lower_ns))
     }
 
     /// Device monotonic time halfway through the exchange.

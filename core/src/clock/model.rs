@@ -25,6 +25,7 @@ use crate::Stamp;
 use crate::clock::exchange::Exchange;
 use crate::clock::hull::{self, Point};
 use crate::clock::region::{self, Extent, Scratch};
+use crate::convert;
 
 /// How far from a moment its exchanges count (300 s): far enough that the
 /// exchanges pin the drift down to a few ppm on a jittery link, near enough
@@ -60,7 +61,7 @@ impl Estimate {
     pub fn correction(&self, stamp: Stamp) -> Correction {
         let theta = self.agent_time_ns(stamp.mono_ns) - i128::from(stamp.wall_ns);
         Correction {
-            theta_ns: theta.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64,
+            theta_ns: convert::narrow(theta),
             bound_ns: self.bound_ns,
         }
     }
@@ -79,13 +80,13 @@ pub struct Correction {
 impl Correction {
     /// `wall_ns` (the device's wall clock) in the agent's clock.
     pub fn agent_wall_ns(&self, wall_ns: u64) -> i64 {
-        (i128::from(wall_ns) + i128::from(self.theta_ns)) as i64
+        convert::narrow(i128::from(wall_ns) + i128::from(self.theta_ns))
     }
 
     /// (`wall_ns` in the agent's clock, less the bound, plus the bound).
     pub fn interval(&self, wall_ns: u64) -> (i64, i64, i64) {
         let at = self.agent_wall_ns(wall_ns);
-        let e = self.bound_ns as i64;
+        let e = convert::signed(self.bound_ns);
         (at, at - e, at + e)
     }
 }
@@ -112,8 +113,10 @@ impl Interval {
             .max(middle - self.extent.lo)
             .ceil();
         Estimate {
-            agent_minus_mono_ns: self.base_ns.saturating_add(middle as i64),
-            bound_ns: bound.max(0.0) as u64,
+            agent_minus_mono_ns: self
+                .base_ns
+                .saturating_add(convert::from_float_signed(middle)),
+            bound_ns: convert::from_float(bound),
             drift_ppb: (self.extent.drift_lo + self.extent.drift_hi) / 2.0 * 1e9,
             drift_bound_ppb: (self.extent.drift_hi - self.extent.drift_lo) / 2.0 * 1e9,
         }
@@ -284,8 +287,9 @@ impl ClockModel {
         let mut estimate = self.at(mono)?;
         // The drift is at most 100 ppm: each pass cuts the error 10,000-fold.
         for _ in 0..3 {
-            let next = (i128::from(agent_ns) - i128::from(estimate.agent_minus_mono_ns))
-                .clamp(0, i128::from(u64::MAX)) as u64;
+            let next = convert::narrow_unsigned(
+                i128::from(agent_ns) - i128::from(estimate.agent_minus_mono_ns),
+            );
             if next == mono {
                 break;
             }

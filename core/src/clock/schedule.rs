@@ -26,6 +26,7 @@ use std::collections::VecDeque;
 
 use crate::clock::model::{Estimate, HORIZON_NS};
 use crate::clock::region::WANDER;
+use crate::convert;
 
 /// Pairs in a burst before it may stop.
 pub const MIN_BURST_ROUNDS: u32 = 4;
@@ -201,7 +202,7 @@ impl Schedule {
         let growth_per_ns = e.drift_bound_ppb * 1e-9 + WANDER;
         let allowed =
             (GROWTH_BETWEEN_PAIRS * e.bound_ns as f64).max(NEGLIGIBLE_GROWTH_NS) / growth_per_ns;
-        (allowed as u64).clamp(FASTEST_NS.min(self.interval_ns), self.interval_ns)
+        convert::from_float(allowed).clamp(FASTEST_NS.min(self.interval_ns), self.interval_ns)
     }
 
     fn start_burst(&mut self, at: u64) {

@@ -4,6 +4,7 @@
 //! whose raw times cannot be compared across the step.
 
 use crate::Stamp;
+use crate::convert;
 
 /// Smallest jump of the wall clock against the monotonic clock reported as a step.
 pub const STEP_THRESHOLD_NS: u64 = 1_000_000;
@@ -31,7 +32,8 @@ pub fn find_steps(stamps: &[Stamp]) -> Vec<ClockStep> {
     sorted.sort_by_key(|s| s.mono_ns);
     let tolerance = |from: &Stamp, to: &Stamp| -> i128 {
         let gap = to.mono_ns.abs_diff(from.mono_ns) as u128;
-        (STEP_THRESHOLD_NS as u128 + gap * MAX_SLEW_PPB as u128 / 1_000_000_000) as i128
+        let slew = gap.saturating_mul(MAX_SLEW_PPB as u128) / 1_000_000_000;
+        i128::try_from(STEP_THRESHOLD_NS as u128 + slew).unwrap_or(i128::MAX)
     };
     let mut steps = Vec::new();
     let Some(first) = sorted.first() else {
@@ -55,7 +57,7 @@ pub fn find_steps(stamps: &[Stamp]) -> Vec<ClockStep> {
             steps.push(ClockStep {
                 at_mono_ns: s.mono_ns,
                 at_wall_ns: s.wall_ns,
-                size_ns: (level(&s) - level(&anchor)) as i64,
+                size_ns: convert::narrow(level(&s) - level(&anchor)),
             });
             anchor = s;
         }

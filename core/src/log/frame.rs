@@ -6,6 +6,7 @@
 //! record:  length u32 LE | crc32 u32 LE (of the payload) | postcard payload
 //! ```
 
+use crate::convert;
 use serde::Serialize;
 
 /// Size of a record's frame header (length and checksum).
@@ -19,7 +20,8 @@ pub fn encode_record<R: Serialize>(record: &R, out: &mut Vec<u8>) {
     out.extend_from_slice(&[0u8; FRAME_HEADER_LEN]);
     // postcard serialising plain data into a Vec cannot fail.
     let mut body = postcard::to_extend(record, std::mem::take(out)).expect("postcard into Vec");
-    let len = (body.len() - start - FRAME_HEADER_LEN) as u32;
+    // A record is kilobytes; the readers refuse a frame over MAX_FRAME.
+    let len = convert::count(body.len() - start - FRAME_HEADER_LEN);
     let crc = crc32fast::hash(&body[start + FRAME_HEADER_LEN..]);
     body[start..start + 4].copy_from_slice(&len.to_le_bytes());
     body[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());

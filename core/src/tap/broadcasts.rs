@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 
+use crate::convert;
 use crate::record::MessageKey;
 
 /// Copies of one payload more than this apart are two broadcasts, unless a
@@ -252,8 +253,10 @@ impl Grouper {
                 .insert(o, Open::new(id, None, hash, len, copy.first_byte_ns));
             o
         });
-        s.base
-            .insert(copy.client, ordinal as i64 - i64::from(occurrence));
+        s.base.insert(
+            copy.client,
+            convert::signed(ordinal) - i64::from(occurrence),
+        );
         if let Some(b) = s.open.get_mut(&ordinal) {
             b.add(copy, connections);
         }

@@ -4,6 +4,7 @@
 //! and are counted; segments captured out of order wait (bounded) until the
 //! gap before them fills.
 
+use crate::convert;
 use std::collections::BTreeMap;
 
 /// Most bytes held waiting for a gap to fill before the direction is given
@@ -64,16 +65,17 @@ impl Reassembler {
             return Ok(());
         }
         // Where it starts relative to what is expected, across wrap-around.
-        let ahead = i64::from(seq.wrapping_sub(self.next_seq) as i32);
-        let start = self.next_offset as i64 + ahead;
-        let end = start + payload.len() as i64;
-        if end <= self.next_offset as i64 {
+        let ahead = i64::from(seq.wrapping_sub(self.next_seq).cast_signed());
+        let next = convert::signed(self.next_offset);
+        let start = next + ahead;
+        let end = start + convert::signed(payload.len() as u64);
+        if end <= next {
             self.retransmitted += 1;
             return Ok(());
         }
-        if start > self.next_offset as i64 {
+        if start > next {
             self.reordered += 1;
-            self.hold(start as u64, payload, at_ns);
+            self.hold(convert::unsigned(start), payload, at_ns);
             if self.pending_bytes > MAX_PENDING_BYTES {
                 return Err(GapNeverFilled);
             }
@@ -81,7 +83,7 @@ impl Reassembler {
         }
         // In order, perhaps with a head already delivered (a resend that
         // carries new bytes too): those new bytes are this capture's.
-        let fresh = &payload[(self.next_offset as i64 - start) as usize..];
+        let fresh = &payload[convert::index(convert::unsigned(next - start))..];
         self.advance(fresh, at_ns, deliver);
         self.drain(deliver);
         Ok(())
@@ -104,7 +106,8 @@ impl Reassembler {
     fn advance(&mut self, bytes: &[u8], at_ns: u64, deliver: &mut impl FnMut(&[u8], u64)) {
         deliver(bytes, at_ns);
         self.next_offset += bytes.len() as u64;
-        self.next_seq = self.next_seq.wrapping_add(bytes.len() as u32);
+        // A delivery is a segment or what was held, far under 4 GiB.
+        self.next_seq = self.next_seq.wrapping_add(convert::count(bytes.len()));
     }
 
     /// Delivers held segments the stream has now reached.
@@ -115,7 +118,7 @@ impl Reassembler {
             }
             let (bytes, at_ns) = self.pending.remove(&offset).expect("just seen");
             self.pending_bytes -= bytes.len();
-            let skip = (self.next_offset - offset) as usize;
+            let skip = convert::index(self.next_offset - offset);
             if skip >= bytes.len() {
                 self.retransmitted += 1;
                 continue;

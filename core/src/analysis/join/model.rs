@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::Stamp;
 use crate::analysis::fanout::Fanout;
+use crate::convert;
 use crate::record::{
     ClockState, MessageKey, RunIdentity, SendOrder, TapCountersRecord, TimePortTotals, TimeSample,
 };
@@ -256,7 +257,7 @@ impl JoinedAction {
     /// Actual minus target on the device's monotonic clock: what its timer
     /// missed by (for an action in time).
     pub fn timer_error_ns(&self) -> i64 {
-        self.done.mono_ns as i64 - self.target.mono_ns as i64
+        convert::signed(self.done.mono_ns) - convert::signed(self.target.mono_ns)
     }
 }
 

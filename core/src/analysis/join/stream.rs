@@ -51,7 +51,12 @@ fn fingerprint(t: &Target) -> u32 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     t.hash(&mut h);
-    h.finish() as u32
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a fingerprint: the hash's low 32 bits are the point"
+    )]
+    let low = h.finish() as u32;
+    low
 }
 
 /// Receipt counts by fingerprint. The fingerprint is already a hash: it is

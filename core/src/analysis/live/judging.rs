@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::analysis::timebase::{arrival_ns, raw_spread};
+use crate::convert;
 
 impl LiveJoin {
     /// Puts a receipt in its broadcast; `false` when no pending broadcast
@@ -117,7 +118,7 @@ impl LiveJoin {
                 corrected.push(correction.map(|c| place(c, wall)));
                 if let Some(c) = correction {
                     let (read, bound) = place(c, a.at.wall_ns);
-                    let since_start = read - p.start.wall_ns as i64;
+                    let since_start = read - convert::signed(p.start.wall_ns);
                     reads.push(crate::analysis::auto_lead::Read {
                         run: a.run,
                         upper_ns: since_start.saturating_add(bound),
@@ -137,23 +138,23 @@ impl LiveJoin {
             }
         }
         let skew_ns = raw_spread(raw.iter().copied());
-        let skew_upper_ns = spread_of_all(corrected).map(|(_, _, hi)| hi.max(0) as u64);
+        let skew_upper_ns = spread_of_all(corrected).map(|(_, _, hi)| convert::unsigned(hi));
         // Actions, in the agent's timebase as receipts are.
         let acted = p.actions.iter().map(|(_, a)| {
             let run = self.runs.get(&a.run);
             run.and_then(|r| r.correction(a.done))
                 .map(|c| place(c, a.done.wall_ns))
         });
-        let action_skew_upper_ns = spread_of_all(acted).map(|(_, _, hi)| hi.max(0) as u64);
+        let action_skew_upper_ns = spread_of_all(acted).map(|(_, _, hi)| convert::unsigned(hi));
         Judged {
             id,
             skew_ns,
             skew_upper_ns,
-            receipts: raw.len() as u32,
+            receipts: convert::count(raw.len()),
             missing,
             unjudged,
-            actions: p.actions.len() as u32,
-            late: p.actions.iter().filter(|(_, a)| a.late).count() as u32,
+            actions: convert::count(p.actions.len()),
+            late: convert::count(p.actions.iter().filter(|(_, a)| a.late).count()),
             action_skew_upper_ns,
             act_delays: p
                 .actions
