@@ -33,6 +33,7 @@ mod heading {
     pub const TRIGGER: &str = "What to trigger, or watch";
     pub const WAIT: &str = "Waiting for probes and receipts";
     pub const THRESHOLDS: &str = "Thresholds (the verdict)";
+    #[cfg(feature = "demo")]
     pub const RUN: &str = "The run";
 }
 
@@ -518,9 +519,17 @@ fn parse_ns(s: &str) -> Result<u64, String> {
         .map_err(|e| e.to_string())
 }
 
-/// `--between`, read against the wall clock now.
+/// `--between`, read against the wall clock now. The portable clock of
+/// std, not the OS layer's (Linux only): `report` runs on any laptop, and
+/// a window given in minutes needs no better than a millisecond.
 fn parse_between_now(s: &str) -> Result<(u64, u64), String> {
-    inputs::parse_between(s, skewscope_os::clock::now().wall_ns)
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| "this machine's clock is before 1970".to_string())?
+        .as_nanos();
+    let now_ns =
+        u64::try_from(now_ns).map_err(|_| "this machine's clock is past 2554".to_string())?;
+    inputs::parse_between(s, now_ns)
 }
 
 fn parse_range(s: &str) -> Result<(u64, u64), String> {
