@@ -11,7 +11,7 @@ use futures_util::{SinkExt, StreamExt};
 use skewscope_core::Stamp;
 use skewscope_core::ingest::{INGEST_VERSION, ToAgent, ToProbe, decode_to_probe, encode};
 use skewscope_core::log::{AnyLog, HEADER_LEN, LogKind, LogWriter};
-use skewscope_core::record::{ProbeRecord, ProbeStarted, RunIdentity};
+use skewscope_core::record::{ProbeRecord, RunIdentity};
 use skewscope_os::log_files::read_file;
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -35,14 +35,12 @@ fn frames(run_id: u128, first: u64, n: u64, pad: usize) -> Vec<u8> {
     let mut log = LogWriter::new(Vec::new(), LogKind::Probe).unwrap();
     for seq in first..first + n {
         let record = match seq {
-            0 => ProbeRecord::Started(Box::new(ProbeStarted {
-                name: format!("probe-{run_id}"),
-                host: "device".into(),
-                url: "ws://x/ws".into(),
-                connections: 1,
-                version: "t".into(),
-                at: stamp(0),
-            })),
+            0 => skewscope_core::fixtures::probe_started_on(
+                &format!("probe-{run_id}"),
+                "device",
+                1,
+                stamp(0),
+            ),
             1 => ProbeRecord::Identity(RunIdentity {
                 run_id,
                 boot_id: Some("x".repeat(pad)),

@@ -11,8 +11,8 @@ use skewscope_core::Stamp;
 use skewscope_core::analysis::join::join;
 use skewscope_core::analysis::live::LiveJoin;
 use skewscope_core::record::{
-    AgentConnectionOpened, AgentRecord, BroadcastStarted, MessageKey, ProbeConnectionOpened,
-    ProbeRecord, ProbeStarted, Receipt, SendOutcome, SendSlot, ShardSends, TimeSample,
+    AgentConnectionOpened, AgentRecord, BroadcastStarted, MessageKey, ProbeRecord, ProbeStarted,
+    Receipt, SendOutcome, SendSlot, ShardSends, TimeSample,
 };
 
 const T0: u64 = 1_764_000_000_000_000_000;
@@ -59,11 +59,11 @@ fn synthetic(probes: usize, connections: usize, broadcasts: u64) -> Run {
             at: at(2_000, offset),
         }))];
         for c in 0..connections {
-            first.push(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
-                conn: c as u32,
-                agent_conn: Some(conn_id(p, c)),
-                at: at(2_000, offset),
-            }));
+            first.push(skewscope_core::fixtures::connection_opened(
+                c as u32,
+                Some(conn_id(p, c)),
+                at(2_000, offset),
+            ));
         }
         probe.push(first);
     }
@@ -96,15 +96,16 @@ fn synthetic(probes: usize, connections: usize, broadcasts: u64) -> Run {
                 .map(|c| {
                     let t = start + 100_000 + 1_000 * (p * connections + c) as u64;
                     ProbeRecord::Receipt(Receipt {
-                        conn: c as u32,
-                        key: MessageKey::Hash {
-                            hash: 0x9e37_79b9_7f4a_7c15 ^ b,
-                            occurrence: 0,
-                        },
-                        hash: 0x9e37_79b9_7f4a_7c15 ^ b,
-                        len: 450,
-                        at: at(t, offset),
                         kernel_delay_ns: Some(20_000),
+                        ..skewscope_core::fixtures::receipt(
+                            c as u32,
+                            MessageKey::Hash {
+                                hash: 0x9e37_79b9_7f4a_7c15 ^ b,
+                                occurrence: 0,
+                            },
+                            0x9e37_79b9_7f4a_7c15 ^ b,
+                            at(t, offset),
+                        )
                     })
                 })
                 .collect();

@@ -12,8 +12,8 @@ use skewscope_core::analysis::join::join;
 use skewscope_core::analysis::report::Report;
 use skewscope_core::log::{AnyLog, LogKind, LogWriter};
 use skewscope_core::record::{
-    AgentRecord, AgentStarted, BroadcastStarted, MessageKey, ProbeConnectionOpened, ProbeRecord,
-    ProbeStarted, Receipt, SendOrder, SendOutcome, SendSlot, ShardSends, TimeSample,
+    AgentRecord, AgentStarted, BroadcastStarted, MessageKey, ProbeRecord, ProbeStarted, Receipt,
+    SendOrder, SendOutcome, SendSlot, ShardSends, TimeSample,
 };
 use skewscope_os::log_files::read_file;
 
@@ -45,11 +45,11 @@ fn probe_log(connections: u32, broadcasts: u64, exchanges: u64, hub: bool) -> Ve
         at: at(0),
     })));
     for conn in 0..connections {
-        put(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
+        put(skewscope_core::fixtures::connection_opened(
             conn,
-            agent_conn: hub.then_some(u64::from(conn) + 1),
-            at: at(1),
-        }));
+            hub.then_some(u64::from(conn) + 1),
+            at(1),
+        ));
     }
     let mut rng = fastrand::Rng::with_seed(7);
     let (mut next_exchange, mut next_broadcast) = (0u64, 0u64);
@@ -70,12 +70,13 @@ fn probe_log(connections: u32, broadcasts: u64, exchanges: u64, hub: bool) -> Ve
         } else {
             for conn in 0..connections {
                 put(ProbeRecord::Receipt(Receipt {
-                    conn,
-                    key: MessageKey::Seq(next_broadcast),
-                    hash: next_broadcast,
-                    len: 450,
-                    at: at(broadcast_at + u64::from(conn) * 1_000),
                     kernel_delay_ns: Some(20_000),
+                    ..skewscope_core::fixtures::receipt(
+                        conn,
+                        MessageKey::Seq(next_broadcast),
+                        next_broadcast,
+                        at(broadcast_at + u64::from(conn) * 1_000),
+                    )
                 }));
             }
             next_broadcast += 1;

@@ -166,12 +166,13 @@ impl Session {
         let records: Vec<ProbeRecord> = (0..n)
             .map(|conn| {
                 ProbeRecord::Receipt(Receipt {
-                    conn: conn as u32,
-                    key: MessageKey::Seq(seq),
-                    hash: 0x5eed_u64.wrapping_mul(seq + 1),
-                    len: 450,
-                    at,
                     kernel_delay_ns: Some(40_000),
+                    ..skewscope_core::fixtures::receipt(
+                        conn as u32,
+                        MessageKey::Seq(seq),
+                        0x5eed_u64.wrapping_mul(seq + 1),
+                        at,
+                    )
                 })
             })
             .collect();

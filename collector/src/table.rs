@@ -788,14 +788,7 @@ mod tests {
             per_client_times: true,
         })];
         let probe = vec![
-            ProbeRecord::Started(Box::new(ProbeStarted {
-                name: "kiosk".into(),
-                host: "device".into(),
-                url: "ws://x/ws".into(),
-                connections: 1,
-                version: "t".into(),
-                at: at(1),
-            })),
+            skewscope_core::fixtures::probe_started_on("kiosk", "device", 1, at(1)),
             ProbeRecord::LogsPruned(LogsPruned {
                 at: at(2),
                 runs: 0,

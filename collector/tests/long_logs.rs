@@ -10,9 +10,7 @@ use skewscope_core::Stamp;
 use skewscope_core::analysis::join::join as join_records;
 use skewscope_core::analysis::report::Report;
 use skewscope_core::log::{AnyLog, LogKind, LogWriter};
-use skewscope_core::record::{
-    MessageKey, ProbeConnectionOpened, ProbeRecord, ProbeStarted, Receipt, TimeSample,
-};
+use skewscope_core::record::{MessageKey, ProbeRecord, Receipt, TimeSample};
 use skewscope_os::log_files::{FileLogWriter, read_file};
 
 const T0: u64 = 1_764_000_000_000_000_000;
@@ -28,20 +26,17 @@ fn at(mono: u64, ahead_ns: u64) -> Stamp {
 /// apart (one in 50 missed by connection 0), a time exchange every 100 ms,
 /// its clock `ahead_ns` ahead.
 fn device(name: &str, conns: u32, broadcasts: u64, ahead_ns: u64) -> Vec<ProbeRecord> {
-    let mut r = vec![ProbeRecord::Started(Box::new(ProbeStarted {
-        name: name.into(),
-        host: name.into(),
-        url: "ws://server/ws".into(),
-        connections: conns,
-        version: "t".into(),
-        at: at(0, ahead_ns),
-    }))];
+    let mut r = vec![skewscope_core::fixtures::probe_started(
+        name,
+        conns,
+        at(0, ahead_ns),
+    )];
     for conn in 0..conns {
-        r.push(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
+        r.push(skewscope_core::fixtures::connection_opened(
             conn,
-            agent_conn: None,
-            at: at(1, ahead_ns),
-        }));
+            None,
+            at(1, ahead_ns),
+        ));
     }
     for n in 0..broadcasts {
         let t = 1_000_000 + n * 1_000_000;
@@ -58,12 +53,13 @@ fn device(name: &str, conns: u32, broadcasts: u64, ahead_ns: u64) -> Vec<ProbeRe
                 continue;
             }
             r.push(ProbeRecord::Receipt(Receipt {
-                conn,
-                key: MessageKey::Seq(n),
-                hash: n,
-                len: 450,
-                at: at(t + 200_000 + u64::from(conn) * 3_000, ahead_ns),
                 kernel_delay_ns: Some(20_000 + u64::from(conn)),
+                ..skewscope_core::fixtures::receipt(
+                    conn,
+                    MessageKey::Seq(n),
+                    n,
+                    at(t + 200_000 + u64::from(conn) * 3_000, ahead_ns),
+                )
             }));
         }
     }

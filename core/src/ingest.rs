@@ -205,7 +205,7 @@ mod tests {
     use super::*;
     use crate::Stamp;
     use crate::log::encode_record;
-    use crate::record::{ProbeStarted, RunIdentity};
+    use crate::record::RunIdentity;
 
     const RUN: u128 = 0xfeed;
 
@@ -219,14 +219,7 @@ mod tests {
 
     fn run(n: usize) -> Vec<ProbeRecord> {
         let mut records = vec![
-            ProbeRecord::Started(Box::new(ProbeStarted {
-                name: "p".into(),
-                host: "h".into(),
-                url: "ws://x/ws".into(),
-                connections: 1,
-                version: "t".into(),
-                at: Stamp::default(),
-            })),
+            crate::fixtures::probe_started_on("p", "h", 1, Stamp::default()),
             ProbeRecord::Identity(RunIdentity {
                 run_id: RUN,
                 boot_id: None,

@@ -49,6 +49,8 @@ pub mod client_frames;
 pub mod clock;
 pub mod control_rate;
 pub mod convert;
+#[cfg(any(test, feature = "test-support"))]
+pub mod fixtures;
 pub mod identity;
 pub mod ingest;
 pub mod json_pointer;

@@ -329,15 +329,16 @@ mod tests {
 
     fn receipt(i: u64) -> ProbeRecord {
         ProbeRecord::Receipt(Receipt {
-            conn: i as u32,
-            key: MessageKey::Seq(i),
-            hash: i * 7,
-            len: 450,
-            at: Stamp {
-                wall_ns: 1_700_000_000_000_000_000 + i,
-                mono_ns: i,
-            },
             kernel_delay_ns: Some(i),
+            ..crate::fixtures::receipt(
+                i as u32,
+                MessageKey::Seq(i),
+                i * 7,
+                Stamp {
+                    wall_ns: 1_700_000_000_000_000_000 + i,
+                    mono_ns: i,
+                },
+            )
         })
     }
 

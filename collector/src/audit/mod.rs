@@ -166,14 +166,12 @@ mod tests {
     /// A probe that received two broadcasts on two connections, acting
     /// (`--act-at /at`) when `acting`, on messages with no `/at`.
     fn report(acting: bool) -> Report {
-        let mut probe = vec![ProbeRecord::Started(Box::new(ProbeStarted {
-            name: "kiosk".into(),
-            host: "device".into(),
-            url: "ws://x/ws".into(),
-            connections: 2,
-            version: "t".into(),
-            at: at(1),
-        }))];
+        let mut probe = vec![skewscope_core::fixtures::probe_started_on(
+            "kiosk",
+            "device",
+            2,
+            at(1),
+        )];
         if acting {
             probe.push(ProbeRecord::ActPlan(ActPlan {
                 pointer: "/at".into(),
@@ -182,21 +180,22 @@ mod tests {
             }));
         }
         for conn in 0..2 {
-            probe.push(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
+            probe.push(skewscope_core::fixtures::connection_opened(
                 conn,
-                agent_conn: None,
-                at: at(2),
-            }));
+                None,
+                at(2),
+            ));
         }
         for seq in 0..2u64 {
             for conn in 0..2 {
                 probe.push(ProbeRecord::Receipt(Receipt {
-                    conn,
-                    key: MessageKey::Seq(seq),
-                    hash: seq,
                     len: 10,
-                    at: at(1_000_000 * (seq + 1) + u64::from(conn)),
-                    kernel_delay_ns: None,
+                    ..skewscope_core::fixtures::receipt(
+                        conn,
+                        MessageKey::Seq(seq),
+                        seq,
+                        at(1_000_000 * (seq + 1) + u64::from(conn)),
+                    )
                 }));
             }
         }

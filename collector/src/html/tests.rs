@@ -17,30 +17,26 @@ fn at(ns: u64) -> Stamp {
 /// One probe named `name` with `conns` connections receiving `broadcasts`
 /// test messages, connection c `c` µs after the first.
 fn probe_log(name: &str, conns: u32, broadcasts: u64) -> Vec<ProbeRecord> {
-    let mut records = vec![ProbeRecord::Started(Box::new(ProbeStarted {
-        name: name.into(),
-        host: "device".into(),
-        url: "ws://x/ws".into(),
-        connections: conns,
-        version: "t".into(),
-        at: at(1),
-    }))];
+    let mut records = vec![skewscope_core::fixtures::probe_started_on(
+        name,
+        "device",
+        conns,
+        at(1),
+    )];
     for c in 0..conns {
-        records.push(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
-            conn: c,
-            agent_conn: None,
-            at: at(2),
-        }));
+        records.push(skewscope_core::fixtures::connection_opened(c, None, at(2)));
     }
     for seq in 0..broadcasts {
         for c in 0..conns {
             records.push(ProbeRecord::Receipt(Receipt {
-                conn: c,
-                key: MessageKey::Seq(seq),
-                hash: seq,
                 len: 10,
-                at: at(1_000_000_000 + seq * 100_000_000 + u64::from(c) * 1_000),
                 kernel_delay_ns: Some(500),
+                ..skewscope_core::fixtures::receipt(
+                    c,
+                    MessageKey::Seq(seq),
+                    seq,
+                    at(1_000_000_000 + seq * 100_000_000 + u64::from(c) * 1_000),
+                )
             }));
         }
     }

@@ -547,9 +547,7 @@ mod tests {
     #[test]
     fn tapped_broadcasts_are_handed_over_as_their_probe_copies_arrive() {
         use crate::analysis::join::ProbeSource;
-        use crate::record::{
-            ConnectionAddresses, ProbeConnectionOpened, ProbeRecord, ProbeStarted, Receipt,
-        };
+        use crate::record::{ConnectionAddresses, ProbeRecord, Receipt};
         const T0: u64 = 1_764_000_000_000_000_000;
         let at = |ns: u64| Stamp {
             wall_ns: T0 + ns,
@@ -561,20 +559,9 @@ mod tests {
             interface: None,
             at: at(0),
         })];
-        let mut probe = vec![ProbeRecord::Started(Box::new(ProbeStarted {
-            name: "dev".into(),
-            host: "dev".into(),
-            url: "ws://x/".into(),
-            connections: 2,
-            version: "t".into(),
-            at: at(0),
-        }))];
+        let mut probe = vec![crate::fixtures::probe_started("dev", 2, at(0))];
         for conn in 0..2u32 {
-            probe.push(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
-                conn,
-                agent_conn: None,
-                at: at(1),
-            }));
+            probe.push(crate::fixtures::connection_opened(conn, None, at(1)));
             probe.push(ProbeRecord::ConnectionAddresses(ConnectionAddresses {
                 conn,
                 local: format!("p:{conn}"),
@@ -596,15 +583,16 @@ mod tests {
             }));
             for conn in 0..2u32 {
                 probe.push(ProbeRecord::Receipt(Receipt {
-                    conn,
-                    key: MessageKey::Hash {
-                        hash: 40 + n % 3,
-                        occurrence: (n / 3) as u32,
-                    },
-                    hash: 40 + n % 3,
                     len: 10,
-                    at: at(t + 50_000 + u64::from(conn) * 1_000),
-                    kernel_delay_ns: None,
+                    ..crate::fixtures::receipt(
+                        conn,
+                        MessageKey::Hash {
+                            hash: 40 + n % 3,
+                            occurrence: (n / 3) as u32,
+                        },
+                        40 + n % 3,
+                        at(t + 50_000 + u64::from(conn) * 1_000),
+                    )
                 }));
             }
         }

@@ -173,32 +173,22 @@ mod tests {
     /// One device, two connections, receiving a foreign payload at the given
     /// (connection, offset, kernel delay) times, occurrence by occurrence.
     fn probe_log(receipts: &[(u32, u32, u64, Option<u64>)]) -> Vec<ProbeRecord> {
-        let mut r = vec![ProbeRecord::Started(Box::new(ProbeStarted {
-            name: "dev".into(),
-            host: "dev".into(),
-            url: "ws://x/ws".into(),
-            connections: 2,
-            version: "t".into(),
-            at: at(0),
-        }))];
+        let mut r = vec![crate::fixtures::probe_started("dev", 2, at(0))];
         for conn in 0..2 {
-            r.push(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
-                conn,
-                agent_conn: None,
-                at: at(1),
-            }));
+            r.push(crate::fixtures::connection_opened(conn, None, at(1)));
         }
         for &(conn, occurrence, t, kernel_delay_ns) in receipts {
             r.push(ProbeRecord::Receipt(Receipt {
-                conn,
-                key: MessageKey::Hash {
-                    hash: 5,
-                    occurrence,
-                },
-                hash: 5,
-                len: 450,
-                at: at(t),
                 kernel_delay_ns,
+                ..crate::fixtures::receipt(
+                    conn,
+                    MessageKey::Hash {
+                        hash: 5,
+                        occurrence,
+                    },
+                    5,
+                    at(t),
+                )
             }));
         }
         r.push(ProbeRecord::Stopped(at(1_000_000)));

@@ -39,23 +39,20 @@ pub(crate) struct Device {
 
 impl Device {
     fn new(name: &'static str, offset: i64, conns: &[u64], claim_ns: u64) -> Device {
-        let mut records = vec![ProbeRecord::Started(Box::new(ProbeStarted {
-            name: name.into(),
-            host: name.into(),
-            url: "ws://srv/ws".into(),
-            connections: conns.len() as u32,
-            version: "t".into(),
-            at: on(offset, 0),
-        }))];
+        let mut records = vec![crate::fixtures::probe_started(
+            name,
+            conns.len() as u32,
+            on(offset, 0),
+        )];
         let mut state = kernel(true, claim_ns);
         state.at = on(offset, 0);
         records.push(ProbeRecord::ClockState(Box::new(state)));
         for (i, &agent_conn) in conns.iter().enumerate() {
-            records.push(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
-                conn: i as u32,
-                agent_conn: Some(agent_conn),
-                at: on(offset, 1_000),
-            }));
+            records.push(crate::fixtures::connection_opened(
+                i as u32,
+                Some(agent_conn),
+                on(offset, 1_000),
+            ));
         }
         // Exchanges every 100 ms with 20 µs each way and 5 µs turnaround.
         for k in 0..10u64 {
@@ -73,12 +70,8 @@ impl Device {
     /// Connection `conn` got test message `seq`: kernel at true time `t`, userspace 30 µs later.
     fn receive(&mut self, conn: u32, seq: u64, t: u64) {
         self.records.push(ProbeRecord::Receipt(Receipt {
-            conn,
-            key: MessageKey::Seq(seq),
-            hash: 9,
-            len: 450,
-            at: on(self.offset, t + 30_000),
             kernel_delay_ns: Some(30_000),
+            ..crate::fixtures::receipt(conn, MessageKey::Seq(seq), 9, on(self.offset, t + 30_000))
         }));
     }
 

@@ -113,41 +113,40 @@ fn a_large_run_is_folded_to_the_caps_and_keeps_its_latest_connection() {
     // 200 connections on one probe, 500 broadcasts; connection 137 always
     // 5 ms late, the others 1 µs apart.
     let conns = 200u32;
-    let mut records = vec![ProbeRecord::Started(Box::new(ProbeStarted {
-        name: "p".into(),
-        host: "h".into(),
-        url: "ws://x/ws".into(),
-        connections: conns,
-        version: "t".into(),
-        at: Stamp {
+    let mut records = vec![crate::fixtures::probe_started_on(
+        "p",
+        "h",
+        conns,
+        Stamp {
             wall_ns: 1,
             mono_ns: 1,
         },
-    }))];
+    )];
     for c in 0..conns {
-        records.push(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
-            conn: c,
-            agent_conn: None,
-            at: Stamp {
+        records.push(crate::fixtures::connection_opened(
+            c,
+            None,
+            Stamp {
                 wall_ns: 2,
                 mono_ns: 2,
             },
-        }));
+        ));
     }
     for seq in 0..500u64 {
         for c in 0..conns {
             let t = 1_000_000_000 + seq * 10_000_000 + u64::from(c) * 1_000;
             let t = if c == 137 { t + 5_000_000 } else { t };
             records.push(ProbeRecord::Receipt(Receipt {
-                conn: c,
-                key: MessageKey::Seq(seq),
-                hash: seq,
                 len: 10,
-                at: Stamp {
-                    wall_ns: t,
-                    mono_ns: t,
-                },
-                kernel_delay_ns: None,
+                ..crate::fixtures::receipt(
+                    c,
+                    MessageKey::Seq(seq),
+                    seq,
+                    Stamp {
+                        wall_ns: t,
+                        mono_ns: t,
+                    },
+                )
             }));
         }
     }

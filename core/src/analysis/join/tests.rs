@@ -18,33 +18,24 @@ struct ProbeLog(Vec<ProbeRecord>);
 
 impl ProbeLog {
     fn new(host: &str, conns: &[(u32, Option<u64>)]) -> Self {
-        let mut r = vec![ProbeRecord::Started(Box::new(ProbeStarted {
-            name: host.into(),
-            host: host.into(),
-            url: "ws://x/ws".into(),
-            connections: conns.len() as u32,
-            version: "t".into(),
-            at: at(0),
-        }))];
+        let mut r = vec![crate::fixtures::probe_started(
+            host,
+            conns.len() as u32,
+            at(0),
+        )];
         for &(conn, agent_conn) in conns {
-            r.push(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
-                conn,
-                agent_conn,
-                at: at(1),
-            }));
+            r.push(crate::fixtures::connection_opened(conn, agent_conn, at(1)));
         }
         ProbeLog(r)
     }
 
     fn receive(&mut self, conn: u32, key: MessageKey, hash: u64, t: u64) -> &mut Self {
-        self.0.push(ProbeRecord::Receipt(Receipt {
+        self.0.push(ProbeRecord::Receipt(crate::fixtures::receipt(
             conn,
             key,
             hash,
-            len: 450,
-            at: at(t),
-            kernel_delay_ns: None,
-        }));
+            at(t),
+        )));
         self
     }
 
@@ -240,11 +231,7 @@ fn a_reconnection_to_a_restarted_agent_does_not_make_the_first_runs_receipts_mis
     p.receive(0, MessageKey::Seq(10), 9, 1_100)
         .receive(0, MessageKey::Seq(11), 9, 2_100)
         .close(0, 3_000);
-    p.0.push(ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
-        conn: 0,
-        agent_conn: Some(1),
-        at: at(4_000),
-    }));
+    p.0.push(crate::fixtures::connection_opened(0, Some(1), at(4_000)));
     p.receive(0, MessageKey::Seq(1), 5, 4_500).stop(10_000);
     let j = join(Some(&agent), &[&p.0]);
     assert_eq!(j.connections.len(), 2, "two episodes of connection 0");

@@ -56,14 +56,7 @@ fn random_run(rng: &mut fastrand::Rng) -> Run {
         let bounded = rng.u8(0..3) > 0;
         let mut events: Vec<(u64, ProbeRecord)> = vec![(
             0,
-            ProbeRecord::Started(Box::new(ProbeStarted {
-                name: format!("p{p}"),
-                host: format!("p{p}"),
-                url: "ws://srv/ws".into(),
-                connections: 1,
-                version: "t".into(),
-                at: on(offset, 0),
-            })),
+            crate::fixtures::probe_started(&format!("p{p}"), 1, on(offset, 0)),
         )];
         if bounded {
             // An exchange every 100 ms, 20 µs each way (plus jitter).
@@ -118,11 +111,11 @@ fn random_run(rng: &mut fastrand::Rng) -> Run {
             ));
             events.push((
                 opened + 1_000,
-                ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
-                    conn: e.probe_conn,
-                    agent_conn: Some(e.agent_conn),
-                    at: on(offset, opened + 1_000),
-                }),
+                crate::fixtures::connection_opened(
+                    e.probe_conn,
+                    Some(e.agent_conn),
+                    on(offset, opened + 1_000),
+                ),
             ));
             // Copies of each payload on this connection, counted from 0.
             let mut occurrences: HashMap<u64, u32> = HashMap::new();
@@ -145,12 +138,9 @@ fn random_run(rng: &mut fastrand::Rng) -> Run {
                 events.push((
                     read,
                     ProbeRecord::Receipt(Receipt {
-                        conn: e.probe_conn,
-                        key,
-                        hash,
                         len: 100,
-                        at: on(offset, read),
                         kernel_delay_ns: Some(read - kernel),
+                        ..crate::fixtures::receipt(e.probe_conn, key, hash, on(offset, read))
                     }),
                 ));
             }

@@ -142,14 +142,7 @@ fn a_stopped_probe_misses_and_a_silent_one_is_unjudged() {
 }
 
 fn started(name: &str, at: Stamp) -> ProbeRecord {
-    ProbeRecord::Started(Box::new(ProbeStarted {
-        name: name.into(),
-        host: name.into(),
-        url: "ws://x/ws".into(),
-        connections: 1,
-        version: "t".into(),
-        at,
-    }))
+    crate::fixtures::probe_started(name, 1, at)
 }
 
 fn stamp(ns: u64) -> Stamp {
@@ -179,12 +172,13 @@ fn published(live: &mut LiveJoin, id: u64, hash: u64, at_ns: u64, conns: &[u64])
 
 fn receipt(conn: u32, hash: u64, occurrence: u32, at_ns: u64) -> ProbeRecord {
     ProbeRecord::Receipt(Receipt {
-        conn,
-        key: MessageKey::Hash { hash, occurrence },
-        hash,
         len: 3,
-        at: stamp(at_ns),
-        kernel_delay_ns: None,
+        ..crate::fixtures::receipt(
+            conn,
+            MessageKey::Hash { hash, occurrence },
+            hash,
+            stamp(at_ns),
+        )
     })
 }
 
@@ -193,11 +187,7 @@ fn opened(conn: u32, agent_conn: u64) -> ProbeRecord {
 }
 
 fn opened_at(conn: u32, agent_conn: u64, at_ns: u64) -> ProbeRecord {
-    ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
-        conn,
-        agent_conn: Some(agent_conn),
-        at: stamp(at_ns),
-    })
+    crate::fixtures::connection_opened(conn, Some(agent_conn), stamp(at_ns))
 }
 
 #[test]
@@ -417,11 +407,7 @@ fn receipts_that_can_never_match_are_counted_at_once_not_held() {
     // knows is not a probe's.
     live.add_probe_record(
         1,
-        &ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
-            conn: 0,
-            agent_conn: None,
-            at: stamp(0),
-        }),
+        &crate::fixtures::connection_opened(0, None, stamp(0)),
         now,
     );
     live.add_probe_record(1, &opened(1, 2), now);
@@ -555,11 +541,7 @@ fn a_pages_connection_is_found_by_its_label() {
     live.add_probe_record(run, &started("lobby-tv", stamp(0)), now);
     live.add_probe_record(
         run,
-        &ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
-            conn: 0,
-            agent_conn: None,
-            at: stamp(0),
-        }),
+        &crate::fixtures::connection_opened(0, None, stamp(0)),
         now,
     );
     live.add_probe_record(run, &receipt(0, 77, 0, 1_200_000), now);
@@ -580,11 +562,7 @@ fn a_pages_opening_uploaded_before_the_hub_records_its_label_is_bound_when_it_do
     live.add_probe_record(run, &started("lobby-tv", stamp(0)), now);
     live.add_probe_record(
         run,
-        &ProbeRecord::ConnectionOpened(ProbeConnectionOpened {
-            conn: 0,
-            agent_conn: None,
-            at: stamp(0),
-        }),
+        &crate::fixtures::connection_opened(0, None, stamp(0)),
         now,
     );
     live.add_agent_record(&AgentRecord::ConnectionOpened(AgentConnectionOpened {
