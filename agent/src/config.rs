@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
 use skewscope_core::record::SendOrder;
+use skewscope_core::tap::protocol::TapProtocol;
 use skewscope_core::units::parse_size;
 
 /// Send order within each shard's loop, as given on the command line.
@@ -276,6 +277,24 @@ pub struct AgentConfig {
     /// Capture on this interface only (default: all).
     #[arg(long, value_name = "IF", requires = "tap_port", help_heading = heading::TAP)]
     pub tap_interface: Option<String>,
+
+    /// What the tapped server's WebSockets carry: `auto` reads each
+    /// connection as it says (the subprotocol its 101 selected: v12.stomp
+    /// is STOMP, mqtt is MQTT; a first message that is Engine.IO's open
+    /// packet is Socket.IO; else plain messages). `ws`, `socketio`,
+    /// `stomp` or `mqtt` reads every one as that, for a server that selects
+    /// no subprotocol. The tap then records each protocol's payloads (an
+    /// event's arguments, a MESSAGE's body, a PUBLISH's payload), what the
+    /// probes' --protocol records, never its pings or acknowledgements.
+    /// Event streams (text/event-stream) are always read as SSE.
+    #[arg(long, value_name = "PROTOCOL", default_value = "auto", help_heading = heading::TAP)]
+    pub tap_protocol: TapProtocol,
+
+    /// A Socket.IO event name or SSE event type the tap records
+    /// (repeatable; default every one): give the probes' --event, so a
+    /// copy they chose not to record is not counted as one they missed.
+    #[arg(long, value_name = "NAME", requires = "tap_port", help_heading = heading::TAP)]
+    pub tap_event: Vec<String>,
 
     /// The capture ring (like 32MiB, in 1 MiB blocks): packets wait there
     /// for the tap thread. Each block holds up to 40 ms of packets, so the

@@ -243,6 +243,10 @@ impl RunningAgent {
                     port,
                     config.tap_interface.clone(),
                     config.tap_ring_bytes,
+                    skewscope_core::tap::protocol::TapReading {
+                        protocol: config.tap_protocol,
+                        events: config.tap_event.clone(),
+                    },
                     recorder.handle(),
                 )
                 .map_err(|source| StartError::Tap { port, source })?,

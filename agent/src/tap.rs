@@ -1,8 +1,11 @@
 //! `--tap-port`: the agent beside a server it does not replace. One thread
 //! reads the server's outgoing packets ([`skewscope_os::packet_capture`]),
-//! follows each connection into messages ([`skewscope_core::tap`]), groups
-//! copies into broadcasts, and records them in the agent's log.
+//! follows each connection into messages ([`skewscope_core::tap`]; with
+//! `--tap-protocol`, the payloads of the protocol on them), groups copies
+//! into broadcasts, and records them in the agent's log.
 
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -14,6 +17,7 @@ use skewscope_core::record::{
 };
 use skewscope_core::server_frames::DEFAULT_MAX_MESSAGE;
 use skewscope_core::tap::broadcasts::{DEFAULT_WINDOW_NS, Grouper, TappedBroadcast, TappedCopy};
+use skewscope_core::tap::protocol::{Protocol, TapReading};
 use skewscope_core::tap::{Tap, TapEvent};
 use skewscope_os::packet_capture::PacketCapture;
 
@@ -35,20 +39,27 @@ pub struct TapThread {
 
 impl TapThread {
     /// Opens the capture (so a missing capability is an error at start) and
-    /// starts following `port`.
+    /// starts following `port`, reading its connections as `reading` says.
     pub fn start(
         port: u16,
         interface: Option<String>,
         ring_bytes: usize,
+        reading: TapReading,
         recorder: Recorder,
     ) -> std::io::Result<TapThread> {
         let capture = PacketCapture::open(port, interface.as_deref(), ring_bytes)?;
         tracing::info!(
             target: "agent::tap",
-            "tap running: recording the fan-out of the server on local TCP port {port} from its outgoing packets ({}); its clients (and probes) connect to it, not to this agent's /ws",
+            "tap running: recording the fan-out of the server on local TCP port {port} from its outgoing packets ({}; WebSockets read as {}{}); its clients (and probes) connect to it, not to this agent's /ws",
             interface
                 .as_deref()
-                .map_or_else(|| "every interface".to_owned(), |i| format!("interface {i}"))
+                .map_or_else(|| "every interface".to_owned(), |i| format!("interface {i}")),
+            reading.protocol,
+            if reading.events.is_empty() {
+                String::new()
+            } else {
+                format!(", events {}", reading.events.join(", "))
+            }
         );
         recorder.record(AgentRecord::TapStarted(TapStarted {
             port,
@@ -66,7 +77,7 @@ impl TapThread {
                 if let Err(e) = skewscope_os::priority::lower_this_thread() {
                     tracing::warn!(target: "agent::tap", "the tap runs at normal priority: {e}");
                 }
-                run(capture, port, &recorder, &flag)
+                run(capture, port, reading, &recorder, &flag)
             })?;
         Ok(TapThread {
             stop,
@@ -83,9 +94,16 @@ impl TapThread {
     }
 }
 
-fn run(mut capture: PacketCapture, port: u16, recorder: &Recorder, stop: &AtomicBool) {
-    let mut tap = Tap::new(port, DEFAULT_MAX_MESSAGE);
+fn run(
+    mut capture: PacketCapture,
+    port: u16,
+    reading: TapReading,
+    recorder: &Recorder,
+    stop: &AtomicBool,
+) {
+    let mut tap = Tap::new(port, DEFAULT_MAX_MESSAGE).reading(reading);
     let mut grouper = Grouper::new(DEFAULT_WINDOW_NS);
+    let mut openings = Openings::default();
     let mut events = Vec::new();
     let mut last_counters = Instant::now();
     let mut stopping = false;
@@ -120,7 +138,7 @@ fn run(mut capture: PacketCapture, port: u16, recorder: &Recorder, stop: &Atomic
         };
         stopping |= stop.load(Ordering::Relaxed);
         for event in events.drain(..) {
-            handle(event, &mut grouper, recorder);
+            handle(event, &mut grouper, &mut openings, recorder);
         }
         for b in grouper.due(horizon) {
             record_broadcast(b, recorder);
@@ -132,7 +150,7 @@ fn run(mut capture: PacketCapture, port: u16, recorder: &Recorder, stop: &Atomic
     }
     tap.finish(skewscope_os::clock::now().wall_ns, &mut events);
     for event in events.drain(..) {
-        handle(event, &mut grouper, recorder);
+        handle(event, &mut grouper, &mut openings, recorder);
     }
     for b in grouper.finish() {
         record_broadcast(b, recorder);
@@ -140,19 +158,60 @@ fn run(mut capture: PacketCapture, port: u16, recorder: &Recorder, stop: &Atomic
     record_counters(&tap, &mut capture, recorder);
 }
 
-fn handle(event: TapEvent, grouper: &mut Grouper, recorder: &Recorder) {
+/// Openings of connections whose first message is yet to say what they
+/// carry (a WebSocket with no subprotocol: Socket.IO or plain), recorded
+/// once it has, so the log's opening names the protocol read.
+#[derive(Default)]
+struct Openings {
+    waiting: HashMap<SocketAddr, (TapConnectionEvent, bool)>,
+}
+
+impl Openings {
+    /// Records `client`'s opening if it waits, read as `protocol` (else as
+    /// plain WebSocket: it carried no message).
+    fn record(&mut self, client: SocketAddr, protocol: Option<Protocol>, recorder: &Recorder) {
+        if let Some((mut opening, deflate)) = self.waiting.remove(&client) {
+            opening.detail = detail(protocol.unwrap_or(Protocol::WebSocket), deflate);
+            recorder.record(AgentRecord::TapConnectionOpened(opening));
+        }
+    }
+}
+
+/// An opening's detail: what it was read as, and its compression.
+fn detail(protocol: Protocol, deflate: bool) -> String {
+    if deflate {
+        format!("{}, permessage-deflate", protocol.name())
+    } else {
+        protocol.name().to_owned()
+    }
+}
+
+fn handle(event: TapEvent, grouper: &mut Grouper, openings: &mut Openings, recorder: &Recorder) {
     match event {
         TapEvent::Opened {
             client,
             at_ns,
             deflate,
+            protocol,
         } => {
             grouper.opened(client, at_ns);
-            recorder.record(AgentRecord::TapConnectionOpened(TapConnectionEvent {
+            let mut opening = TapConnectionEvent {
                 client: client.to_string(),
                 at_wall_ns: at_ns,
-                detail: if deflate { "permessage-deflate" } else { "" }.into(),
-            }))
+                detail: String::new(),
+            };
+            match protocol {
+                Some(p) => {
+                    opening.detail = detail(p, deflate);
+                    recorder.record(AgentRecord::TapConnectionOpened(opening));
+                }
+                None => {
+                    openings.waiting.insert(client, (opening, deflate));
+                }
+            }
+        }
+        TapEvent::Recognised { client, protocol } => {
+            openings.record(client, Some(protocol), recorder)
         }
         TapEvent::Message {
             client,
@@ -177,11 +236,14 @@ fn handle(event: TapEvent, grouper: &mut Grouper, recorder: &Recorder) {
             client,
             at_ns,
             reason,
-        } => recorder.record(AgentRecord::TapConnectionClosed(TapConnectionEvent {
-            client: client.to_string(),
-            at_wall_ns: at_ns,
-            detail: reason.into(),
-        })),
+        } => {
+            openings.record(client, None, recorder);
+            recorder.record(AgentRecord::TapConnectionClosed(TapConnectionEvent {
+                client: client.to_string(),
+                at_wall_ns: at_ns,
+                detail: reason.into(),
+            }))
+        }
         TapEvent::Ended {
             client,
             at_ns,
@@ -189,6 +251,7 @@ fn handle(event: TapEvent, grouper: &mut Grouper, recorder: &Recorder) {
             resent,
             reordered,
         } => {
+            openings.record(client, None, recorder);
             grouper.closed(client);
             recorder.record(AgentRecord::TapConnectionTotals(TapConnectionTotals {
                 client: client.to_string(),

@@ -21,6 +21,12 @@
 //! message sent because the subscription was just made (RETAIN set) is not
 //! a broadcast happening now: it is acknowledged and not recorded. No topic
 //! alias is offered, so every PUBLISH names its topic.
+//!
+//! [`Mqtt::observer`] reads a broker's side of someone else's session (the
+//! tap), which never sees the client's CONNECT: the version is told by the
+//! CONNACK (two bytes in 3.1.1; a property length follows in 5), every
+//! PUBLISH at any QoS is read, and acknowledgements of what the client sent
+//! (SUBACK, PUBACK, PUBREC, PINGRESP, …) are passed over.
 
 use crate::protocol_layer::{Frame, Layer, LayerError, excerpt};
 
@@ -116,6 +122,9 @@ pub struct Mqtt {
     last_sent_ns: u64,
     /// When a PINGRESP is overdue, after a PINGREQ.
     pingresp_due_ns: Option<u64>,
+    /// Read from outside (the tap): the version from the CONNACK, any
+    /// QoS, the client's acknowledgements passed over.
+    observer: bool,
 }
 
 impl Mqtt {
@@ -129,6 +138,27 @@ impl Mqtt {
             keep_alive_ns,
             last_sent_ns: 0,
             pingresp_due_ns: None,
+            observer: false,
+        }
+    }
+
+    /// The broker's side of someone else's session, as the tap reads it:
+    /// each PUBLISH's payload (packets up to `max_packet` bytes), so its
+    /// payloads are what a probe on that connection records; the version is
+    /// read from the CONNACK. What it would send is never sent.
+    pub fn observer(max_packet: usize) -> Mqtt {
+        Mqtt {
+            observer: true,
+            ..Mqtt::new(MqttOptions {
+                version: MqttVersion::V311,
+                client_id: String::new(),
+                username: None,
+                password: None,
+                topics: Vec::new(),
+                qos: 0,
+                keep_alive_s: 0,
+                max_packet,
+            })
         }
     }
 
@@ -191,6 +221,14 @@ impl Mqtt {
         let mut r = Reader::new(body);
         match (first >> 4, self.state) {
             (2, State::AwaitConnack) => {
+                if self.observer {
+                    // 3.1.1's CONNACK is two bytes; 5 adds its properties.
+                    self.options.version = if body.len() > 2 {
+                        MqttVersion::V5
+                    } else {
+                        MqttVersion::V311
+                    };
+                }
                 let _flags = r.u8()?;
                 let code = r.u8()?;
                 let mut reason = None;
@@ -208,11 +246,15 @@ impl Mqtt {
                         connack_text(self.options.version, code, reason.as_deref())
                     )));
                 }
-                let subscribe = self.subscribe_packet();
-                self.send(subscribe, now_ns, out);
-                self.state = State::AwaitSuback;
+                if self.observer {
+                    self.state = State::Subscribed;
+                } else {
+                    let subscribe = self.subscribe_packet();
+                    self.send(subscribe, now_ns, out);
+                    self.state = State::AwaitSuback;
+                }
             }
-            (9, State::AwaitSuback) => {
+            (9, State::AwaitSuback) if !self.observer => {
                 if r.u16()? != SUBSCRIBE_ID {
                     return Err(LayerError::Protocol(
                         "MQTT: a SUBACK for a SUBSCRIBE never sent".into(),
@@ -254,6 +296,8 @@ impl Mqtt {
                 }
                 match (qos, id) {
                     (0, _) => {}
+                    // What the client owes is its own affair.
+                    (1 | 2, Some(_)) if self.observer => {}
                     (1, Some(id)) => {
                         let puback = packet(0x40, &id.to_be_bytes());
                         self.send(puback, now_ns, out);
@@ -270,6 +314,9 @@ impl Mqtt {
                 }
             }
             (13, _) => self.pingresp_due_ns = None,
+            // Answers to what the client sent: a SUBACK, UNSUBACK, the
+            // QoS 1 and 2 flows of its publishes, AUTH.
+            (4..=7 | 9 | 11 | 15, _) if self.observer => {}
             (14, _) => {
                 let reason = if self.v5() && !body.is_empty() {
                     let code = r.u8()?;
@@ -366,6 +413,10 @@ impl Layer for Mqtt {
 
     fn ready(&self) -> bool {
         self.state == State::Subscribed
+    }
+
+    fn holds_partial(&self) -> bool {
+        !self.buf.is_empty()
     }
 
     fn goodbye(&mut self, out: &mut Vec<Frame>) {

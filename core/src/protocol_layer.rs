@@ -8,6 +8,10 @@
 //! The probe stamps a WebSocket message when its last frame is read, before
 //! the layer sees it: every payload a message carries has that message's
 //! stamp, so a layer changes what is recorded, never when.
+//!
+//! The tap reads a server's side of other clients' sessions with the same
+//! layers, built as observers (`SocketIo::observer`, `Stomp::observer`,
+//! `Mqtt::observer`), so its messages are the payloads the probes record.
 
 /// A WebSocket message the client sends (the probe masks and frames it).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,6 +78,14 @@ pub trait Layer: Send + std::fmt::Debug {
     /// Whether the session is open and subscribed: broadcasts sent from now
     /// on reach this connection.
     fn ready(&self) -> bool;
+
+    /// Whether it holds part of a payload not yet whole: a frame cut across
+    /// WebSocket messages, a binary event's attachments still due. The tap
+    /// dates such a payload from the message its first byte came in, not
+    /// the one that completed it.
+    fn holds_partial(&self) -> bool {
+        false
+    }
 
     /// The probe is closing: what a client says before it goes
     /// (DISCONNECT), if anything.

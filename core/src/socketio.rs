@@ -21,6 +21,11 @@
 //! argument's text, so `--act-at /at` finds `data.at`; with none or several
 //! the array of them. A binary event's payload is its JSON with the
 //! attachments' placeholders, received when its last attachment is.
+//!
+//! [`SocketIo::observer`] reads the same packets from outside, as the tap
+//! sees a server's side of a connection it does not take part in: every
+//! namespace's events, and a namespace's end or refusal left to the client
+//! it concerns (the connection goes on).
 
 use crate::protocol_layer::{Frame, Layer, LayerError, MS, excerpt};
 
@@ -77,6 +82,8 @@ pub struct SocketIo {
     /// When the last ping (or the open packet) came.
     last_ping_ns: u64,
     attachments: Option<Attachments>,
+    /// Read from outside (the tap): any namespace, never refused.
+    observer: bool,
 }
 
 impl SocketIo {
@@ -88,6 +95,21 @@ impl SocketIo {
             silence_ns: 0,
             last_ping_ns: 0,
             attachments: None,
+            observer: false,
+        }
+    }
+
+    /// The server's side of someone else's session, as the tap reads it:
+    /// the events named in `events` (empty: every event) of every
+    /// namespace the client joined, so its payloads are what a probe on
+    /// that connection records. What it would send is never sent.
+    pub fn observer(events: Vec<String>) -> SocketIo {
+        SocketIo {
+            observer: true,
+            ..SocketIo::new(SocketIoOptions {
+                namespace: "/".to_owned(),
+                events,
+            })
         }
     }
 
@@ -136,13 +158,16 @@ impl SocketIo {
         deliver: &mut dyn FnMut(&[u8]),
     ) -> Result<(), LayerError> {
         let parsed = Packet::parse(packet)?;
-        if parsed.namespace != self.options.namespace {
+        if !self.observer && parsed.namespace != self.options.namespace {
             return Ok(());
         }
         match parsed.kind {
             b'0' => {
                 self.state = State::Connected;
             }
+            // A namespace left or refused: the client's business; its
+            // connection (and its other namespaces) go on.
+            b'1' | b'4' if self.observer => {}
             b'1' => {
                 return Err(LayerError::Gone(format!(
                     "Socket.IO: the server disconnected the namespace {}",
@@ -179,6 +204,29 @@ impl SocketIo {
         }
         Ok(())
     }
+}
+
+/// Whether `message` is how a Socket.IO server's side of a WebSocket
+/// begins: Engine.IO 4's open packet (`0{"sid":…,"pingInterval":…,
+/// "pingTimeout":…}`) on a WebSocket from the start, or `3probe`, the
+/// answer to the client's `2probe` on one upgraded from long-polling (the
+/// browser client's default). How the tap knows a connection is Socket.IO
+/// without seeing the client's request.
+pub fn begins_session(message: &[u8]) -> bool {
+    message == b"3probe" || is_open_packet(message)
+}
+
+/// Whether `message` is Engine.IO 4's open packet.
+fn is_open_packet(message: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    #[allow(dead_code)] // read to check the packet's shape, not used
+    struct Open {
+        sid: String,
+        ping_interval: u64,
+        ping_timeout: u64,
+    }
+    message.starts_with(b"0{") && serde_json::from_slice::<Open>(&message[1..]).is_ok()
 }
 
 /// `/` is written as nothing; any other namespace as `/name,`.
@@ -234,6 +282,12 @@ impl Layer for SocketIo {
                     "Socket.IO: the server closed the Engine.IO session".into(),
                 ));
             }
+            // A session upgraded from long-polling opened and joined its
+            // namespaces there: seen from outside, it starts at the probe's
+            // answer.
+            b'3' if self.observer && self.state == State::AwaitOpen => {
+                self.state = State::Connected;
+            }
             b'2' => {
                 self.last_ping_ns = now_ns;
                 let mut pong = b"3".to_vec();
@@ -275,6 +329,10 @@ impl Layer for SocketIo {
 
     fn ready(&self) -> bool {
         self.state == State::Connected
+    }
+
+    fn holds_partial(&self) -> bool {
+        self.attachments.is_some()
     }
 
     fn goodbye(&mut self, out: &mut Vec<Frame>) {

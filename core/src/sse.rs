@@ -231,6 +231,13 @@ impl EventStream {
         self.retry_ms
     }
 
+    /// Whether part of an event is held: a line not yet ended, or fields
+    /// read and no blank line yet. The tap dates an event from the segment
+    /// its first byte came in, not the one that completed it.
+    pub fn holds_partial(&self) -> bool {
+        !self.line.is_empty() || !self.data.is_empty() || !self.event_type.is_empty()
+    }
+
     /// Whether the body has ended (its length read, or its last chunk).
     pub fn ended(&self) -> bool {
         matches!(

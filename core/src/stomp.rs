@@ -22,6 +22,10 @@
 //! for a SUBSCRIBE (a few do not) is taken as subscribed after
 //! [`RECEIPT_WAIT_MS`]. A server silent for twice its heart-beat interval
 //! has gone, as STOMP clients commonly judge it.
+//!
+//! [`Stomp::observer`] reads a broker's side of someone else's session (the
+//! tap): every MESSAGE's body, whatever subscription it is for, since a
+//! connection gets only what its own client subscribed to.
 
 use crate::protocol_layer::{Frame, Layer, LayerError, MS, excerpt};
 
@@ -96,6 +100,8 @@ pub struct Stomp {
     silence_ns: u64,
     last_sent_ns: u64,
     last_heard_ns: u64,
+    /// Read from outside (the tap): every subscription's messages.
+    observer: bool,
 }
 
 impl Stomp {
@@ -109,6 +115,25 @@ impl Stomp {
             silence_ns: 0,
             last_sent_ns: 0,
             last_heard_ns: 0,
+            observer: false,
+        }
+    }
+
+    /// The broker's side of someone else's session, as the tap reads it:
+    /// each MESSAGE body of any subscription (frames up to `max_frame`
+    /// bytes), so its payloads are what a probe on that connection records.
+    /// What it would send is never sent.
+    pub fn observer(max_frame: usize) -> Stomp {
+        Stomp {
+            observer: true,
+            ..Stomp::new(StompOptions {
+                destination: String::new(),
+                login: None,
+                passcode: None,
+                headers: Vec::new(),
+                heart_beat_ms: 0,
+                max_frame,
+            })
         }
     }
 
@@ -169,7 +194,8 @@ impl Stomp {
                 self.state = State::Subscribed;
             }
             "MESSAGE" => {
-                if frame.header("subscription").as_deref() == Some(SUBSCRIPTION_ID) {
+                if self.observer || frame.header("subscription").as_deref() == Some(SUBSCRIPTION_ID)
+                {
                     if matches!(self.state, State::AwaitReceipt { .. }) {
                         self.state = State::Subscribed;
                     }
@@ -283,6 +309,10 @@ impl Layer for Stomp {
 
     fn ready(&self) -> bool {
         self.state == State::Subscribed
+    }
+
+    fn holds_partial(&self) -> bool {
+        !self.buf.is_empty()
     }
 
     fn goodbye(&mut self, out: &mut Vec<Frame>) {

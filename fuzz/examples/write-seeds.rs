@@ -280,7 +280,7 @@ fn main() -> std::io::Result<()> {
         "CONNECTED\nversion:1.2\nheart-beat:1000,1000\nserver:RabbitMQ/3.10.8\n\n\0",
         "RECEIPT\nreceipt-id:skewscope-subscribed\n\n\0\n\n",
         "MESSAGE\nsubscription:skewscope-0\ndestination:/topic/show\nmessage-id:T_1@@session-x@@1\n",
-        "content-type:application/json\ncontent-length:24\n\n{\"n\":0,\"at\":1764000000}\0\n",
+        "content-type:application/json\ncontent-length:23\n\n{\"n\":0,\"at\":1764000000}\0\n",
         "MESSAGE\r\nsubscription:skewscope-0\r\ndestination:/topic/a\\cb\r\n\r\nplain body\0",
     );
     seeds.push(("stomp", "session".into(), stomp.into()));
@@ -309,7 +309,7 @@ fn main() -> std::io::Result<()> {
     mqtt.extend(publish(0x32, Some(7), &[], b"qos one"));
     mqtt.extend(publish(0x33, Some(8), &[], b"retained"));
     mqtt.extend([0xD0, 0]);
-    seeds.push(("mqtt", "v3".into(), mqtt));
+    seeds.push(("mqtt", "v3".into(), mqtt.clone()));
     let mut mqtt5 = vec![0x20, 9, 0, 0, 6, 0x13, 0, 5, 0x21, 0, 20];
     mqtt5.extend([0x90, 4, 0, 1, 0, 1]);
     mqtt5.extend(publish(0x32, Some(1), &[3, 0x01, 1, 0x23], b"{\"at\":1}"));
@@ -325,8 +325,56 @@ fn main() -> std::io::Result<()> {
         chunked.push_str(&format!("{:x}\r\n{part}\r\n", part.len()));
     }
     chunked.push_str("0\r\n\r\n");
-    seeds.push(("sse", "chunked".into(), chunked.into()));
+    seeds.push(("sse", "chunked".into(), chunked.clone().into()));
     seeds.push(("sse", "body".into(), format!("\u{feff}{events}").into()));
+
+    // A tapped server's four kinds of connection in one capture: Socket.IO
+    // (known by its open packet), STOMP and MQTT (by the subprotocol the
+    // 101 selected, their frames cut across WebSocket messages) and an
+    // event stream, so `auto` and each named protocol read them.
+    let upgraded = |subprotocol: &str| {
+        let mut head =
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                .to_owned();
+        if !subprotocol.is_empty() {
+            head.push_str(&format!("Sec-WebSocket-Protocol: {subprotocol}\r\n"));
+        }
+        head.push_str("\r\n");
+        head.into_bytes()
+    };
+    let socketio_frames: Vec<u8> = socketio
+        .lines()
+        .flat_map(|line| match line.strip_prefix('\u{ff}') {
+            Some(_) => frame(0x82, &[1, 2], false),
+            None => frame(0x81, line.as_bytes(), false),
+        })
+        .collect();
+    let stomp_bytes = stomp.as_bytes();
+    let mut stomp_frames = frame(0x81, &stomp_bytes[..100], false);
+    stomp_frames.extend(frame(0x81, &stomp_bytes[100..], false));
+    let mut mqtt_frames = frame(0x82, &mqtt[..20], false);
+    mqtt_frames.extend(frame(0x82, &mqtt[20..], false));
+    let server = ([10, 0, 0, 1], skewscope_fuzz::TAP_PORT);
+    let mut capture_packets = Vec::new();
+    for (i, (head, body)) in [
+        (upgraded(""), socketio_frames),
+        (upgraded("v12.stomp"), stomp_frames),
+        (upgraded("mqtt"), mqtt_frames),
+        (Vec::new(), chunked.into_bytes()),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let client = ([10, 0, 0, 2], 41000 + i as u16);
+        capture_packets.push(tcp(server, client, 900, SYN, b""));
+        let mut seq = 901;
+        for part in [&head[..], &body[..body.len() / 2], &body[body.len() / 2..]] {
+            capture_packets.push(tcp(server, client, seq, 0, part));
+            seq += part.len() as u32;
+        }
+        capture_packets.push(tcp(server, client, seq, FIN, b""));
+    }
+    seeds.push(("tap", "protocols".into(), capture(&capture_packets)));
 
     for (target, name, bytes) in seeds {
         assert!(

@@ -23,7 +23,9 @@ pub struct TapConnectionEvent {
     pub client: String,
     /// The capture's stamp (wall clock, ns since 1970).
     pub at_wall_ns: u64,
-    /// Opened: whether it negotiated permessage-deflate. Closed: why.
+    /// Opened: what its messages were read as (`WebSocket`, `Socket.IO`,
+    /// `STOMP`, `MQTT`, `SSE`), and `permessage-deflate` when it negotiated
+    /// it (logs before the protocols say only the latter). Closed: why.
     pub detail: String,
 }
 
@@ -90,11 +92,13 @@ pub struct TapCounters {
     pub followed: u64,
     /// Connections already open when the tap started: skipped.
     pub open_before_tap: u64,
-    /// Connections whose response was not `101` (plain HTTP on the port).
+    /// Connections whose response was neither `101` nor an event stream
+    /// (plain HTTP on the port).
     pub not_websocket: u64,
     /// Connections that spoke TLS: cannot be decoded.
     pub tls: u64,
-    /// Connections whose stream broke the WebSocket protocol or a bound.
+    /// Connections whose stream broke the WebSocket protocol, the protocol
+    /// on it, the event stream's format or a bound.
     pub broken: u64,
     /// Connections given up because the capture missed a segment.
     pub lost: u64,
@@ -102,7 +106,10 @@ pub struct TapCounters {
     pub retransmitted: u64,
     /// Segments captured ahead of a gap.
     pub reordered: u64,
-    /// Data messages decoded.
+    /// Messages decoded: WebSocket data messages, or the payloads a
+    /// protocol on them carried (Socket.IO events, STOMP MESSAGEs, MQTT
+    /// PUBLISHes; never its pings or acknowledgements), and event streams'
+    /// events.
     pub messages: u64,
     /// Of those, compressed ones that could not be inflated (no inflater:
     /// over the memory bound), so not identified.

@@ -1,7 +1,9 @@
 //! The tap on hand-made packets: a whole connection, resends, reordering,
 //! a capture that starts mid-stream, plain HTTP, TLS, garbage after the
-//! upgrade and a reset mid-frame.
+//! upgrade and a reset mid-frame; Socket.IO, STOMP, MQTT and an event
+//! stream, each read into the payloads a probe records.
 
+use super::protocol::{TapProtocol, TapReading};
 use super::segment::TcpFlags;
 use super::segment::build::packet;
 use super::*;
@@ -104,7 +106,8 @@ fn a_connection_is_followed_from_its_upgrade_to_its_close() {
         vec![TapEvent::Opened {
             client: c.client,
             at_ns: 2,
-            deflate: false
+            deflate: false,
+            protocol: None,
         }]
     );
     // Two messages in one segment, then one over two segments.
@@ -117,6 +120,14 @@ fn a_connection_is_followed_from_its_upgrade_to_its_close() {
     let got = messages(&out);
     assert_eq!(got.len(), 3);
     assert_eq!(got[0].1, MessageKey::Seq(1));
+    assert_eq!(
+        out[1],
+        TapEvent::Recognised {
+            client: c.client,
+            protocol: Protocol::WebSocket
+        },
+        "its first message says it is plain"
+    );
     assert!(matches!(got[1].1, MessageKey::Hash { occurrence: 0, .. }));
     assert_eq!((got[2].1, got[2].2, got[2].3), (MessageKey::Seq(2), 4, 5));
     c.send(&mut tap, &frame(true, 8, b""), 6, &mut out);
@@ -278,7 +289,7 @@ fn compressed_copies_are_inflated_and_identified_alike() {
     assert!(matches!(out[0], TapEvent::Opened { deflate: true, .. }));
     let expected = crate::identity::payload_hash(b"Hello");
     assert!(
-        matches!(out[1], TapEvent::Message { compressed: false, hash, .. } if hash == expected)
+        matches!(out[2], TapEvent::Message { compressed: false, hash, .. } if hash == expected)
     );
     // One payload twice to a second connection, the second copy compressed
     // against the first (context takeover): both hash as the plaintext.
@@ -371,4 +382,235 @@ fn websockets_are_counted_once_upgraded() {
         &mut out,
     );
     assert_eq!(tap.counters().open_before_tap, 0);
+}
+
+/// Each payload the tap took from `client`'s connection, as text, with its
+/// first and last byte's capture times.
+fn payloads_to(out: &[TapEvent], client: SocketAddr) -> Vec<(String, u64, u64)> {
+    let texts: std::collections::HashMap<u64, String> =
+        [r#"{"n":0,"at":1.5}"#, r#"{"n":1,"at":2.5}"#, "noise"]
+            .iter()
+            .map(|t| (crate::identity::payload_hash(t.as_bytes()), (*t).to_owned()))
+            .collect();
+    out.iter()
+        .filter_map(|e| match e {
+            TapEvent::Message {
+                client: c,
+                hash,
+                first_byte_ns,
+                last_byte_ns,
+                ..
+            } if *c == client => Some((
+                texts
+                    .get(hash)
+                    .cloned()
+                    .unwrap_or_else(|| format!("{hash:x}")),
+                *first_byte_ns,
+                *last_byte_ns,
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+const SHOW_0: &str = r#"{"n":0,"at":1.5}"#;
+const SHOW_1: &str = r#"{"n":1,"at":2.5}"#;
+
+#[test]
+fn socketio_events_are_their_arguments_and_pings_are_no_messages() {
+    let mut tap = Tap::new(8000, 1 << 20).reading(TapReading {
+        protocol: TapProtocol::Auto,
+        events: vec!["show".into()],
+    });
+    let mut out = Vec::new();
+    let mut clients = Vec::new();
+    for port in [42000, 42001] {
+        let mut c = Conn::open(&mut tap, port, 7, 1, &mut out);
+        c.send(&mut tap, UPGRADED, 2, &mut out);
+        let open = br#"0{"sid":"s","upgrades":[],"pingInterval":1000,"pingTimeout":1000,"maxPayload":1000000}"#;
+        c.send(&mut tap, &frame(true, 1, open), 3, &mut out);
+        c.send(&mut tap, &frame(true, 1, br#"40{"sid":"t"}"#), 4, &mut out);
+        clients.push(c);
+    }
+    for (at, n) in [(10, SHOW_0), (20, SHOW_1)] {
+        for c in &mut clients {
+            c.send(&mut tap, &frame(true, 1, b"2"), at, &mut out);
+            let noise = format!(r#"42["noise",{n}]"#);
+            c.send(
+                &mut tap,
+                &frame(true, 1, noise.as_bytes()),
+                at + 1,
+                &mut out,
+            );
+            let show = format!(r#"42["show",{n}]"#);
+            c.send(&mut tap, &frame(true, 1, show.as_bytes()), at + 2, &mut out);
+        }
+    }
+    for c in &clients {
+        assert!(out.contains(&TapEvent::Recognised {
+            client: c.client,
+            protocol: Protocol::SocketIo
+        }));
+        assert_eq!(
+            payloads_to(&out, c.client),
+            vec![(SHOW_0.into(), 12, 12), (SHOW_1.into(), 22, 22)],
+            "the shows' arguments, as a probe with --event show records them"
+        );
+    }
+    assert_eq!(tap.counters().messages, 4);
+}
+
+#[test]
+fn stomp_and_mqtt_are_known_by_their_subprotocol() {
+    let mut tap = Tap::new(8000, 1 << 20);
+    let mut out = Vec::new();
+    let mut stomp = Conn::open(&mut tap, 42010, 1, 1, &mut out);
+    stomp.send(
+        &mut tap,
+        b"HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Protocol: v12.stomp\r\n\r\n",
+        2,
+        &mut out,
+    );
+    assert_eq!(
+        out.last(),
+        Some(&TapEvent::Opened {
+            client: stomp.client,
+            at_ns: 2,
+            deflate: false,
+            protocol: Some(Protocol::Stomp)
+        })
+    );
+    for (at, text) in [
+        (
+            3,
+            "CONNECTED\nversion:1.2\nheart-beat:1000,1000\n\n\0".to_owned(),
+        ),
+        (4, "RECEIPT\nreceipt-id:r\n\n\0".to_owned()),
+        (5, "\n".to_owned()),
+        (
+            6,
+            format!(
+                "MESSAGE\nsubscription:s\nmessage-id:1\ncontent-length:{}\n\n{SHOW_0}\0",
+                SHOW_0.len()
+            ),
+        ),
+    ] {
+        stomp.send(&mut tap, &frame(true, 1, text.as_bytes()), at, &mut out);
+    }
+    // A MESSAGE cut across two WebSocket messages is one payload, dated
+    // from the first.
+    let cut = format!("MESSAGE\nsubscription:s\nmessage-id:2\n\n{SHOW_1}\0");
+    stomp.send(
+        &mut tap,
+        &frame(true, 1, &cut.as_bytes()[..20]),
+        7,
+        &mut out,
+    );
+    stomp.send(
+        &mut tap,
+        &frame(true, 1, &cut.as_bytes()[20..]),
+        8,
+        &mut out,
+    );
+    assert_eq!(
+        payloads_to(&out, stomp.client),
+        vec![(SHOW_0.into(), 6, 6), (SHOW_1.into(), 7, 8)]
+    );
+
+    let mut mqtt = Conn::open(&mut tap, 42011, 1, 1, &mut out);
+    mqtt.send(
+        &mut tap,
+        b"HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Protocol: mqtt\r\n\r\n",
+        2,
+        &mut out,
+    );
+    let publish = |retain: bool, payload: &str| {
+        let mut body = vec![0, 6];
+        body.extend_from_slice(b"show/a");
+        body.extend_from_slice(payload.as_bytes());
+        let mut p = vec![0x30 | u8::from(retain), body.len() as u8];
+        p.extend(body);
+        frame(true, 2, &p)
+    };
+    mqtt.send(&mut tap, &frame(true, 2, &[0x20, 2, 0, 0]), 3, &mut out);
+    mqtt.send(&mut tap, &frame(true, 2, &[0x90, 3, 0, 1, 0]), 4, &mut out);
+    mqtt.send(&mut tap, &publish(true, "noise"), 5, &mut out);
+    mqtt.send(&mut tap, &publish(false, SHOW_0), 6, &mut out);
+    mqtt.send(&mut tap, &frame(true, 2, &[0xD0, 0]), 7, &mut out);
+    assert_eq!(
+        payloads_to(&out, mqtt.client),
+        vec![(SHOW_0.into(), 6, 6)],
+        "a retained message and the acknowledgements are not broadcasts"
+    );
+    // A broker's DISCONNECT ends the session, said.
+    mqtt.send(&mut tap, &frame(true, 2, &[0xE0, 0]), 8, &mut out);
+    assert!(out.contains(&TapEvent::Closed {
+        client: mqtt.client,
+        at_ns: 8,
+        reason: "the protocol's session ended"
+    }));
+    assert_eq!(tap.websockets(), 1);
+    // Garbage in STOMP breaks only that connection.
+    stomp.send(&mut tap, &frame(true, 1, b"nonsense\0"), 9, &mut out);
+    let n = tap.counters();
+    assert_eq!((n.broken, n.messages), (1, 3));
+    assert_eq!(tap.websockets(), 0);
+}
+
+#[test]
+fn an_event_streams_events_are_its_messages() {
+    let mut tap = Tap::new(8000, 1 << 20).reading(TapReading {
+        protocol: TapProtocol::Auto,
+        events: vec!["show".into()],
+    });
+    let mut out = Vec::new();
+    let mut c = Conn::open(&mut tap, 42020, 1, 1, &mut out);
+    c.send(
+        &mut tap,
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n",
+        2,
+        &mut out,
+    );
+    assert_eq!(tap.websockets(), 1);
+    let chunk = |text: String| format!("{:x}\r\n{text}\r\n", text.len()).into_bytes();
+    c.send(&mut tap, &chunk("retry: 300\n\n".into()), 3, &mut out);
+    c.send(&mut tap, &chunk(": keep-alive\n\n".into()), 4, &mut out);
+    c.send(
+        &mut tap,
+        &chunk("id: 1\nevent: other\ndata: noise\n\n".into()),
+        5,
+        &mut out,
+    );
+    c.send(
+        &mut tap,
+        &chunk(format!("id: 2\nevent: show\ndata: {SHOW_0}\n\n")),
+        6,
+        &mut out,
+    );
+    c.send(&mut tap, b"0\r\n\r\n", 7, &mut out);
+    assert_eq!(
+        out.first(),
+        Some(&TapEvent::Opened {
+            client: c.client,
+            at_ns: 2,
+            deflate: false,
+            protocol: Some(Protocol::EventStream)
+        })
+    );
+    assert_eq!(payloads_to(&out, c.client), vec![(SHOW_0.into(), 6, 6)]);
+    assert!(out.contains(&TapEvent::Closed {
+        client: c.client,
+        at_ns: 7,
+        reason: "event stream ended"
+    }));
+    assert_eq!(tap.websockets(), 0);
+    let n = tap.counters();
+    assert_eq!((n.not_websocket, n.messages, n.broken), (0, 1, 0));
+    // Its end is reported as a WebSocket's is.
+    out.clear();
+    tap.finish(8, &mut out);
+    assert!(
+        matches!(out[..], [TapEvent::Ended { segments: 6, .. }]),
+        "{out:?}"
+    );
 }
