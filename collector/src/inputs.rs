@@ -279,12 +279,15 @@ pub use crate::reference::Scope;
 /// The probe logs a join within `scope` reads: a window of the agent's
 /// broadcasts joins only probes the agent named (connected to its hub); a
 /// report of a foreign server only probes it did not: a data directory can
-/// hold both.
+/// hold both. Without an agent log there is no hub to tell apart: a window
+/// of first receipts (`--between`, a sweep's stage) keeps every probe, the
+/// hub's own included.
 fn probes_in(inputs: &Inputs, scope: Scope) -> Vec<&dyn ProbeSource> {
     inputs
         .probes
         .iter()
         .filter(|p| match (scope.agent_as_reference, scope.window) {
+            (false, Some(Window::FirstReceiptBetween { .. })) if inputs.agents.is_empty() => true,
             (true, _) | (false, Some(Window::FirstReceiptBetween { .. })) => p.foreign_side,
             (false, Some(Window::AgentIds { .. })) => p.hub_side,
             // The hub's broadcasts: a run that only listened to another

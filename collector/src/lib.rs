@@ -16,6 +16,8 @@ pub mod log_files;
 pub mod matching;
 pub mod reference;
 pub mod sentences;
+#[cfg(feature = "demo")]
+pub mod sweep;
 pub mod table;
 pub mod verdict_lines;
 

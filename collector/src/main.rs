@@ -149,6 +149,36 @@ enum Command {
         #[arg(long, value_name = "DIR", help_heading = heading::OUTPUT)]
         keep: Option<PathBuf>,
     },
+    /// Load a server stage by stage and find up to how many clients it
+    /// still reaches them together: at each stage (5, 100, 1,000, 5,000,
+    /// 10,000 connections from this machine by default) K broadcasts, each
+    /// asked for by --trigger; per stage the receive skew, the latency from
+    /// the trigger, missing receipts, connections refused or dropped and
+    /// the server's CPU (--server-pid); then the knee against
+    /// --max-skew-p99. Any server: --protocol as the probe takes it.
+    ///
+    ///   skewscope sweep --url ws://127.0.0.1:8000/ws \
+    ///       --trigger http://127.0.0.1:8000/start_test --server-pid 4242 \
+    ///       --json fastapi.json --html fastapi.html
+    ///
+    /// Exit status: 0 a stage was measured (whatever the knee); 2 none
+    /// was (a flag, the trigger or the server pid wrong, the trigger made
+    /// no broadcast): the result still says why.
+    #[cfg(feature = "demo")]
+    #[command(verbatim_doc_comment)]
+    Sweep(Box<collector::sweep::args::SweepArgs>),
+    /// Put saved sweeps (`skewscope sweep --json`) side by side: one table
+    /// of skew and latency per stage with a column each, their knees, and
+    /// what differed between the runs besides the server.
+    #[cfg(feature = "demo")]
+    SweepCompare {
+        /// The results, as `skewscope sweep --json` wrote them.
+        #[arg(required = true, num_args = 1.., value_name = "RESULT.json", help_heading = heading::READ)]
+        files: Vec<PathBuf>,
+        /// Also write them as one HTML page with a curve each.
+        #[arg(long, value_name = "OUT", help_heading = heading::OUTPUT)]
+        html: Option<PathBuf>,
+    },
 }
 
 /// `skewscope audit`'s options.
@@ -331,6 +361,10 @@ fn run(command: Command) -> anyhow::Result<u8> {
             Ok(0)
         }
         Command::Audit(args) => audit(*args),
+        #[cfg(feature = "demo")]
+        Command::Sweep(args) => sweep(*args),
+        #[cfg(feature = "demo")]
+        Command::SweepCompare { files, html } => sweep_compare(&files, html.as_deref()),
         Command::JsonSchema => {
             print!("{}", collector::report_schema());
             Ok(0)
@@ -494,6 +528,48 @@ fn audit(args: AuditArgs) -> anyhow::Result<u8> {
         eprintln!("skewscope audit: cannot audit: {why}");
     }
     Ok(outcome.exit_code())
+}
+
+/// `skewscope sweep`: the result as text on stdout, progress on stderr.
+#[cfg(feature = "demo")]
+fn sweep(args: collector::sweep::args::SweepArgs) -> anyhow::Result<u8> {
+    let command: Vec<String> = std::env::args().collect();
+    let (json, html) = (args.json.clone(), args.html.clone());
+    let options = args.into_options(&command)?;
+    let result = collector::sweep::run(&options, &|line| eprintln!("{line}"))?;
+    print!("{}", collector::sweep::text::render(&result));
+    if let Some(out) = &json {
+        write_text(&serde_json::to_string_pretty(&result)?, out)?;
+    }
+    if let Some(out) = &html {
+        let made = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+        std::fs::write(out, collector::sweep::html::page(&result, &made))
+            .with_context(|| format!("cannot write {}", out.display()))?;
+    }
+    // Nothing measured: the sweep could not do what it is for.
+    let measured = result.stages.iter().any(|s| s.figures.is_some());
+    Ok(if measured { 0 } else { 2 })
+}
+
+/// `skewscope sweep-compare`: saved results side by side.
+#[cfg(feature = "demo")]
+fn sweep_compare(files: &[PathBuf], html: Option<&Path>) -> anyhow::Result<u8> {
+    let results = files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read {}", f.display()))?;
+            collector::sweep::result::SweepResult::from_json(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    print!("{}", collector::sweep::compare::render(&results));
+    if let Some(out) = html {
+        let made = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+        std::fs::write(out, collector::sweep::html::compare_page(&results, &made))
+            .with_context(|| format!("cannot write {}", out.display()))?;
+    }
+    Ok(0)
 }
 
 /// `e` and its causes, each said once: a cause whose text the error

@@ -79,6 +79,34 @@ pub fn ensure_open_files(sockets: u32) -> Result<(), FileLimitError> {
     Ok(())
 }
 
+/// How many sockets this process can still open: its open-file limit
+/// (raised to the hard limit first) and the room left under it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SocketRoom {
+    /// The open-file limit, after raising the soft limit to the hard one.
+    pub limit: u64,
+    /// Descriptors open now plus those kept free for logs and the runtime.
+    pub taken: u64,
+}
+
+impl SocketRoom {
+    /// Sockets that fit: what a load generator may open at once.
+    pub fn sockets(&self) -> u64 {
+        self.limit.saturating_sub(self.taken)
+    }
+}
+
+/// The room for sockets in this process, to plan connections within it
+/// rather than fail at the limit (`skewscope sweep` cuts a stage to it).
+pub fn socket_room() -> io::Result<SocketRoom> {
+    let limit = raise_open_file_limit()?;
+    let in_use = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
+    Ok(SocketRoom {
+        limit,
+        taken: in_use + HEADROOM,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +122,13 @@ mod tests {
         let err = ensure_open_files(u32::MAX).unwrap_err();
         assert!(matches!(err, FileLimitError::HardLimit { .. }), "{err}");
         assert!(err.to_string().contains("LimitNOFILE"));
+    }
+
+    #[test]
+    fn the_room_is_the_limit_less_what_is_taken() {
+        let room = socket_room().unwrap();
+        assert!(room.taken > HEADROOM, "{room:?}");
+        assert_eq!(room.sockets(), room.limit - room.taken);
+        ensure_open_files(room.sockets().min(1000) as u32).unwrap();
     }
 }

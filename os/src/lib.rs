@@ -10,7 +10,9 @@
 //! - [`clock_claims`]: what the clock says about its own error (`adjtimex`,
 //!   `chronyc`);
 //! - [`host`]: host name and the kernel's boot id (what names a clock);
-//! - [`files`]: the open-file limit;
+//! - [`files`]: the open-file limit, and the room for sockets under it;
+//! - [`machine`]: what machine this is (kernel, CPU, memory, port range);
+//! - [`process`]: another process's CPU time and command line;
 //! - [`log_files`]: record logs on disk, written and read (the format is
 //!   the core's);
 //! - [`priority`]: background threads at the lowest CPU priority;
@@ -45,9 +47,13 @@ pub mod host;
 #[cfg(all(target_os = "linux", feature = "cli"))]
 pub mod logging;
 #[cfg(target_os = "linux")]
+pub mod machine;
+#[cfg(target_os = "linux")]
 pub mod packet_capture;
 #[cfg(target_os = "linux")]
 pub mod priority;
+#[cfg(target_os = "linux")]
+pub mod process;
 #[cfg(target_os = "linux")]
 pub mod rx_stamp;
 #[cfg(target_os = "linux")]

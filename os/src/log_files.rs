@@ -262,6 +262,85 @@ impl LogFileReader {
     }
 }
 
+/// A log read while it is written: each [`LogFollower::next_record`] reads
+/// what was appended since the last one, and `None` means "nothing more
+/// yet", not the end. For a caller that waits on what a running writer
+/// records (`skewscope sweep` waits for every connection's receipt of a
+/// broadcast before the next one); a frame half written is waited for,
+/// never counted as damage.
+pub struct LogFollower {
+    path: PathBuf,
+    file: File,
+    /// The header's bytes until it is whole, then `None`.
+    head: Option<Vec<u8>>,
+    decoder: BodyDecoder,
+    chunk: Vec<u8>,
+}
+
+impl LogFollower {
+    /// Opens `path` to follow it from its start; its header is checked as
+    /// soon as it has been written.
+    pub fn open(path: &Path) -> Result<LogFollower, LogError> {
+        let file = File::open(path).map_err(|source| LogError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(LogFollower {
+            path: path.to_owned(),
+            file,
+            head: Some(Vec::with_capacity(HEADER_LEN)),
+            decoder: BodyDecoder::new(),
+            chunk: vec![0; READ_CHUNK],
+        })
+    }
+
+    /// The next record that decodes as `R`, if the writer has appended
+    /// one; `Ok(None)` when everything written so far has been read.
+    /// A foreign file is an error once its header is there to read.
+    pub fn next_record<R: DeserializeOwned>(&mut self) -> Result<Option<R>, LogError> {
+        use std::io::Read;
+        loop {
+            if self.head.is_none() {
+                match self.decoder.next_frame() {
+                    Next::Frame(payload) => {
+                        if let Ok(record) = postcard::from_bytes::<R>(payload) {
+                            return Ok(Some(record));
+                        }
+                        continue;
+                    }
+                    Next::End => return Ok(None),
+                    Next::NeedMore => {}
+                }
+            }
+            let n = loop {
+                match self.file.read(&mut self.chunk) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    other => break other,
+                }
+            }
+            .map_err(|source| LogError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+            if n == 0 {
+                return Ok(None);
+            }
+            let mut bytes = &self.chunk[..n];
+            if let Some(head) = &mut self.head {
+                let take = (HEADER_LEN - head.len()).min(bytes.len());
+                head.extend_from_slice(&bytes[..take]);
+                bytes = &bytes[take..];
+                if head.len() < HEADER_LEN {
+                    continue;
+                }
+                read_header(&self.path, head)?;
+                self.head = None;
+            }
+            self.decoder.push(bytes);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,6 +418,42 @@ mod tests {
         f.set_len(2 << 30).unwrap();
         let e = read_file(&big).unwrap_err();
         std::fs::remove_file(&big).unwrap();
+        assert!(matches!(e, LogError::NotALog { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_follower_reads_what_is_appended_and_waits_on_a_half_written_frame() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("probe.sklog");
+        let mut file = std::fs::File::create(&path).unwrap();
+        let mut follower = LogFollower::open(&path).unwrap();
+        // Nothing yet, not even the whole header.
+        file.write_all(&skewscope_core::log::header(LogKind::Probe)[..5])
+            .unwrap();
+        assert_eq!(follower.next_record::<ProbeRecord>().unwrap(), None);
+        file.write_all(&skewscope_core::log::header(LogKind::Probe)[5..])
+            .unwrap();
+        let mut frames = Vec::new();
+        for i in 0..3 {
+            skewscope_core::log::encode_record(&stopped(i), &mut frames);
+        }
+        // Two records and a half.
+        let cut = frames.len() - 7;
+        file.write_all(&frames[..cut]).unwrap();
+        assert_eq!(follower.next_record().unwrap(), Some(stopped(0)));
+        assert_eq!(follower.next_record().unwrap(), Some(stopped(1)));
+        assert_eq!(follower.next_record::<ProbeRecord>().unwrap(), None);
+        file.write_all(&frames[cut..]).unwrap();
+        assert_eq!(follower.next_record().unwrap(), Some(stopped(2)));
+        assert_eq!(follower.next_record::<ProbeRecord>().unwrap(), None);
+        // A file that is no log is refused once its header can be read.
+        let other = dir.path().join("notes.txt");
+        std::fs::write(&other, b"hello, this is not a log").unwrap();
+        let e = LogFollower::open(&other)
+            .unwrap()
+            .next_record::<ProbeRecord>()
+            .unwrap_err();
         assert!(matches!(e, LogError::NotALog { .. }), "{e}");
     }
 }

@@ -155,6 +155,11 @@ pub struct Chart {
     y_label: String,
     /// Category names on the vertical axis instead of numbers (rows).
     y_categories: Option<Vec<String>>,
+    /// Ticks on the horizontal axis at these values with these labels
+    /// instead of round numbers ([`Chart::label_x_at`]).
+    x_labels: Option<Vec<(f64, String)>>,
+    /// The same for the vertical axis ([`Chart::label_y_at`]).
+    y_labels: Option<Vec<(f64, String)>>,
     body: String,
     id: &'static str,
 }
@@ -178,6 +183,8 @@ impl Chart {
             x_label: x_label.to_owned(),
             y_label: y_label.to_owned(),
             y_categories: None,
+            x_labels: None,
+            y_labels: None,
             body: String::new(),
             id,
         }
@@ -205,6 +212,19 @@ impl Chart {
         };
         chart.y_categories = Some(rows);
         chart
+    }
+
+    /// Labels the horizontal axis at `ticks` (value, text) instead of at
+    /// round numbers: a logarithmic axis plots the logarithms and labels
+    /// them with what they stand for (5, 100, 1000 connections).
+    pub fn label_x_at(&mut self, ticks: Vec<(f64, String)>) {
+        self.x_labels = Some(ticks);
+    }
+
+    /// Labels the vertical axis at `ticks` instead of at round numbers
+    /// (see [`Chart::label_x_at`]).
+    pub fn label_y_at(&mut self, ticks: Vec<(f64, String)>) {
+        self.y_labels = Some(ticks);
     }
 
     /// A round mark at (x, y) with a tooltip.
@@ -328,13 +348,22 @@ impl Chart {
             (self.y.px_lo, self.y.px_hi)
         };
         let x_step = tick_step(self.x.hi - self.x.lo);
-        for t in self.x.ticks() {
+        let x_ticks: Vec<(f64, String)> = match &self.x_labels {
+            Some(given) => given.clone(),
+            None => self
+                .x
+                .ticks()
+                .into_iter()
+                .map(|t| (t, label(t, x_step)))
+                .collect(),
+        };
+        for (t, text) in x_ticks {
             let px = self.x.at(t);
             let _ = write!(
                 out,
                 r#"<path class="grid" d="M{px:.1},{plot_top:.1}V{plot_bottom:.1}"/><text class="tick" x="{px:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
                 plot_bottom + 16.0,
-                label(t, x_step)
+                escape(&text)
             );
         }
         match &self.y_categories {
@@ -352,14 +381,23 @@ impl Chart {
             }
             None => {
                 let y_step = tick_step(self.y.hi - self.y.lo);
-                for t in self.y.ticks() {
+                let y_ticks: Vec<(f64, String)> = match &self.y_labels {
+                    Some(given) => given.clone(),
+                    None => self
+                        .y
+                        .ticks()
+                        .into_iter()
+                        .map(|t| (t, label(t, y_step)))
+                        .collect(),
+                };
+                for (t, text) in y_ticks {
                     let py = self.y.at(t);
                     let _ = write!(
                         out,
                         r#"<path class="grid" d="M{plot_left:.1},{py:.1}H{plot_right:.1}"/><text class="tick" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
                         plot_left - 6.0,
                         py + 4.0,
-                        label(t, y_step)
+                        escape(&text)
                     );
                 }
             }

@@ -244,6 +244,58 @@ pub fn fastapi_app(app: &str, env: &[(&str, &str)]) -> (Reaped, std::net::Socket
     (Reaped(child), addr)
 }
 
+/// The Go (gorilla/websocket) broadcaster of bench/peers/go, built once
+/// into the test's scratch directory (GOPATH mode with Debian's
+/// gorilla/websocket: no module download). `./test` installs Go.
+pub fn go_peer_binary() -> PathBuf {
+    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let bin = scratch.join("skewscope-peer-go");
+    // Tests build it side by side: each into its own file, then renamed.
+    let mine = scratch.join(format!("skewscope-peer-go.{}", std::process::id()));
+    let out = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&mine)
+        .arg("main.go")
+        .current_dir(peers().join("go"))
+        .env("GOPATH", "/usr/share/gocode")
+        .env("GO111MODULE", "off")
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOCACHE", scratch.join("gocache"))
+        .output()
+        .expect("go (./test installs golang-go)");
+    assert!(
+        out.status.success(),
+        "go build: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::rename(&mine, &bin).unwrap();
+    bin
+}
+
+/// The Go broadcaster on a free loopback port, once it listens.
+pub fn go_peer() -> (Reaped, std::net::SocketAddr) {
+    let bin = go_peer_binary();
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let child = Command::new(bin)
+        .args(["-listen", &addr.to_string()])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let peer = Reaped(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the go peer never listened on {addr}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (peer, addr)
+}
+
 /// libfaketime's multi-threaded build (the probe runs several threads), for
 /// tests that shift a probe's wall clock; `./test` installs Debian's
 /// faketime package.

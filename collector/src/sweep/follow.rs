@@ -1,0 +1,116 @@
+//! A stage's probe log, read as the probe writes it: how many receipts
+//! each connection has, which are open, which failed or were dropped.
+//! The sweep waits on it (a broadcast is complete when every open
+//! connection has received it), so it never sleeps a fixed time where
+//! the log can say.
+
+use std::path::Path;
+
+use skewscope_core::record::ProbeRecord;
+use skewscope_os::log_files::LogFollower;
+
+/// What the log of one stage says so far.
+pub struct StageLog {
+    follower: LogFollower,
+    /// Receipts so far, by connection index.
+    receipts: Vec<u64>,
+    /// Whether each connection is open now (opened, and not closed).
+    open: Vec<bool>,
+    opened: u32,
+    failed: u32,
+    closed: u32,
+    first_failure: Option<String>,
+    first_close: Option<String>,
+}
+
+impl StageLog {
+    /// Follows the log at `path` of a probe of `connections` connections.
+    pub fn open(path: &Path, connections: u32) -> anyhow::Result<StageLog> {
+        Ok(StageLog {
+            follower: LogFollower::open(path)?,
+            receipts: vec![0; connections as usize],
+            open: vec![false; connections as usize],
+            opened: 0,
+            failed: 0,
+            closed: 0,
+            first_failure: None,
+            first_close: None,
+        })
+    }
+
+    /// Reads what the probe has written since the last call.
+    pub fn catch_up(&mut self) -> anyhow::Result<()> {
+        while let Some(record) = self.follower.next_record::<ProbeRecord>()? {
+            match record {
+                ProbeRecord::Receipt(r) => {
+                    if let Some(n) = self.receipts.get_mut(r.conn as usize) {
+                        *n += 1;
+                    }
+                }
+                ProbeRecord::ConnectionOpened(o) => {
+                    if let Some(open) = self.open.get_mut(o.conn as usize) {
+                        *open = true;
+                    }
+                    self.opened += 1;
+                }
+                ProbeRecord::ConnectionFailed(f) => {
+                    self.failed += 1;
+                    self.first_failure.get_or_insert(f.error);
+                }
+                ProbeRecord::ConnectionClosed(c) => {
+                    if let Some(open) = self.open.get_mut(c.conn as usize) {
+                        *open = false;
+                    }
+                    self.closed += 1;
+                    self.first_close.get_or_insert(c.reason);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Receipts so far, by connection index.
+    pub fn receipts(&self) -> &[u64] {
+        &self.receipts
+    }
+
+    /// Receipts so far on every connection.
+    pub fn total_receipts(&self) -> u64 {
+        self.receipts.iter().sum()
+    }
+
+    /// The connections open now.
+    pub fn open_connections(&self) -> impl Iterator<Item = usize> + '_ {
+        self.open
+            .iter()
+            .enumerate()
+            .filter(|(_, open)| **open)
+            .map(|(i, _)| i)
+    }
+
+    /// Connections whose opening the log holds (the probe says a
+    /// connection is open a moment before its record reaches the file).
+    pub fn opened(&self) -> u32 {
+        self.opened
+    }
+
+    /// Whether every open connection, and at least one, has received
+    /// something since `before` (the receipts as they were when a
+    /// broadcast was asked for).
+    pub fn each_received_since(&self, before: &[u64]) -> bool {
+        let mut open = self.open_connections().peekable();
+        open.peek().is_some()
+            && open.all(|c| self.receipts[c] > before.get(c).copied().unwrap_or(0))
+    }
+
+    /// Connection attempts that failed, and the first one's error.
+    pub fn failed(&self) -> (u32, Option<&str>) {
+        (self.failed, self.first_failure.as_deref())
+    }
+
+    /// Connections that closed, and the first one's reason.
+    pub fn closed(&self) -> (u32, Option<&str>) {
+        (self.closed, self.first_close.as_deref())
+    }
+}

@@ -1,0 +1,172 @@
+//! `skewscope sweep`: the load test a real-time service gets before it
+//! ships, answering its own question: up to how many clients do they still
+//! receive each broadcast together? Against any server (a URL, the
+//! probe's `--protocol` and its flags, and a trigger URL that makes it
+//! broadcast once), stages of connections from this machine, at each
+//! stage K broadcasts: receive skew, latency from the trigger, missing
+//! receipts, connections refused or dropped, the server's CPU, and the
+//! knee against a threshold.
+//!
+//! The steps, in order: [`plan`] the stages within this process's file
+//! limit, then for each [`stage`] (its connections a probe in this
+//! process, its log followed by [`follow`], its broadcasts asked for by
+//! [`trigger`], its figures by the report's engine in [`figures`], the
+//! server's CPU by [`server_cpu`]), then the [`knee`]. [`options`] and
+//! [`args`] say what was asked, [`environment`] where it ran, [`result`]
+//! is the JSON's shape; [`text`], [`html`] and [`compare`] show it.
+
+pub mod args;
+pub mod compare;
+pub mod environment;
+pub mod figures;
+pub mod follow;
+pub mod html;
+pub mod knee;
+pub mod options;
+pub mod plan;
+pub mod result;
+pub mod server_cpu;
+pub mod stage;
+pub mod text;
+pub mod trigger;
+
+use std::time::Instant;
+
+use anyhow::Context;
+
+use knee::KneePoint;
+use options::SweepOptions;
+use plan::thousands;
+use result::{NotRun, SweepResult};
+use stage::StageContext;
+use trigger::Trigger;
+
+/// Runs the sweep; what it is doing goes to `say`, a line at a time.
+/// A stage that fails ends the sweep there (larger ones would fail too),
+/// and the result says where and why; only what stops it from starting is
+/// an error.
+pub fn run(options: &SweepOptions, say: &dyn Fn(&str)) -> anyhow::Result<SweepResult> {
+    let begun = Instant::now();
+    let settings = &options.settings;
+    if let Some(pid) = settings.server_pid
+        && !skewscope_os::process::exists(pid)
+    {
+        anyhow::bail!(
+            "--server-pid {pid}: no such process on this host (its CPU is read from /proc/{pid}/task); give the server's pid, or leave the flag out"
+        );
+    }
+    let room = skewscope_os::files::socket_room().context("cannot read the open-file limit")?;
+    let (planned, skipped) = plan::plan(&settings.stages, room.sockets(), room.limit);
+    let http = crate::audit::agent_api::http_client(options.ca_file.as_deref())?;
+    let trigger = Trigger::new(options.trigger.clone(), http);
+    let (dir, _temp) = match &options.keep {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            (dir.clone(), None)
+        }
+        None => {
+            let t = tempfile::tempdir().context("cannot create a temporary directory")?;
+            (t.path().to_owned(), Some(t))
+        }
+    };
+    // The probe's warnings go to stderr; the result is the output.
+    let _ = skewscope_os::logging::init(None, "warn");
+    // The connections run on the probe's own threads; this runtime runs
+    // only its helpers and the waits.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    let mut environment =
+        environment::gather(room.limit, settings.server_pid, options.command.clone());
+    let mut not_run: Vec<NotRun> = skipped
+        .into_iter()
+        .map(|s| NotRun {
+            asked: s.asked,
+            why: s.why,
+        })
+        .collect();
+    let ctx = StageContext {
+        options,
+        trigger: &trigger,
+        runtime: &runtime,
+        dir: &dir,
+        say,
+    };
+    let mut stages = Vec::new();
+    for (i, stage) in planned.iter().enumerate() {
+        say(&format!(
+            "sweep: stage {} of {}: {} connections{}",
+            i + 1,
+            planned.len(),
+            thousands(u64::from(stage.connections)),
+            stage
+                .cut
+                .as_deref()
+                .map(|c| format!(" ({c})"))
+                .unwrap_or_default()
+        ));
+        let run = stage::run(&ctx, stage);
+        if environment.server_header.is_none() {
+            environment.server_header = run.server_header.clone();
+        }
+        say(&format!("sweep: {}", stage_line(&run.result)));
+        stages.push(run.result);
+        if run.fatal.is_some() {
+            let at = thousands(u64::from(stage.connections));
+            not_run.extend(planned[i + 1..].iter().map(|later| NotRun {
+                asked: later.asked,
+                why: format!("the sweep stopped at {at} connections, whose line says why"),
+            }));
+            break;
+        }
+    }
+    not_run.sort_by_key(|n| n.asked);
+    let points: Vec<KneePoint> = stages
+        .iter()
+        .map(|s| KneePoint {
+            clients: s.opened,
+            skew_p99_ns: s.skew_p99_ns(),
+            unmeasured: s.stopped.clone(),
+        })
+        .collect();
+    let knee = knee::find(&points, settings.max_skew_p99_ns);
+    Ok(SweepResult {
+        kind: "skewscope sweep".to_owned(),
+        format: result::FORMAT,
+        settings: settings.clone(),
+        environment,
+        stages,
+        not_run,
+        knee,
+        took_ms: begun.elapsed().as_millis() as u64,
+    })
+}
+
+/// A stage's outcome in one progress line.
+fn stage_line(stage: &result::StageResult) -> String {
+    let at = thousands(u64::from(stage.connections));
+    match (&stage.figures, &stage.stopped) {
+        (Some(f), stopped) => format!(
+            "{at}: skew p99 {}, latency from trigger p99 {}, {} of {} receipts, {} missing{}",
+            f.skew_ns.map_or("–".to_owned(), |s| knee::short_duration(
+                s.p99.max(0) as u64
+            )),
+            f.latency_from_trigger_ns
+                .map_or("–".to_owned(), |s| knee::short_duration(
+                    s.p99.max(0) as u64
+                )),
+            thousands(f.receipts),
+            thousands(f.expected),
+            thousands(f.missing),
+            stopped
+                .as_deref()
+                .map(|w| format!("; stopped: {w}"))
+                .unwrap_or_default()
+        ),
+        (None, Some(why)) => format!("{at}: not measured: {why}"),
+        (None, None) => format!("{at}: not measured"),
+    }
+}
