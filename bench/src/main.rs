@@ -106,18 +106,17 @@ enum Command {
     },
     /// Clock models side by side over emulated links, deterministic and
     /// without sockets: the truth inside the bound, the bound against the
-    /// link's physical limit, the estimate's error.
+    /// link's physical limit, the estimate's error. With --days, runs of
+    /// days with what real clocks do over days.
     ClockModels {
-        /// Link profiles (wired, good-wifi, busy-wifi, asymmetric).
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "wired,good-wifi,busy-wifi,asymmetric"
-        )]
+        /// Link profiles (wired, good-wifi, busy-wifi, asymmetric, dozing);
+        /// default: the first four, and all five with --days.
+        #[arg(long, value_delimiter = ',')]
         profiles: Vec<String>,
-        /// Runs per profile.
-        #[arg(long, default_value_t = 100)]
-        runs: u32,
+        /// Runs per profile (default 100, and 4 with --days: 4 × 5 profiles
+        /// × 7 days is over 10^7 questions).
+        #[arg(long)]
+        runs: Option<u32>,
         /// Seconds per run.
         #[arg(long, default_value_t = 600)]
         seconds: u64,
@@ -130,6 +129,23 @@ enum Command {
         /// The steady exchange interval (the probe's --time-interval).
         #[arg(long, default_value = "1s", value_parser = skewscope_core::units::parse_duration)]
         interval: Duration,
+        /// Runs of this many simulated days instead (7 for the runs):
+        /// diurnal crystal wander, chrony on both hosts, the device's NTP
+        /// outages ended by a step and a slew, agent restarts, device sleeps,
+        /// a probe restart a day.
+        #[arg(long)]
+        days: Option<f64>,
+        /// With --days: the device clock the probe stamps with (monotonic, as
+        /// it does; raw: CLOCK_MONOTONIC_RAW, which NTP does not slew).
+        #[arg(long, value_enum, default_value = "monotonic")]
+        device_clock: clock_models::days::DeviceClock,
+        /// With --days: the probe sees its device's sleeps and starts its
+        /// clock models again at the wake.
+        #[arg(long)]
+        sleep_seen: bool,
+        /// With --days: worker threads (default: one per core).
+        #[arg(long)]
+        threads: Option<usize>,
         /// Print the figures as JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -437,25 +453,65 @@ fn main() -> anyhow::Result<()> {
             drift_ppm,
             seed,
             interval,
+            days,
+            device_clock,
+            sleep_seen,
+            threads,
             json,
             save,
         } => {
-            let profiles = link_profiles(&profiles)?;
-            let figures = clock_models::run(
-                &profiles,
-                runs,
-                seconds,
-                drift_ppm,
-                seed,
-                interval.as_nanos() as u64,
-            );
+            let profiles = match (profiles.is_empty(), days.is_some()) {
+                (false, _) => link_profiles(&profiles)?,
+                (true, false) => {
+                    use skewscope_linkemu::Profile;
+                    vec![
+                        Profile::WIRED,
+                        Profile::GOOD_WIFI,
+                        Profile::BUSY_WIFI,
+                        Profile::ASYMMETRIC,
+                    ]
+                }
+                (true, true) => skewscope_linkemu::Profile::ALL.to_vec(),
+            };
+            let interval_ns = interval.as_nanos() as u64;
+            let figures = if let Some(days) = days {
+                anyhow::ensure!(days > 0.0, "--days must be positive");
+                let options = clock_models::days::Options {
+                    days,
+                    runs: runs.unwrap_or(4),
+                    seed,
+                    interval_ns,
+                    device_clock,
+                    sleep_seen,
+                    threads: threads.unwrap_or_else(|| {
+                        std::thread::available_parallelism().map_or(1, |n| n.get())
+                    }),
+                };
+                let started = std::time::Instant::now();
+                let figures = clock_models::days::run(&profiles, options);
+                let taken = started.elapsed().as_secs_f64();
+                if !json {
+                    clock_models::days::print(&figures, &options, taken);
+                }
+                serde_json::to_value(serde_json::json!({
+                    "options": options,
+                    "seconds_taken": taken,
+                    "profiles": figures,
+                }))?
+            } else {
+                let runs = runs.unwrap_or(100);
+                let figures =
+                    clock_models::run(&profiles, runs, seconds, drift_ppm, seed, interval_ns);
+                if !json {
+                    clock_models::print(&figures, runs, seconds, drift_ppm);
+                }
+                serde_json::to_value(&figures)?
+            };
             if let Some(path) = save {
                 std::fs::write(path, serde_json::to_string_pretty(&figures)? + "\n")?;
             }
             if json {
                 println!("{}", serde_json::to_string_pretty(&figures)?);
-            } else {
-                clock_models::print(&figures, runs, seconds, drift_ppm);
             }
             Ok(())
         }

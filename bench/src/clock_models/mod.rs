@@ -10,9 +10,18 @@
 //! physical limit (half the least delay up plus the least down, over the
 //! exchanges of the last horizon), and the estimate's error. The models:
 //! the region model (the one the probe, the live join and the report use),
-//! the one before it, Snapcast's median of 200, and NTP's clock filter.
+//! the one before it, Snapcast's median of 200, NTP's clock filter, and a
+//! Kalman filter over offset and drift of the kind Sendspin uses.
+//!
+//! With `--days N` ([`days`]) the runs last days instead of minutes, and the
+//! clocks do what real clocks do over days: a crystal's diurnal wander,
+//! chrony's corrections on both hosts, a device's NTP outage ended by a
+//! step or a slew, agent restarts, device sleeps and probe restarts.
 
 mod before;
+pub mod days;
+mod hist;
+mod kalman;
 mod peers;
 
 use std::collections::VecDeque;
@@ -38,7 +47,90 @@ const START_UP_NS: u64 = 10 * S;
 const SETTLED_NS: u64 = 60 * S;
 
 /// The models measured, in the order printed.
-const MODELS: [&str; 4] = ["region (now)", "before", "snapcast median", "ntp filter"];
+const MODELS: [&str; 5] = [
+    "region (now)",
+    "before",
+    "snapcast median",
+    "ntp filter",
+    "kalman (3σ)",
+];
+
+/// The Kalman filter's interval is this many σ.
+const KALMAN_K: f64 = 3.0;
+
+/// One model's answer to one query.
+#[derive(Clone, Copy, Debug)]
+struct Answer {
+    /// Agent − device, ns.
+    estimate: i64,
+    /// The bound (half-width) it claims, ns; `None`: it claims none.
+    bound: Option<f64>,
+    /// The Kalman filter's σ, ns.
+    sigma: Option<f64>,
+    /// The region model's drift range, ppm.
+    drift_ppm: Option<(f64, f64)>,
+}
+
+/// Every model, fed the same exchanges.
+#[derive(Default)]
+struct Models {
+    region: ClockModel,
+    before: before::Before,
+    median: peers::MedianOf200,
+    ntp: peers::NtpFilter,
+    kalman: kalman::Kalman,
+}
+
+impl Models {
+    /// Takes in one answered exchange, as the probe does (keeping the
+    /// region model's exchanges within the horizon of its reply).
+    fn add(&mut self, sample: &TimeSample) {
+        if let Some(e) = Exchange::from_sample(sample) {
+            self.region.add(e);
+            self.region
+                .forget_before(sample.t4.mono_ns.saturating_sub(HORIZON_NS));
+        }
+        self.before.add(sample);
+        self.median.add(sample);
+        self.ntp.add(sample);
+        self.kalman.add(sample);
+    }
+
+    /// Each model's answer at device monotonic time `q`, in [`MODELS`]' order.
+    fn answers(&self, q: u64) -> [Option<Answer>; MODELS.len()] {
+        let bounded = |(estimate, bound): (i64, u64)| Answer {
+            estimate,
+            bound: Some(bound as f64),
+            sigma: None,
+            drift_ppm: None,
+        };
+        [
+            self.region.at(q).map(|e| Answer {
+                estimate: e.agent_minus_mono_ns,
+                bound: Some(e.bound_ns as f64),
+                sigma: None,
+                drift_ppm: Some((
+                    (e.drift_ppb - e.drift_bound_ppb) / 1e3,
+                    (e.drift_ppb + e.drift_bound_ppb) / 1e3,
+                )),
+            }),
+            self.before.at(q).map(bounded),
+            self.median.at().map(|estimate| Answer {
+                estimate,
+                bound: None,
+                sigma: None,
+                drift_ppm: None,
+            }),
+            self.ntp.at(q).map(bounded),
+            self.kalman.at(q).map(|(estimate, sigma)| Answer {
+                estimate,
+                bound: Some(KALMAN_K * sigma),
+                sigma: Some(sigma),
+                drift_ppm: None,
+            }),
+        ]
+    }
+}
 
 /// What was measured for one model on one profile.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -65,6 +157,9 @@ pub struct Figures {
     pub start_bound_ratio_p99: Option<f64>,
     /// Bound ÷ physical limit after each run's first minute: p99.
     pub settled_bound_ratio_p99: Option<f64>,
+    /// The Kalman filter's: the share of its answers with the truth within
+    /// 1σ, 2σ and 3σ.
+    pub inside_sigmas: Option<[f64; 3]>,
 }
 
 /// One profile's run.
@@ -89,6 +184,9 @@ struct Samples {
     settled_ratios: Vec<f64>,
     bounded: u64,
     inside: u64,
+    /// Answers with a σ, and those with the truth within 1σ, 2σ, 3σ.
+    sigma_answers: u64,
+    sigma_inside: [u64; 3],
 }
 
 /// Truth of one run: the agent's clock is the device's monotonic clock plus
@@ -144,10 +242,7 @@ fn run_profile(
         let start = 1_000 * S + rng.u64(0..S);
         let end = start + seconds * S;
         let mut schedule = Schedule::new(start, interval_ns);
-        let mut region = ClockModel::new();
-        let mut before = before::Before::default();
-        let mut median = peers::MedianOf200::default();
-        let mut ntp = peers::NtpFilter::default();
+        let mut models = Models::default();
         // (sent, received, up, down) of answered exchanges, for the limit.
         let mut delays: VecDeque<(u64, u64, u64, u64)> = VecDeque::new();
         let mut next_query = start + QUERY_EVERY_NS;
@@ -168,48 +263,48 @@ fn run_profile(
                 };
                 limits.push(limit);
                 let psi = truth.psi(q);
-                let answers = [
-                    region
-                        .at(q)
-                        .map(|e| (e.agent_minus_mono_ns, Some(e.bound_ns))),
-                    before.at(q).map(|(o, b)| (o, Some(b))),
-                    median.at().map(|o| (o, None)),
-                    ntp.at(q).map(|(o, b)| (o, Some(b))),
-                ];
-                for (s, a) in samples.iter_mut().zip(answers) {
-                    let Some((estimate, bound)) = a else { continue };
+                for (s, a) in samples.iter_mut().zip(models.answers(q)) {
+                    let Some(Answer {
+                        estimate,
+                        bound,
+                        sigma,
+                        ..
+                    }) = a
+                    else {
+                        continue;
+                    };
                     let error = (estimate as f64 - psi).abs();
+                    if let Some(sigma) = sigma {
+                        s.sigma_answers += 1;
+                        for (k, inside) in s.sigma_inside.iter_mut().enumerate() {
+                            *inside += u64::from(error <= (k + 1) as f64 * sigma + 1.0);
+                        }
+                    }
                     s.errors.push(error as u64);
                     if q < start + START_UP_NS {
                         s.start_errors.push(error as u64);
                     }
                     if let Some(b) = bound {
                         s.bounded += 1;
-                        s.inside += u64::from(error <= b as f64 + 1.0);
-                        s.ratios.push(b as f64 / limit as f64);
+                        s.inside += u64::from(error <= b + 1.0);
+                        s.ratios.push(b / limit as f64);
                         if q < start + START_UP_NS {
-                            s.start_ratios.push(b as f64 / limit as f64);
+                            s.start_ratios.push(b / limit as f64);
                         }
                         if q >= start + SETTLED_NS {
-                            s.settled_ratios.push(b as f64 / limit as f64);
+                            s.settled_ratios.push(b / limit as f64);
                         }
                     }
                 }
             }
             if let Some((sample, up, down)) = answer {
-                if let Some(e) = Exchange::from_sample(&sample) {
-                    region.add(e);
-                    region.forget_before(done.saturating_sub(HORIZON_NS));
-                }
-                before.add(&sample);
-                median.add(&sample);
-                ntp.add(&sample);
+                models.add(&sample);
                 delays.push_back((t1, done, up, down));
                 while delays.front().is_some_and(|d| d.0 + HORIZON_NS < done) {
                     delays.pop_front();
                 }
             }
-            schedule.done(done, region.at(done).as_ref());
+            schedule.done(done, models.region.at(done).as_ref());
         }
     }
     let limit_p50_ns = percentile_u64(&mut limits, 0.5);
@@ -232,6 +327,8 @@ fn run_profile(
                 start_error_p99_ns: percentile_u64(&mut s.start_errors, 0.99),
                 start_bound_ratio_p99: percentile_f64(&mut s.start_ratios, 0.99),
                 settled_bound_ratio_p99: percentile_f64(&mut s.settled_ratios, 0.99),
+                inside_sigmas: (s.sigma_answers > 0)
+                    .then(|| s.sigma_inside.map(|i| i as f64 / s.sigma_answers as f64)),
             })
             .collect(),
     }
@@ -354,8 +451,7 @@ pub fn print(figures: &[ProfileFigures], runs: u32, seconds: u64, drift_ppm: f64
                 ex,
                 lim,
                 m.model,
-                m.inside
-                    .map_or("no bound".into(), |x| format!("{:.3}%", x * 100.0)),
+                m.inside.map_or("no bound".into(), share),
                 m.bound_ratio_p50.map_or("-".into(), |x| format!("{x:.2}")),
                 m.bound_ratio_p99.map_or("-".into(), |x| format!("{x:.2}")),
                 us(m.error_p50_ns),
@@ -368,6 +464,38 @@ pub fn print(figures: &[ProfileFigures], runs: u32, seconds: u64, drift_ppm: f64
                     .map_or("-".into(), |x| format!("{x:.2}")),
             );
         }
+    }
+    for p in figures {
+        for m in &p.models {
+            if let Some([one, two, three]) = m.inside_sigmas {
+                println!(
+                    "{}: {} truth within 1σ {}, 2σ {}, 3σ {}",
+                    p.profile,
+                    m.model,
+                    share(one),
+                    share(two),
+                    share(three)
+                );
+            }
+        }
+    }
+}
+
+/// A share as a percentage, never rounded up to 100 % (a share under it
+/// shows as many digits as it takes to see that).
+fn share(x: f64) -> String {
+    if x >= 1.0 {
+        return "100%".into();
+    }
+    let percent = x * 100.0;
+    let mut digits = 3;
+    loop {
+        let scale = 10f64.powi(digits);
+        let shown = (percent * scale).floor() / scale;
+        if digits >= 8 || shown < 100.0 - 1.5 / scale {
+            return format!("{shown:.*}%", digits as usize);
+        }
+        digits += 1;
     }
 }
 
