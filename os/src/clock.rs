@@ -80,6 +80,19 @@ pub fn mono_ns() -> u64 {
     read(ClockId::CLOCK_MONOTONIC)
 }
 
+/// How long this host has been suspended since it booted:
+/// `CLOCK_BOOTTIME` − `CLOCK_MONOTONIC`. The monotonic clock stops in
+/// suspend and the boot-time clock does not; NTP slews both alike. So the
+/// difference grows by each sleep's length and by nothing else, and a
+/// probe that sees it grow knows it slept: a clock model fed before the
+/// sleep maps this device's monotonic clock onto the agent's off by the
+/// whole sleep (measured in docs/benchmarks.md, clock models over days).
+/// Read as a bracketed pair, like [`now`].
+pub fn suspended_ns() -> u64 {
+    let b = bracket(|| read(ClockId::CLOCK_BOOTTIME), PAIR_TEAR_NS);
+    b.wall.saturating_sub(b.midpoint())
+}
+
 /// `CLOCK_REALTIME` as the kernel keeps it: the clock kernel timestamps
 /// (`SO_TIMESTAMPING`) are taken on. Intervals between a kernel stamp and now
 /// are measured with it, so they stay right even when the process's libc
@@ -162,6 +175,16 @@ mod tests {
         assert!(b.mono_ns >= a.mono_ns);
         // After 2020-01-01.
         assert!(a.wall_ns > 1_577_836_800_000_000_000);
+    }
+
+    #[test]
+    fn the_time_suspended_does_not_grow_while_awake() {
+        // A test process is not suspended between two reads: they agree
+        // within the probe's threshold for a sleep (1 ms), by far.
+        let a = suspended_ns();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let b = suspended_ns();
+        assert!(b.abs_diff(a) < 1_000_000, "{a} then {b}");
     }
 
     #[test]

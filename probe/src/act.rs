@@ -241,6 +241,13 @@ impl Actor {
                 "{wide} action(s) taken on a clock bound wider than the time their message left (or before any time exchange): they may be early or late by that much; the report counts them"
             );
         }
+        let sleeps = self.clock.sleeps_seen();
+        if sleeps > 0 {
+            tracing::warn!(
+                target: "probe::act",
+                "this device was suspended {sleeps} time(s) during the run; after each wake, actions before the next time exchange were taken on this device's own clock"
+            );
+        }
     }
 }
 

@@ -73,6 +73,9 @@ pub(crate) async fn run(
             }
             _ = &mut stopped => return,
         }
+        // Before the request: an exchange in flight across a sleep began
+        // before it (ClockEstimate).
+        let suspended_at_start = skewscope_os::clock::suspended_ns();
         let (answer, refused_now) = exchange(&socket, key.as_ref()).await;
         if refused_now > 0 {
             if refused == 0 {
@@ -86,7 +89,7 @@ pub(crate) async fn run(
         }
         if let Some(sample) = answer {
             recorder.record(ProbeRecord::TimeSample(sample));
-            estimate.add(&sample);
+            estimate.add(&sample, suspended_at_start);
             if !answered_ever && unanswered >= 2 * skewscope_core::clock::schedule::MAX_BURST_ROUNDS
             {
                 tracing::info!(target: "probe::time", "the time exchange at udp {target} answers");
