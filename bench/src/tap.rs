@@ -92,7 +92,7 @@ async fn measure(n: usize, rounds: usize) -> anyhow::Result<Row> {
     );
     let mut ready = false;
     for _ in 0..200 {
-        if std::net::TcpStream::connect(addr).is_ok() {
+        if skewscope_os::test_listening::accepts(addr) {
             ready = true;
             break;
         }

@@ -62,6 +62,8 @@ pub mod settings;
 pub mod sockets;
 #[cfg(feature = "test-support")]
 pub mod test_certs;
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_listening;
 #[cfg(all(target_os = "linux", any(test, feature = "test-support")))]
 pub mod test_namespace;
 #[cfg(target_os = "linux")]

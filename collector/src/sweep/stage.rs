@@ -118,6 +118,11 @@ fn measure(
         .block_on(async { tokio::time::timeout(bound, probe.connected()).await });
     run.result.connect_ms = begun.elapsed().as_millis() as u64;
     log.catch_up()?;
+    if let Ok(attempts) = &attempts {
+        // The probe writes its records at least every 100 ms: wait for the
+        // failures to be there, so the first refusal's reason is said.
+        wait_for(&mut log, LOG_WAIT, |log| log.failed().0 >= attempts.failed)?;
+    }
     let (refused, first_refusal) = log.failed();
     run.result.refused = refused;
     run.result.first_refusal = first_refusal.map(str::to_owned);

@@ -234,7 +234,7 @@ pub fn fastapi_app(app: &str, env: &[(&str, &str)]) -> (Reaped, std::net::Socket
         .expect("python3 with uvicorn (./test installs it)");
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(addr).is_err() {
+    while !skewscope_os::test_listening::accepts(addr) {
         assert!(
             Instant::now() < deadline,
             "uvicorn never listened on {addr}"
@@ -286,7 +286,7 @@ pub fn go_peer() -> (Reaped, std::net::SocketAddr) {
         .unwrap();
     let peer = Reaped(child);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(addr).is_err() {
+    while !skewscope_os::test_listening::accepts(addr) {
         assert!(
             Instant::now() < deadline,
             "the go peer never listened on {addr}"

@@ -86,7 +86,7 @@ pub fn free_port() -> u16 {
 /// Waits until `port` accepts connections (a broker started), at most [`LIMIT`].
 pub fn wait_for_port(port: u16, what: &str, server: &mut Server) -> Duration {
     let start = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+    while !skewscope_os::test_listening::accepts(([127, 0, 0, 1], port).into()) {
         if let Ok(Some(status)) = server.child.try_wait() {
             panic!("{what} exited ({status}) before listening on {port}");
         }
