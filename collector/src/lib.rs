@@ -12,6 +12,7 @@ pub mod audit;
 pub mod demo;
 pub mod html;
 pub mod inputs;
+pub mod joined;
 pub mod log_files;
 pub mod matching;
 pub mod reference;
@@ -20,6 +21,7 @@ pub mod sentences;
 pub mod sweep;
 pub mod table;
 pub mod verdict_lines;
+pub mod window_args;
 
 /// The JSON Schema of the report `--json` writes, generated from the types
 /// so the documented shape cannot drift from the code.

@@ -11,7 +11,7 @@ use collector::audit::{self, AuditOptions};
 use collector::demo::{self, DemoOptions};
 use collector::matching::Matcher;
 use collector::sentences;
-use collector::{inputs, table, verdict_lines};
+use collector::{inputs, joined, table, verdict_lines, window_args};
 use skewscope_core::analysis::join::Window;
 use skewscope_core::analysis::verdict::Thresholds;
 
@@ -330,7 +330,10 @@ fn run(command: Command) -> anyhow::Result<u8> {
             html,
             matching,
         } => {
-            let triggers = triggers.as_deref().map(inputs::read_triggers).transpose()?;
+            let triggers = triggers
+                .as_deref()
+                .map(window_args::read_triggers)
+                .transpose()?;
             let expanded = inputs::expand(&files)?;
             let window = match (broadcasts, between) {
                 (Some((first, last)), _) => Some(Window::AgentIds { first, last }),
@@ -340,12 +343,12 @@ fn run(command: Command) -> anyhow::Result<u8> {
                 }),
                 (None, None) => None,
             };
-            let scope = inputs::Scope {
+            let scope = joined::Scope {
                 window,
                 agent_as_reference,
             };
             let matcher = matching.as_ref().map(|(e, m)| (e.as_str(), m));
-            let (mut report, figures) = inputs::analyse(
+            let (mut report, figures) = joined::analyse(
                 inputs::read_inputs_matching(&expanded.files, matcher)?,
                 triggers.as_deref(),
                 scope,
@@ -395,10 +398,10 @@ fn run(command: Command) -> anyhow::Result<u8> {
                 runtime.block_on(demo::run(&options, &|line| eprintln!("{line}")))?;
             let mut logs = vec![agent_log];
             logs.extend(probe_logs);
-            let (mut report, figures) = inputs::analyse(
+            let (mut report, figures) = joined::analyse(
                 inputs::read_inputs(&logs)?,
                 None,
-                inputs::Scope::default(),
+                joined::Scope::default(),
                 html.is_some(),
             )?;
             if options.keep.is_none() {
@@ -605,7 +608,7 @@ fn parse_between_now(s: &str) -> Result<(u64, u64), String> {
         .as_nanos();
     let now_ns =
         u64::try_from(now_ns).map_err(|_| "this machine's clock is past 2554".to_string())?;
-    inputs::parse_between(s, now_ns)
+    window_args::parse_between(s, now_ns)
 }
 
 fn parse_range(s: &str) -> Result<(u64, u64), String> {

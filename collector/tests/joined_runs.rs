@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use agent::{AgentConfig, RunningAgent};
-use collector::inputs::{read_inputs, report};
+use collector::inputs::read_inputs;
+use collector::joined::report;
 use futures_util::{SinkExt, StreamExt};
 use probe::{ProbeConfig, RunningProbe};
 use skewscope_core::analysis::join::AgentSource;
@@ -103,7 +104,7 @@ async fn agent_and_two_probes_join_exactly() {
             _ => None,
         })
         .collect();
-    let joined = collector::inputs::join(&inputs, Default::default()).unwrap();
+    let joined = collector::joined::join(&inputs, Default::default()).unwrap();
     let named: Vec<_> = joined
         .connections
         .iter()

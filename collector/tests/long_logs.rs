@@ -5,7 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use collector::inputs::{Scope, analyse, join, read_inputs};
+use collector::inputs::read_inputs;
+use collector::joined::{Scope, analyse, join};
 use skewscope_core::Stamp;
 use skewscope_core::analysis::join::join as join_records;
 use skewscope_core::analysis::report::Report;

@@ -10,7 +10,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use agent::{AgentConfig, RunningAgent};
-use collector::inputs::{Scope, expand, read_inputs, report_within};
+use collector::inputs::{expand, read_inputs};
+use collector::joined::{Scope, report_within};
 use futures_util::StreamExt;
 use probe::{ProbeConfig, RunningProbe};
 use skewscope_core::analysis::report::ReferenceKind;

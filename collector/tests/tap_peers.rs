@@ -22,7 +22,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agent::{AgentConfig, RunningAgent};
-use collector::inputs::{Scope, read_inputs, report_within};
+use collector::inputs::read_inputs;
+use collector::joined::{Scope, report_within};
 use common::runtime;
 use probe::{ProbeConfig, RunningProbe};
 use skewscope_os::test_namespace::{

@@ -32,7 +32,8 @@ use std::process::{ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use agent::{AgentConfig, RunningAgent};
-use collector::inputs::{Scope, read_inputs, report_within};
+use collector::inputs::read_inputs;
+use collector::joined::{Scope, report_within};
 use probe::config::Protocol;
 use probe::{ProbeConfig, RunningProbe};
 use servers::{

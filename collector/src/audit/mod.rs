@@ -23,7 +23,7 @@ mod wait;
 
 use skewscope_core::analysis::verdict::judge;
 
-use crate::inputs::{self, Scope};
+use crate::joined::{self, Scope};
 use agent_api::AgentApi;
 pub use error::CannotAudit;
 use mirror::Mirror;
@@ -89,7 +89,7 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
         window: waited.window,
         agent_as_reference: observed.foreign,
     };
-    let (mut report, figures) = inputs::analyse(waited.inputs, triggers, scope, options.figures)
+    let (mut report, figures) = joined::analyse(waited.inputs, triggers, scope, options.figures)
         .map_err(CannotAudit::Logs)?;
     // Name the logs as the agent does, not by the copy's (maybe temporary) path.
     for input in &mut report.inputs {

@@ -12,7 +12,8 @@ use super::error::CannotAudit;
 use super::mirror::Mirror;
 use super::options::{AuditOptions, Passive};
 use super::progress::Progress;
-use crate::inputs::{self, Scope};
+use crate::inputs;
+use crate::joined::{self, Scope};
 
 /// What the audit sent or watched, for the wait and the verdict.
 pub(super) struct Observed {
@@ -240,7 +241,7 @@ pub(super) fn observe(
                     window: Some(window),
                     agent_as_reference: foreign,
                 };
-                let joined = inputs::join(inputs, scope).map_err(CannotAudit::Logs)?;
+                let joined = joined::join(inputs, scope).map_err(CannotAudit::Logs)?;
                 seen = Some(joined.broadcasts.len() as u64);
             }
         }

@@ -14,7 +14,8 @@ use super::mirror::Mirror;
 use super::observe::Observed;
 use super::options::AuditOptions;
 use super::progress::Progress;
-use crate::inputs::{self, Scope};
+use crate::inputs;
+use crate::joined::{self, Scope};
 
 /// How often the audit looks for new receipts while it waits.
 const POLL: Duration = Duration::from_millis(250);
@@ -82,7 +83,7 @@ pub(super) fn wait_for_receipts(
             window,
             agent_as_reference: observed.foreign,
         };
-        let joined = inputs::join(inputs, scope).map_err(CannotAudit::Logs)?;
+        let joined = joined::join(inputs, scope).map_err(CannotAudit::Logs)?;
         let uploading = uploading_in_scope(&status, inputs, &joined);
         let state = Completion::of(
             &joined,

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use skewscope_core::analysis::join::Window;
 use skewscope_core::analysis::stats::Summary;
 
-use crate::inputs::{self, Scope};
+use crate::inputs;
+use crate::joined::{self, Scope};
 
 /// What one stage measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -61,7 +62,7 @@ pub fn measure(log: &Path, triggers: &[u64], listening: u32) -> anyhow::Result<S
         }),
         agent_as_reference: false,
     };
-    let (report, _) = inputs::analyse(read, Some(triggers), scope, false)?;
+    let (report, _) = joined::analyse(read, Some(triggers), scope, false)?;
     let from_trigger = report.latency_from_trigger.as_ref();
     // A trigger no broadcast was paired with went unheard by everyone.
     let unheard = from_trigger.map_or(triggers.len() as u64, |t| t.unused_triggers);
