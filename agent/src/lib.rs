@@ -37,6 +37,7 @@ mod quiet;
 mod recorder;
 mod segments;
 mod server;
+mod start_steps;
 mod tap;
 mod time_port;
 pub mod tls;
@@ -61,42 +62,20 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use skewscope_core::record::{AgentRecord, AgentStarted};
-use tokio::net::TcpListener;
+use skewscope_core::record::AgentRecord;
 use tokio::sync::watch;
 
 pub use config::AgentConfig;
 pub use error::{ShutdownError, StartError};
 
 use crate::counters::AgentCounters;
-use crate::engine::hub::{self, Hub, HubConfig};
-use crate::engine::shard::ShardConfig;
+use crate::engine::hub::{self, Hub};
 use crate::live::{LiveFigures, LiveThread};
 use crate::recorder::RecorderThread;
 use crate::server::context::Context;
-
-/// Pending connections the kernel holds for us: 10,000 clients reconnecting at
-/// once must not be refused.
-const LISTEN_BACKLOG: i32 = 4096;
+use crate::start_steps::{self as steps, Secrets};
 
 pub use engine::shard::SHARD_STUCK_AFTER;
-
-/// The stuck-shard test hook, in builds with the `test-hooks` feature only:
-/// `SKEWSCOPE_AGENT_TEST_STALL_SHARD=N` makes shard N block for good at its
-/// first broadcast (said in the log), so the boot test can see systemd's
-/// watchdog restart the agent.
-#[cfg(any(test, feature = "test-hooks"))]
-fn stall_shard_test_hook() -> Option<u16> {
-    let shard = std::env::var("SKEWSCOPE_AGENT_TEST_STALL_SHARD")
-        .ok()?
-        .parse()
-        .ok()?;
-    tracing::warn!(
-        target: "agent::engine",
-        "TEST HOOK: shard {shard} will stall at its first broadcast (SKEWSCOPE_AGENT_TEST_STALL_SHARD)"
-    );
-    Some(shard)
-}
 
 /// A running agent: its address, its log, and the way to stop it.
 pub struct RunningAgent {
@@ -122,46 +101,20 @@ impl RunningAgent {
     /// Binds, starts the shards and the recorder, and serves on the current
     /// tokio runtime.
     pub async fn start(config: AgentConfig) -> Result<RunningAgent, StartError> {
-        let token = match &config.token_file {
-            Some(path) => Some(read_token(path)?),
-            None => None,
-        };
-        let metrics_token = match &config.metrics_token_file {
-            Some(path) => Some(read_token(path)?),
-            None => None,
-        };
-        let tls = match (&config.tls_cert, &config.tls_key) {
-            (Some(cert), Some(key)) => Some(Arc::new(tls::ServerTls::load(cert, key)?)),
-            (None, None) => None,
-            _ => {
-                return Err(StartError::Tls(tls::TlsError::Pair(
-                    "give both, or neither".into(),
-                )));
-            }
-        };
+        let Secrets {
+            token,
+            metrics_token,
+            tls,
+        } = steps::secrets(&config)?;
         // Every client is a socket: make the whole hard limit available.
         skewscope_os::files::raise_open_file_limit()
             .map_err(StartError::os("raise the open-file limit"))?;
-        let (listener, time_socket) = bind_both(&config)?;
+        let (listener, time_socket) = steps::bind_both(&config)?;
         let addr = listener
             .local_addr()
             .map_err(StartError::os("read the listener's address"))?;
-        if token.is_none() && !addr.ip().is_loopback() {
-            tracing::warn!(
-                target: "agent",
-                "no --token-file: /publish, /start_test, /ingest and /audit/* on {addr} are open to anyone who can reach it (they can make every screen show what they like, read the logs and upload invented probe runs); give --token-file FILE, as the package does"
-            );
-        }
-        if config.max_data_bytes < 2 * config.segment_bytes {
-            return Err(StartError::DataLimits {
-                max_data_bytes: config.max_data_bytes,
-                segment_bytes: config.segment_bytes,
-            });
-        }
-        let limits = segments::Limits {
-            segment_bytes: config.segment_bytes,
-            max_data_bytes: config.max_data_bytes,
-        };
+        steps::warn_if_open(token.as_deref(), addr);
+        let limits = steps::data_limits(&config)?;
         let shards = config.shard_count();
         // Every counter and figure, created once and handed down.
         let counters = AgentCounters::new(time_socket.is_some());
@@ -175,97 +128,16 @@ impl RunningAgent {
             config.max_lead,
         )
         .map_err(StartError::os("start the live join's thread"))?;
-        let recorder = RecorderThread::start(
-            &config.data_dir,
-            limits,
-            counters.records_lost.clone(),
-            Box::new(feed.clone()),
-        )
-        .map_err(|source| StartError::RecordLog {
-            dir: config.data_dir.clone(),
-            source,
-        })?;
-        let order = config.order.into();
-        recorder.handle().record(AgentRecord::Started(AgentStarted {
-            host: skewscope_os::host::host_name(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            at: skewscope_os::clock::now(),
-            shards: shards as u16,
-            order,
-            per_client_times: !config.no_send_times,
-        }));
-        let identity = skewscope_os::host::new_run_identity()
-            .map_err(StartError::os("draw a run id from /dev/urandom"))?;
-        let audit = server::audit::AuditSource {
-            data_dir: config.data_dir.clone(),
-            segment_stem: segments::stem_of(&recorder.path),
-            run_id: identity.run_id,
-        };
-        recorder.handle().record(AgentRecord::Identity(identity));
-        let hub = Arc::new(
-            Hub::start(
-                HubConfig {
-                    shards,
-                    pin_shards: config.pin_shards,
-                    deflate: !config.no_deflate,
-                    shard: ShardConfig {
-                        order,
-                        record_send_times: !config.no_send_times,
-                        max_frame: config.max_frame,
-                        max_queue_bytes: config.max_queue_bytes,
-                        tx_timestamps: config.tx_timestamps,
-                        close_wait: std::time::Duration::from_millis(config.close_wait_ms),
-                        #[cfg(any(test, feature = "test-hooks"))]
-                        stall_shard: stall_shard_test_hook(),
-                    },
-                },
-                recorder.handle(),
-                counters.clients.clone(),
-                counters.broadcasts.clone(),
-            )
-            .map_err(StartError::os("start the hub's shards"))?,
-        );
+        let (recorder, audit) = steps::start_recording(&config, limits, shards, &counters, &feed)?;
+        let hub = steps::start_hub(&config, shards, &recorder, &counters)?;
         // The time exchange's tag key, derived from the token once for the
         // UDP port and `/clock` alike.
         let time_key = token
             .as_deref()
             .map(skewscope_core::time_exchange::TimeKey::from_token);
-        let time_port = match (time_socket, &counters.time_port) {
-            (Some(socket), Some(port_counters)) => Some(
-                time_port::TimePort::serve_on(socket, port_counters.clone(), time_key.clone())
-                    .map_err(StartError::os("serve the time exchange"))?,
-            ),
-            _ => None,
-        };
-        let tap = match config.tap_port {
-            Some(port) => Some(
-                tap::TapThread::start(
-                    port,
-                    config.tap_interface.clone(),
-                    config.tap_ring_bytes,
-                    skewscope_core::tap::protocol::TapReading {
-                        protocol: config.tap_protocol,
-                        events: config.tap_event.clone(),
-                    },
-                    recorder.handle(),
-                )
-                .map_err(|source| StartError::Tap { port, source })?,
-            ),
-            None => None,
-        };
-        let ingest = Arc::new(
-            ingest::IngestStore::new(
-                &config.data_dir,
-                config.max_data_bytes,
-                counters.ingest.clone(),
-            )
-            .map_err(|source| StartError::ProbeRuns {
-                dir: config.data_dir.clone(),
-                source,
-            })?,
-        );
-        let ingest_worker = ingest::Worker::start(ingest.clone(), feed)
-            .map_err(StartError::os("start the ingest thread"))?;
+        let time_port = steps::start_time_port(time_socket, &counters, time_key.clone())?;
+        let tap = steps::start_tap(&config, &recorder)?;
+        let (ingest, ingest_worker) = steps::start_ingest(&config, &counters, feed)?;
         let publish_budget_bytes = config
             .max_publish_in_flight
             .min(tokio::sync::Semaphore::MAX_PERMITS);
@@ -400,57 +272,4 @@ impl RunningAgent {
             n => Err(ShutdownError::RecordsLost(n)),
         })
     }
-}
-
-/// Binds the TCP listener and, unless turned off, the UDP time port on the
-/// same port number. With an ephemeral port (`:0`), a UDP port of that
-/// number already taken (by some other program's ephemeral socket) is not
-/// an error: another TCP port is drawn, a bounded number of times.
-fn bind_both(
-    config: &AgentConfig,
-) -> Result<(TcpListener, Option<std::net::UdpSocket>), StartError> {
-    const ATTEMPTS: usize = 32;
-    let drawn = config.listen.port() == 0 && config.time_port.is_none();
-    for attempt in 1..=ATTEMPTS {
-        let listener = bind(config.listen).map_err(|source| StartError::Listen {
-            addr: config.listen,
-            source,
-        })?;
-        if config.no_time_exchange {
-            return Ok((listener, None));
-        }
-        let addr = listener
-            .local_addr()
-            .map_err(StartError::os("read the listener's address"))?;
-        let time_addr = SocketAddr::new(addr.ip(), config.time_port.unwrap_or(addr.port()));
-        match std::net::UdpSocket::bind(time_addr) {
-            Ok(socket) => return Ok((listener, Some(socket))),
-            Err(e) if drawn && e.kind() == std::io::ErrorKind::AddrInUse && attempt < ATTEMPTS => {}
-            Err(source) => {
-                return Err(StartError::TimePort {
-                    addr: time_addr,
-                    source,
-                });
-            }
-        }
-    }
-    unreachable!("the last attempt returns")
-}
-
-fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::from_std(skewscope_os::sockets::listener(addr, LISTEN_BACKLOG)?)
-}
-
-fn read_token(path: &std::path::Path) -> Result<String, StartError> {
-    let token = std::fs::read_to_string(path).map_err(|source| StartError::TokenFile {
-        path: path.to_owned(),
-        source,
-    })?;
-    let token = token.trim().to_owned();
-    if token.is_empty() {
-        return Err(StartError::EmptyToken {
-            path: path.to_owned(),
-        });
-    }
-    Ok(token)
 }
