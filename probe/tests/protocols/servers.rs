@@ -230,7 +230,10 @@ pub fn rabbitmq(dir: &Path) -> (Server, u16, u16, Duration) {
     )
     .unwrap();
     std::fs::write(dir.join("enabled_plugins"), "[rabbitmq_web_stomp].\n").unwrap();
-    let node = format!("skewscope-test-{}-{web}@localhost", std::process::id());
+    // The node's host is an address, not "localhost": Erlang resolves a
+    // name through /etc/hosts, which a fresh root or container may lack
+    // (epmd_error nxdomain); an address needs long names.
+    let node = format!("skewscope-test-{}-{web}@127.0.0.1", std::process::id());
     let child = Command::new("/usr/lib/rabbitmq/bin/rabbitmq-server")
         .env("HOME", dir)
         .env("RABBITMQ_BASE", dir)
@@ -241,6 +244,7 @@ pub fn rabbitmq(dir: &Path) -> (Server, u16, u16, Duration) {
         .env("RABBITMQ_PLUGINS_EXPAND_DIR", dir.join("plugins"))
         .env("RABBITMQ_PID_FILE", dir.join("rabbitmq.pid"))
         .env("RABBITMQ_NODENAME", &node)
+        .env("RABBITMQ_USE_LONGNAME", "true")
         .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
         .env("RABBITMQ_DIST_PORT", dist.to_string())
         .env(
