@@ -2,7 +2,8 @@
 // and reports its own actions to the agent, exactly once across restarts.
 //
 //   node --experimental-websocket examples/kiosk.mjs ws://server:8080 kiosk-1 /var/lib/kiosk
-//   (node 22 and later: no flag; SKEWSCOPE_TOKEN=… when the agent has a token)
+//   (node 22 and later: no flag; node 18: the ws package instead;
+//   SKEWSCOPE_TOKEN=… when the agent has a token)
 //
 // The server broadcasts through the hub, which writes the time to act:
 //   curl -X POST 'http://server:8080/publish?lead=200ms' -d '{"type":"go"}'
@@ -12,9 +13,17 @@
 // The run is kept in STATE_DIR (one file per key, replaced by rename): a
 // restart with the same name resumes it, and a SIGKILL loses nothing that
 // was written.
+import { webcrypto } from "node:crypto";
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { join } from "node:path";
 import { connectClock, toEpochMs } from "../skewscope-clock.js";
+
+// Node 18 has Web Crypto in node:crypto only, and no WebSocket: take the ws
+// package there (Debian: node-ws; required, not imported, so Debian's
+// global module directory is searched).
+globalThis.crypto ??= webcrypto;
+const WebSocketImpl = globalThis.WebSocket ?? createRequire(import.meta.url)("ws");
 
 /** localStorage's three calls over a directory, one file per key. */
 function fileStorage(dir) {
@@ -50,6 +59,7 @@ const clock = await connectClock(`${agent}/clock`, {
   name,
   token: process.env.SKEWSCOPE_TOKEN ?? null,
   storage: fileStorage(stateDir),
+  WebSocketImpl,
 });
 clock.addEventListener("uploaderror", (e) => say({ uploaderror: e.message }));
 say({ synced: clock.bound(), run: clock.runId, resumed: clock.upload.resumed });

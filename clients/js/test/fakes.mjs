@@ -3,7 +3,7 @@
 // exactly-once rules and its decoder's refusal of unknown kinds and fields)
 // and a hub on /ws; timers that can all be stopped at once (a kill).
 
-import { createHmac } from "node:crypto";
+import { createHmac, webcrypto } from "node:crypto";
 
 /** The fields each event kind has, besides `kind` (core/src/page_ingest.rs, with the app's kinds). */
 export const EVENT_FIELDS = {
@@ -63,7 +63,8 @@ export function killableEnv(extra = {}) {
       live.delete(id);
       clearTimeout(id);
     },
-    crypto: globalThis.crypto,
+    // Node 18 has Web Crypto in node:crypto only; later ones also as a global.
+    crypto: globalThis.crypto ?? webcrypto,
     kill() {
       for (const id of live) clearTimeout(id);
       live.clear();

@@ -17,7 +17,8 @@ function probeCopy() {
   const module = new URL("../skewscope-clock.js", import.meta.url).href;
   const rewritten = source.replace('from "/skewscope-clock.js"', `from ${JSON.stringify(module)}`);
   assert.notEqual(rewritten, source);
-  const path = join(mkdtempSync(join(tmpdir(), "skewscope-probe-")), "probe.js");
+  // .mjs: a module wherever it is (node before 20.19 reads a bare .js as CommonJS).
+  const path = join(mkdtempSync(join(tmpdir(), "skewscope-probe-")), "probe.mjs");
   writeFileSync(path, rewritten);
   return pathToFileURL(path).href;
 }
