@@ -245,6 +245,9 @@ pub fn rabbitmq(dir: &Path) -> (Server, u16, u16, Duration) {
         .env("RABBITMQ_PID_FILE", dir.join("rabbitmq.pid"))
         .env("RABBITMQ_NODENAME", &node)
         .env("RABBITMQ_USE_LONGNAME", "true")
+        // A node that fails to start writes its crash dump here, not in
+        // the crate's directory.
+        .env("ERL_CRASH_DUMP", dir.join("erl_crash.dump"))
         .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
         .env("RABBITMQ_DIST_PORT", dist.to_string())
         .env(
