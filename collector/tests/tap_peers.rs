@@ -85,33 +85,6 @@ fn peers() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/peers")
 }
 
-/// The Go peer, built once into the test's scratch directory (GOPATH mode
-/// with Debian's gorilla/websocket: no module download).
-fn go_binary() -> PathBuf {
-    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let bin = scratch.join("skewscope-peer-go");
-    // Tests build it side by side: each into its own file, then renamed.
-    let mine = scratch.join(format!("skewscope-peer-go.{}", std::process::id()));
-    let out = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&mine)
-        .arg("main.go")
-        .current_dir(peers().join("go"))
-        .env("GOPATH", "/usr/share/gocode")
-        .env("GO111MODULE", "off")
-        .env("GOFLAGS", "-mod=mod")
-        .env("GOCACHE", scratch.join("gocache"))
-        .output()
-        .expect("go (./test installs golang-go)");
-    assert!(
-        out.status.success(),
-        "go build: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::fs::rename(&mine, &bin).unwrap();
-    bin
-}
-
 fn free_port(host: [u8; 4]) -> u16 {
     std::net::TcpListener::bind(SocketAddr::from((host, 0)))
         .unwrap()
@@ -124,7 +97,7 @@ fn start_server(peer: Peer, host: [u8; 4]) -> (Process, SocketAddr) {
     let port = free_port(host);
     let addr = SocketAddr::from((host, port));
     let child = match peer {
-        Peer::Go => Command::new(go_binary())
+        Peer::Go => Command::new(common::go_peer_binary())
             .args(["-listen", &addr.to_string()])
             .stderr(Stdio::null())
             .spawn()
