@@ -55,17 +55,7 @@ pub async fn run(
     options: &DemoOptions,
     say: &dyn Fn(&str),
 ) -> anyhow::Result<(PathBuf, Vec<PathBuf>, Option<tempfile::TempDir>)> {
-    let (dir, temp) = match &options.keep {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-            (dir.clone(), None)
-        }
-        None => {
-            let t = tempfile::tempdir().context("cannot create a temporary directory")?;
-            (t.path().to_owned(), Some(t))
-        }
-    };
+    let (dir, temp) = crate::work_dir::kept_or_temporary(options.keep.as_deref())?;
     // The agent and the probes log what goes wrong; the report is the output.
     let _ = skewscope_os::logging::init(None, "warn");
     // A token, as a site should have: the probes' clocks are then

@@ -22,6 +22,8 @@ pub mod sweep;
 pub mod table;
 pub mod verdict_lines;
 pub mod window_args;
+#[cfg(feature = "demo")]
+pub mod work_dir;
 
 /// The JSON Schema of the report `--json` writes, generated from the types
 /// so the documented shape cannot drift from the code.

@@ -59,17 +59,7 @@ pub fn run(options: &SweepOptions, say: &dyn Fn(&str)) -> anyhow::Result<SweepRe
     let (planned, skipped) = plan::plan(&settings.stages, room.sockets(), room.limit);
     let http = crate::audit::agent_api::http_client(options.ca_file.as_deref())?;
     let trigger = Trigger::new(options.trigger.clone(), http);
-    let (dir, _temp) = match &options.keep {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-            (dir.clone(), None)
-        }
-        None => {
-            let t = tempfile::tempdir().context("cannot create a temporary directory")?;
-            (t.path().to_owned(), Some(t))
-        }
-    };
+    let (dir, _temp) = crate::work_dir::kept_or_temporary(options.keep.as_deref())?;
     // The probe's warnings go to stderr; the result is the output.
     let _ = skewscope_os::logging::init(None, "warn");
     // The connections run on the probe's own threads; this runtime runs
