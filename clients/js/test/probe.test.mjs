@@ -5,6 +5,7 @@
 // collector/tests/browser_probe.rs.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { webcrypto } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -50,6 +51,8 @@ test("the browser probe: the hello carries the run's secret, kept across a reloa
     },
     WebSocket: agent.socketClass("page-1"),
   });
+  // A page's Web Crypto; node 18 has it in node:crypto only.
+  globalThis.crypto ??= webcrypto;
   const url = probeCopy();
   const seen = () =>
     JSON.stringify({
