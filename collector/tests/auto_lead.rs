@@ -32,8 +32,10 @@ use skewscope_linkemu::profile::{Jitter, Way};
 use skewscope_linkemu::{Link, Profile};
 
 const MS: u64 = 1_000_000;
-/// How much slower the link gets, server to device.
-const SLOW_NS: u64 = 40 * MS;
+/// How much slower the link gets, server to device: far above what a wired
+/// link's lead comes to with two busy loops beside the test (18-20 ms seen
+/// under .ci/soak; 40 ms left too little room).
+const SLOW_NS: u64 = 80 * MS;
 
 /// A metric's value in the agent's `/metrics`.
 fn metric(agent: &str, name: &str) -> f64 {
@@ -315,9 +317,9 @@ fn forge_late_reads(addr: String, stop: std::sync::mpsc::Receiver<()>) -> u64 {
 #[test]
 fn a_device_reading_hours_late_is_left_out_and_the_ceiling_holds() {
     let dir = tempfile::tempdir().unwrap();
-    let ceiling = 30 * MS;
+    let ceiling = 50 * MS;
     let (mut agent, addr, agent_log) =
-        start_agent_with(dir.path(), "127.0.0.1:0", &["--max-lead", "30ms"]);
+        start_agent_with(dir.path(), "127.0.0.1:0", &["--max-lead", "50ms"]);
     let link = Link::start(
         Profile::WIRED,
         7,
@@ -349,11 +351,16 @@ fn a_device_reading_hours_late_is_left_out_and_the_ceiling_holds() {
     });
     assert_eq!(left_out.len(), 1, "{answer}");
     assert_eq!(left_out[0]["name"], "forger", "{answer}");
-    assert!(answer["lead_ns"].as_u64().unwrap() < 10 * MS, "{answer}");
+    // The forger's reads, counted, would need more than the ceiling: the
+    // lead would be the ceiling, with a warning. Left out, the lead is what
+    // the kiosk's own reads need: under the ceiling, no warning. (Not an
+    // absolute figure: with two busy loops beside it, a wired kiosk's
+    // reads and readiness make 18-20 ms.)
+    assert!(answer["lead_ns"].as_u64().unwrap() < ceiling, "{answer}");
     assert!(answer.get("warning").is_none(), "{answer}");
     assert_eq!(metric(&addr, "skewscope_auto_lead_left_out_devices"), 1.0);
 
-    // Now the kiosk's own link needs 40 ms, past the 30 ms ceiling: the
+    // Now the kiosk's own link needs 80 ms, past the 50 ms ceiling: the
     // whole site needs more, so it gets the ceiling, and says so.
     link.set_profile(slow());
     phase(&addr, 4, &mut judged);
@@ -362,7 +369,7 @@ fn a_device_reading_hours_late_is_left_out_and_the_ceiling_holds() {
     let warning = answer["warning"]
         .as_str()
         .unwrap_or_else(|| panic!("{answer}"));
-    assert!(warning.contains("--max-lead is 30 ms"), "{warning}");
+    assert!(warning.contains("--max-lead is 50 ms"), "{warning}");
     phase(&addr, 2, &mut judged);
     assert!(metric(&addr, "skewscope_auto_lead_capped_total") >= 1.0);
     assert!(metric(&addr, "skewscope_auto_lead_wanted_seconds") * 1e9 > ceiling as f64);
