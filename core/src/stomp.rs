@@ -180,11 +180,13 @@ impl Stomp {
                     .and_then(parse_heart_beat)
                     .unwrap_or((0, 0));
                 let beat = u64::from(self.options.heart_beat_ms);
+                // The broker's figures are any u64 it likes: saturate, never
+                // wrap (found by the stomp fuzz target).
                 if beat > 0 && sy > 0 {
-                    self.send_every_ns = beat.max(sy) * MS;
+                    self.send_every_ns = beat.max(sy).saturating_mul(MS);
                 }
                 if beat > 0 && sx > 0 {
-                    self.silence_ns = 2 * beat.max(sx) * MS;
+                    self.silence_ns = beat.max(sx).saturating_mul(2 * MS);
                 }
                 let subscribe = self.subscribe_frame();
                 self.send(subscribe, now_ns, out);
@@ -280,8 +282,10 @@ impl Layer for Stomp {
     }
 
     fn deadline(&self) -> Option<u64> {
-        let beat = (self.send_every_ns > 0).then(|| self.last_sent_ns + self.send_every_ns);
-        let silent = (self.silence_ns > 0).then(|| self.last_heard_ns + self.silence_ns);
+        let beat =
+            (self.send_every_ns > 0).then(|| self.last_sent_ns.saturating_add(self.send_every_ns));
+        let silent =
+            (self.silence_ns > 0).then(|| self.last_heard_ns.saturating_add(self.silence_ns));
         let receipt = match self.state {
             State::AwaitReceipt { since_ns } => Some(since_ns + RECEIPT_WAIT_MS * MS),
             _ => None,
@@ -290,7 +294,7 @@ impl Layer for Stomp {
     }
 
     fn on_deadline(&mut self, now_ns: u64, out: &mut Vec<Frame>) -> Result<(), LayerError> {
-        if self.silence_ns > 0 && now_ns >= self.last_heard_ns + self.silence_ns {
+        if self.silence_ns > 0 && now_ns >= self.last_heard_ns.saturating_add(self.silence_ns) {
             return Err(LayerError::Gone(format!(
                 "STOMP: nothing from the broker for {} ms (twice its heart-beat interval)",
                 self.silence_ns / MS
@@ -301,7 +305,8 @@ impl Layer for Stomp {
         {
             self.state = State::Subscribed;
         }
-        if self.send_every_ns > 0 && now_ns >= self.last_sent_ns + self.send_every_ns {
+        if self.send_every_ns > 0 && now_ns >= self.last_sent_ns.saturating_add(self.send_every_ns)
+        {
             self.send(b"\n".to_vec(), now_ns, out);
         }
         Ok(())
@@ -506,6 +511,26 @@ fn unescape(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_brokers_huge_heart_beat_saturates_and_never_wraps() {
+        // Found by the stomp fuzz target: 2 x a broker's heart-beat in ms
+        // overflowed. Any u64 is now a deadline far away, not a panic, and
+        // not a wrapped one that comes at once.
+        let mut s = Stomp::new(options());
+        s.start(0, &mut Vec::new());
+        let huge = u64::MAX;
+        let connected = format!("CONNECTED\nversion:1.2\nheart-beat:{huge},{huge}\n\n\0");
+        feed(&mut s, connected.as_bytes(), 0).unwrap();
+        feed(&mut s, b"RECEIPT\nreceipt-id:skewscope-subscribed\n\n\0", 1).unwrap();
+        assert!(s.ready());
+        assert!(
+            s.deadline().is_some_and(|d| d > 1_000_000 * MS),
+            "{:?}",
+            s.deadline()
+        );
+        s.on_deadline(1_000 * MS, &mut Vec::new()).unwrap();
+    }
 
     fn options() -> StompOptions {
         StompOptions {
