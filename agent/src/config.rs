@@ -241,7 +241,6 @@ pub struct AgentConfig {
     /// payload that does not shrink goes plain to everyone. On a gigabit LAN
     /// a 4 KB JSON broadcast to 1,000 clients then arrives within 3.2 ms
     /// instead of 27 ms; a 450-byte one is unchanged (docs/benchmarks.md,
-
     /// "permessage-deflate on the hub").
     #[arg(long, help_heading = heading::FANOUT)]
     pub no_deflate: bool,
@@ -299,7 +298,6 @@ pub struct AgentConfig {
     /// The capture ring (like 32MiB, in 1 MiB blocks): packets wait there
     /// for the tap thread. Each block holds up to 40 ms of packets, so the
     /// default 32 blocks cover the tap being kept off the CPU for 1.28 s,
-
     /// or about 50,000 packets of a broadcast.
     #[arg(long, value_name = "SIZE", default_value = "32MiB", value_parser = parse_size, help_heading = heading::TAP)]
     #[serde(with = "size_text::usize")]
@@ -354,9 +352,7 @@ pub struct AgentConfig {
 
     /// What to log, as `RUST_LOG` says it (`warn`, `info,agent::ingest=debug`);
     /// overrides `RUST_LOG`. Default `info`. Targets: `agent::server`,
-
     /// `agent::engine`, `agent::recorder`, `agent::ingest`, `agent::live`,
-
     /// `agent::tap`, `agent::time`.
     #[arg(long, value_name = "FILTER", help_heading = heading::SETTINGS)]
     pub log: Option<String>,

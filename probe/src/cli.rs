@@ -255,7 +255,6 @@ pub struct Args {
 
     /// What to log, as `RUST_LOG` says it (`warn`, `info,probe::upload=debug`);
     /// overrides `RUST_LOG`. Default `info`. Targets: `probe`,
-
     /// `probe::time`, `probe::upload`.
     #[arg(long, value_name = "FILTER", help_heading = heading::SETTINGS)]
     pub log: Option<String>,
