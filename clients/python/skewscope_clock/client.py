@@ -63,8 +63,9 @@ ANSWER_WAIT_NS = 300_000_000
 #: act_at sleeps until this long before its time, then reads the clock until
 #: it has come: asyncio's timers are late by a millisecond or more.
 SPIN_S = 0.004
-#: Of that, the last part is read out; the rest is a precise thread sleep.
-SPIN_TAIL_NS = 1_000_000
+#: Of that, the last part is read out; the rest is a precise thread sleep
+#: (its wake is some 50-100 us late on a device): as the probe's actor does.
+SPIN_TAIL_NS = 300_000
 #: What the agent binds its token to for the time exchange's key.
 KEY_LABEL = b"skewscope time exchange tag v2"
 #: Bytes of the tag kept (128 bits).
@@ -792,7 +793,46 @@ class Clock:
             task.add_done_callback(self._actions.discard)
         return acted
 
+    def _moment(self, target_ns: int, used, planned: int):
+        """The moment the server's clock reaches ``target_ns``, on the
+        monotonic clock, from the estimate at that moment (the model's
+        offset moves with time): ``(estimate, moment)``. The server's clock
+        by that estimate is at or past the target there, and, as it only
+        grows with the monotonic clock, at every later reading. Without an
+        estimate (the model was reset), the plan stands."""
+        mono = planned
+        for _ in range(3):
+            e = self.model.at(mono)
+            if e is None:
+                return used, planned
+            used, planned = e, target_ns - e.agent_minus_mono_ns
+            if planned == mono:
+                break
+            mono = planned
+        short = target_ns - (planned + used.agent_minus_mono_ns)
+        return used, planned + max(short, 0)
+
+    @staticmethod
+    def _read_out(moment: int) -> tuple[int, int | None]:
+        """Waits for ``moment`` on the monotonic clock: a precise thread
+        sleep to SPIN_TAIL_NS before it, then readings of that clock alone
+        until it has come (no model: a model read takes tens of
+        microseconds, and after the moment it would make the action late
+        by them). Returns the reading that reached it and the last one
+        known to be before it (None: it had passed already)."""
+        rest = moment - time.monotonic_ns() - SPIN_TAIL_NS
+        if rest > 0:
+            time.sleep(rest / 1e9)
+        before = None
+        m = time.monotonic_ns()
+        while m < moment:
+            before = m
+            m = time.monotonic_ns()
+        return m, before
+
     async def _act(self, target: float, callback, spin: float, record, plan) -> Acted:
+        target_ns = math.ceil(Fraction(target) * 10**9)
+        used, planned = plan
         while True:
             try:
                 left = target - self.now()
@@ -801,53 +841,27 @@ class Clock:
                     raise
                 await asyncio.sleep(0.01)  # the model was reset (a jump); until the next reply
                 continue
-            if left <= spin:
+            if left > spin:
+                await asyncio.sleep(left - spin)
+                continue
+            # The model changes only on this event loop, which this holds
+            # from here to the callback: so the moment is planned and checked
+            # now, and the read-out below only reads the monotonic clock (a
+            # model read after the moment would make every action late by
+            # the tens of microseconds it takes).
+            used, planned = self._moment(target_ns, used, planned)
+            if planned - time.monotonic_ns() <= int(spin * 1e9) + SPIN_TAIL_NS:
                 break
-            await asyncio.sleep(left - spin)
-        # The moment on the monotonic clock, from the estimate at it: reading
-        # that clock costs a fraction of a microsecond, the model tens of them.
-        target_ns = math.ceil(Fraction(target) * 10**9)
-        start = mono = time.monotonic_ns()
-        used, planned = plan
-        for _ in range(2):
-            e = self.model.at(mono)
-            if e is None:
-                break
-            used = e
-            mono = planned = target_ns - e.agent_minus_mono_ns
-        # Never hold the loop past what the coarse wait left (a model that
-        # broke in between is read out below instead).
-        mono = min(mono, start + int(spin * 1e9) + SPIN_TAIL_NS)
-        # Sleep the thread to a millisecond before (a precise sleep, unlike
+            # The model moved the moment further than the wait left: wait again.
+        # Sleep the thread to SPIN_TAIL_NS before (a precise sleep, unlike
         # the loop's timers), and read the clock for the rest: a busy read of
-        # several ms is soon preempted on a busy host, a sleep's wake is not.
-        # Both hold the event loop, for as long as the read would have.
-        rest = mono - time.monotonic_ns() - SPIN_TAIL_NS
-        if rest > 0:
-            time.sleep(rest / 1e9)
-        # Then read the monotonic clock until the moment, and the server's
-        # clock at the reading that reached it: never before the moment, by
-        # its own reading. `before` is the last reading known to be before it.
-        before = None
-        m = time.monotonic_ns()
-        while True:
-            while m < mono:
-                before = m
-                m = time.monotonic_ns()
-            e = self.model.at(m)
-            if e is None:
-                break  # the model was reset meanwhile: the plan stands
-            now = (m + e.agent_minus_mono_ns) / 1e9
-            if now >= target:
-                break
-            # The model moved since the plan: the moment is a little later.
-            used = e
-            mono = planned = max(target_ns - e.agent_minus_mono_ns, m + 1)
-            m = time.monotonic_ns()
-            if m < mono:
-                before = m
-        if e is None:
-            now = (m + used.agent_minus_mono_ns) / 1e9
+        # several ms is soon preempted on a busy host, and holds a core other
+        # processes need; a sleep's wake is not. Both hold the event loop.
+        # Never early, by its own reading.
+        m, before = self._read_out(planned)
+        # The server's clock at that reading, from the estimate the moment
+        # was planned on (the drift over the read-out is below a ns).
+        now = (m + used.agent_minus_mono_ns) / 1e9
         missed = before is None or m - before > SPIN_GAP_NS
         done = time.monotonic_ns()
         acted = self._run_callback(callback, Acted(target, now, now - target, missed=missed))

@@ -79,3 +79,51 @@ def test_a_time_already_past_runs_at_once_and_says_how_late(agent):
             await clock.close()
 
     run(body())
+
+
+def test_no_model_is_read_between_the_read_out_and_the_callback(agent):
+    """The moment is planned and checked before the read-out: after it only
+    the monotonic clock is read. A model read there (tens of microseconds in
+    Python) made every action late by it."""
+    reads_in_read_out = []
+    read_outs = 0
+    in_read_out = False
+
+    async def body():
+        nonlocal in_read_out
+        clock = await connect_clock(agent.url, timeout=20)
+        try:
+            await wait_until(lambda: clock.exchanges >= 4, 30, "4 exchanges")
+            model_at = clock.model.at
+            read_out = clock._read_out
+
+            def watched_at(t):
+                if in_read_out:
+                    reads_in_read_out.append(t)
+                return model_at(t)
+
+            def watched_read_out(moment):
+                nonlocal in_read_out, read_outs
+                in_read_out = True
+                read_outs += 1
+                return read_out(moment)
+
+            def act(acted):
+                nonlocal in_read_out
+                in_read_out = False
+                return acted
+
+            clock.model.at = watched_at
+            clock._read_out = watched_read_out
+            start = clock.now()
+            actions = [clock.act_at(start + lead, act) for lead in (0.05, 0.08, 0.11)]
+            async with asyncio.timeout(10):
+                done = [await a for a in actions]
+            return done
+        finally:
+            await clock.close()
+
+    done = run(body())
+    assert len(done) == 3 and all(a.actual >= a.target for a in done)
+    assert read_outs == 3, "each action waits in the read-out"
+    assert reads_in_read_out == [], "the model was read after the read-out began"
