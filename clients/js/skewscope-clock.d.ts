@@ -81,7 +81,12 @@ export function scheduleAt(
   clock: TimeSource,
   at: number,
   fn: (acted: Acted) => void,
-  options?: { spinMs?: number; env?: object },
+  options?: {
+    spinMs?: number;
+    env?: object;
+    /** Asked for the moment again as the coarse wait ends; returns the new `at`, or null to keep it. */
+    lookAgain?: (() => number | null) | null;
+  },
 ): () => void;
 
 /** The largest time the agent takes in an upload, ms (2^64 ns, to the whole ms below). */

@@ -497,8 +497,14 @@ function isTimeMs(t) {
  * cancels it. `env` is for tests: {now, setTimeout, clearTimeout}. A time
  * that is not a finite number is refused (TypeError): it would make a timer
  * that never ends, or one that fires at once forever.
+ *
+ * `lookAgain`, when given, is asked for the moment again as the coarse wait
+ * ends, just before the final read-out (it returns the new `at`, or null to
+ * keep it): a plan made with what was learned during the wait costs no
+ * second coarse timer, which may fire milliseconds late, and no longer
+ * read-out, which holds a core other apps need at that same moment.
  */
-export function scheduleAt(clock, at, fn, { spinMs = 4, env = globalThis } = {}) {
+export function scheduleAt(clock, at, fn, { spinMs = 4, env = globalThis, lookAgain = null } = {}) {
   if (typeof at !== "number" || !Number.isFinite(at)) throw new TypeError(`skewscope clock: not a time to act: ${at}`);
   if (typeof spinMs !== "number" || !Number.isFinite(spinMs) || spinMs < 0) throw new TypeError(`skewscope clock: not a spin: ${spinMs}`);
   let timer = null;
@@ -514,7 +520,11 @@ export function scheduleAt(clock, at, fn, { spinMs = 4, env = globalThis } = {})
     timer = null;
     if (cancelled) return;
     const left = at - clock.now();
-    if (left <= spinMs) return fire();
+    if (left <= spinMs) {
+      const again = lookAgain === null ? null : lookAgain();
+      if (typeof again === "number" && Number.isFinite(again)) at = again;
+      return fire();
+    }
     timer = env.setTimeout(wait, Math.min(left - spinMs, MAX_TIMER_MS));
   };
   const lateBy = clock.now() - at;
@@ -532,8 +542,6 @@ export function scheduleAt(clock, at, fn, { spinMs = 4, env = globalThis } = {})
 
 /** How long a reply may take before the exchange counts as lost, ms. */
 export const ANSWER_WAIT_MS = 300;
-/** How long before a target an action is planned again, ms (as the browser probe). */
-const LOOK_AGAIN_MS = 2;
 /** A /clock reply is far shorter; a longer frame is not parsed. */
 const MAX_REPLY_CHARS = 16 * 1024;
 
@@ -1802,9 +1810,9 @@ export class Clock extends EventTarget {
    * already past runs at once). Returns a function that cancels it.
    *
    * The moment is planned on the page's clock as the browser probe plans
-   * it: mapped with the model at the message's read, then again 2 ms before
-   * it with the exchanges that came during the lead; a timer to `spinMs`
-   * (4) before, then the clock is read until it has come. A bound wider
+   * it: mapped with the model at the message's read; a timer to `spinMs`
+   * (4) before, then mapped again with the exchanges that came during the
+   * lead, and the clock is read until it has come. A bound wider
    * than the time left asks for a burst of exchanges.
    *
    * `message` (a Subscription's message event, the raw text or bytes from
@@ -1846,25 +1854,17 @@ export class Clock extends EventTarget {
         if (recorder !== null && seen !== null) this.recordAction(recorder, seen, { at, estimate, target, done, read });
       }
     };
-    // The last look comes before the final spin, and the spin is as much
-    // longer: a timer may fire a few ms late, and the look must not make
-    // the action late.
-    const margin = spinMs + LOOK_AGAIN_MS;
-    let cancelLast = () => {};
-    const lastLook = () => {
-      if (cancelled) return;
+    // The last look is where the coarse wait ends, before the read-out:
+    // the exchanges that came during the lead count, at no cost in time.
+    const lookAgain = () => {
       const again = plan();
       if (again.estimate !== null) ({ target, estimate } = again);
-      cancelLast = scheduleAt(page, target, fire, { spinMs: margin, env });
+      return target;
     };
-    const cancelFirst =
-      target - margin > this.pageNow()
-        ? scheduleAt(page, target - margin, lastLook, { spinMs: 0, env })
-        : scheduleAt(page, target, fire, { spinMs, env });
+    const cancel = scheduleAt(page, target, fire, { spinMs, env, lookAgain });
     return () => {
       cancelled = true;
-      cancelFirst();
-      cancelLast();
+      cancel();
     };
   }
 

@@ -20,8 +20,6 @@ const INGEST_VERSION = 1;
 const MAX_BATCH_CHARS = 256 * 1024;
 const RETRY_MIN_MS = 250;
 const RETRY_MAX_MS = 10_000;
-/** How long before a target an action is planned again, ms. */
-const LOOK_AGAIN_MS = 2;
 
 const params = new URLSearchParams(location.search);
 const url = params.get("url");
@@ -298,8 +296,8 @@ function act(conn, message, arrived, clock) {
     return;
   }
   // Mapped as the native probe maps it: the page-clock moment the agent's
-  // `at` is, on the clock model; planned again 2 ms before it, with the
-  // exchanges that came during the lead.
+  // `at` is, on the clock model; planned again as the coarse wait ends,
+  // with the exchanges that came during the lead.
   const plan = () => {
     const first = clock.estimate(arrived);
     if (first === null) return { target: at, estimate: null };
@@ -347,20 +345,14 @@ function act(conn, message, arrived, clock) {
     if (late > 0) shown.late += 1;
     show("actions", `${shown.actions} (${shown.late})`);
   };
-  // The last look comes before the final spin, and the spin is as much
-  // longer: a page's timer may fire a few ms late, and the look must not
-  // make the action late.
-  const margin = spinMs + LOOK_AGAIN_MS;
-  const lastLook = () => {
+  // The last look is where the coarse wait ends, before the read-out: the
+  // exchanges that came during the lead count, at no cost in time.
+  const lookAgain = () => {
     const again = plan();
     if (again.estimate !== null) ({ target, estimate } = again);
-    scheduleAt({ now: pageNow }, target, fire, { spinMs: margin });
+    return target;
   };
-  if (target - margin > pageNow()) {
-    scheduleAt({ now: pageNow }, target - margin, lastLook, { spinMs: 0 });
-  } else {
-    scheduleAt({ now: pageNow }, target, fire, { spinMs });
-  }
+  scheduleAt({ now: pageNow }, target, fire, { spinMs, lookAgain });
 }
 
 /** The smallest step of the page's clock, ms: what the browser coarsens it to. */

@@ -155,6 +155,30 @@ test("actAt runs at the time, not before, and says when it was late", () => {
   assert.equal(calls.length, 2);
 });
 
+test("the last look is asked once, as the coarse wait ends, and the read-out aims at what it says", () => {
+  const sim = simulated();
+  const calls = [];
+  const looks = [];
+  // The estimate moved during the lead: the moment is 1.5 ms later.
+  const lookAgain = () => {
+    looks.push(sim.now);
+    return 1_000_051.5;
+  };
+  scheduleAt(sim.clock, 1_000_050, (r) => calls.push({ ...r, now: sim.now }), { env: sim.env, lookAgain });
+  assert.deepEqual(looks, [], "not before the coarse wait");
+  sim.run();
+  assert.equal(looks.length, 1, "one look, no second coarse timer");
+  assert.ok(looks[0] >= 1_000_046 && looks[0] < 1_000_050, `looked at ${looks[0]}: as the read-out begins`);
+  assert.equal(calls.length, 1);
+  assert.equal(calls[0].at, 1_000_051.5);
+  assert.ok(calls[0].now >= 1_000_051.5 && calls[0].late < 0.2, JSON.stringify(calls[0]));
+  // A look that keeps the moment (null) changes nothing.
+  scheduleAt(sim.clock, sim.now + 20, (r) => calls.push(r), { env: sim.env, lookAgain: () => null });
+  sim.run();
+  assert.equal(calls.length, 2);
+  assert.ok(calls[1].late >= 0 && calls[1].late < 0.2, JSON.stringify(calls[1]));
+});
+
 test("a page clock that jumps against the wall clock (sleep) forgets what it learned", () => {
   let page = 5000;
   let wall = 1_764_633_600_000;
