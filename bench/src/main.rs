@@ -8,6 +8,7 @@
 //! ingest throughput. `verdict`: an audit's last broadcast to its verdict.
 
 mod act_notify;
+mod action_truth;
 mod auto_lead;
 mod clock_models;
 mod drain;
@@ -89,6 +90,20 @@ enum Command {
         /// Print the figures as JSON instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// Where the actions' true error came from, for a run whose devices
+    /// all ran on this host (bench/apps): per actor and per broadcast, the
+    /// true error split into its clock part (the estimate) and its timer
+    /// part, read from the agent's store. Prints JSON.
+    ActionTruth {
+        /// The agent's --data-dir.
+        data: std::path::PathBuf,
+        /// Only actions aimed at or after this server time (ns since 1970).
+        #[arg(long, default_value_t = 0)]
+        from_ns: u64,
+        /// Only actions aimed at or before this server time.
+        #[arg(long, default_value_t = u64::MAX)]
+        to_ns: u64,
     },
     /// What --act-notify adds for the app beside a probe: the notice's
     /// latency (Unix datagram and UDP) against one local datagram and
@@ -431,6 +446,15 @@ fn main() -> anyhow::Result<()> {
             } else {
                 auto_lead::print(&figures);
             }
+            Ok(())
+        }
+        Command::ActionTruth {
+            data,
+            from_ns,
+            to_ns,
+        } => {
+            let truth = action_truth::run(&data, from_ns, to_ns)?;
+            println!("{}", serde_json::to_string_pretty(&truth)?);
             Ok(())
         }
         Command::ActNotify {
