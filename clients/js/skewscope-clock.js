@@ -522,7 +522,16 @@ export function scheduleAt(clock, at, fn, { spinMs = 4, env = globalThis, lookAg
     const left = at - clock.now();
     if (left <= spinMs) {
       const again = lookAgain === null ? null : lookAgain();
-      if (typeof again === "number" && Number.isFinite(again)) at = again;
+      if (typeof again === "number" && Number.isFinite(again) && again !== at) {
+        at = again;
+        // Moved further than a read-out: a coarse wait again, not a long
+        // busy one (the look is asked again as it ends).
+        const rest = at - clock.now();
+        if (rest > spinMs) {
+          timer = env.setTimeout(wait, Math.min(rest - spinMs, MAX_TIMER_MS));
+          return;
+        }
+      }
       return fire();
     }
     timer = env.setTimeout(wait, Math.min(left - spinMs, MAX_TIMER_MS));

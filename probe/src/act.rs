@@ -15,8 +15,10 @@
 //! the core to whatever else is runnable (another app's busy wait, a page
 //! spinning to the same moment) until that is preempted, milliseconds on a
 //! busy device, while a thread that just woke keeps it for the few hundred
-//! microseconds left. The connections' receipts lose nothing meanwhile:
-//! the kernel stamps them as they arrive.
+//! microseconds left. Nothing is lost meanwhile: kernel-stamped receipts
+//! keep their arrival; on a one-core device, userspace stamps (a read's
+//! time, a time reply's `t4`) may come up to [`SPIN`] later (a wider
+//! exchange, not a biased one).
 //!
 //! Connections of one probe that act on one message share the device's
 //! timer: everything due when it fires is recorded at that one moment (a

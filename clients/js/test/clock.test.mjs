@@ -159,10 +159,10 @@ test("the last look is asked once, as the coarse wait ends, and the read-out aim
   const sim = simulated();
   const calls = [];
   const looks = [];
-  // The estimate moved during the lead: the moment is 1.5 ms later.
+  // The estimate moved during the lead: the moment is 0.5 ms earlier.
   const lookAgain = () => {
     looks.push(sim.now);
-    return 1_000_051.5;
+    return 1_000_049.5;
   };
   scheduleAt(sim.clock, 1_000_050, (r) => calls.push({ ...r, now: sim.now }), { env: sim.env, lookAgain });
   assert.deepEqual(looks, [], "not before the coarse wait");
@@ -170,13 +170,28 @@ test("the last look is asked once, as the coarse wait ends, and the read-out aim
   assert.equal(looks.length, 1, "one look, no second coarse timer");
   assert.ok(looks[0] >= 1_000_046 && looks[0] < 1_000_050, `looked at ${looks[0]}: as the read-out begins`);
   assert.equal(calls.length, 1);
-  assert.equal(calls[0].at, 1_000_051.5);
-  assert.ok(calls[0].now >= 1_000_051.5 && calls[0].late < 0.2, JSON.stringify(calls[0]));
+  assert.equal(calls[0].at, 1_000_049.5);
+  assert.ok(calls[0].now >= 1_000_049.5 && calls[0].late < 0.2, JSON.stringify(calls[0]));
+  // A look that moves the moment far (the first plan had no estimate):
+  // a coarse wait again, then the read-out; never a long busy wait.
+  const reads = { n: 0 };
+  const counting = { now: () => (reads.n++, sim.clock.now()) };
+  const far = sim.now + 10;
+  let moved = false;
+  scheduleAt(counting, far, (r) => calls.push({ ...r, now: sim.now }), {
+    env: sim.env,
+    lookAgain: () => (moved ? null : ((moved = true), far + 500)),
+  });
+  sim.run();
+  assert.equal(calls.length, 2);
+  assert.equal(calls[1].at, far + 500);
+  assert.ok(calls[1].now >= far + 500 && calls[1].late < 0.2, JSON.stringify(calls[1]));
+  assert.ok(reads.n < 100, `${reads.n} reads of the clock: a coarse wait, then a read-out of about 4 ms`);
   // A look that keeps the moment (null) changes nothing.
   scheduleAt(sim.clock, sim.now + 20, (r) => calls.push(r), { env: sim.env, lookAgain: () => null });
   sim.run();
-  assert.equal(calls.length, 2);
-  assert.ok(calls[1].late >= 0 && calls[1].late < 0.2, JSON.stringify(calls[1]));
+  assert.equal(calls.length, 3);
+  assert.ok(calls[2].late >= 0 && calls[2].late < 0.2, JSON.stringify(calls[2]));
 });
 
 test("a page clock that jumps against the wall clock (sleep) forgets what it learned", () => {

@@ -412,13 +412,15 @@ class Clock:
         :func:`to_epoch_seconds` reads them; a time that is not a finite
         number raises ValueError).
 
-        Why this way: asyncio sleeps to ``spin`` (4 ms) before the moment,
-        as its timers fire a millisecond or more late on a busy host; then
-        the moment is mapped onto the monotonic clock with the exchanges
-        that came during the wait, the thread sleeps precisely to 1 ms
-        before it and reads the clock until it has come (holding the event
-        loop those few ms), and the server's clock is read until it says
-        the moment has come: never early, late by a read. A time already
+        Why this way: asyncio sleeps to ``spin`` (4 ms; a finite number of
+        seconds ≥ 0, else ValueError) before the moment, as its timers fire
+        a millisecond or more late on a busy host; then the moment is mapped
+        onto the monotonic clock with the exchanges that came during the
+        wait, checked against the estimate at it, and the thread sleeps
+        precisely to 300 µs before it and reads the monotonic clock until it
+        has come (holding the event loop those few ms; no model read after
+        the moment, which would make the action late by it): never early by
+        the server's clock as this clock reads it, late by a read. A time already
         past runs at once (before this returns), and ``acted.late`` says by
         how much (``acted.missed``: it did not run at its moment). A
         coroutine the callback returns is scheduled. Returns an
@@ -432,6 +434,8 @@ class Clock:
         changes nothing.
         """
         target = to_epoch_seconds(at, unit)
+        if not (isinstance(spin, (int, float)) and math.isfinite(spin) and spin >= 0):
+            raise ValueError(f"skewscope clock: not a spin (seconds, finite, >= 0): {spin!r}")
         loop = asyncio.get_running_loop()
         mono = time.monotonic_ns()
         e = self.model.at(mono)
@@ -796,21 +800,39 @@ class Clock:
     def _moment(self, target_ns: int, used, planned: int):
         """The moment the server's clock reaches ``target_ns``, on the
         monotonic clock, from the estimate at that moment (the model's
-        offset moves with time): ``(estimate, moment)``. The server's clock
-        by that estimate is at or past the target there, and, as it only
-        grows with the monotonic clock, at every later reading. Without an
-        estimate (the model was reset), the plan stands."""
+        offset moves with time): ``(estimate, moment)``. By the estimate
+        returned, which is the model's at the moment returned, the server's
+        clock is at or past the target there, and, as it only grows with
+        the monotonic clock, at every later reading: never early. Without an
+        estimate at the plan (the model was reset), the estimate at this
+        reading plans it; without any, the plan stands."""
         mono = planned
-        for _ in range(3):
+        e = self.model.at(mono)
+        if e is None:
+            mono = time.monotonic_ns()
             e = self.model.at(mono)
             if e is None:
                 return used, planned
-            used, planned = e, target_ns - e.agent_minus_mono_ns
-            if planned == mono:
+        # A fixed point of moment = target - offset(moment): two steps reach
+        # it (the offset moves by ppm). A floored offset may swing by 1 ns
+        # between two neighbours and leave the search a ns early, so it ends
+        # by stepping later until the estimate there (kept with its moment)
+        # says the moment has come.
+        for _ in range(4):
+            candidate = target_ns - e.agent_minus_mono_ns
+            if candidate == mono:
                 break
-            mono = planned
-        short = target_ns - (planned + used.agent_minus_mono_ns)
-        return used, planned + max(short, 0)
+            e2 = self.model.at(candidate)
+            if e2 is None:
+                break
+            mono, e = candidate, e2
+        while mono + e.agent_minus_mono_ns < target_ns:
+            mono += target_ns - (mono + e.agent_minus_mono_ns)
+            e2 = self.model.at(mono)
+            if e2 is None:
+                break
+            e = e2
+        return e, mono
 
     @staticmethod
     def _read_out(moment: int) -> tuple[int, int | None]:
@@ -850,9 +872,12 @@ class Clock:
             # model read after the moment would make every action late by
             # the tens of microseconds it takes).
             used, planned = self._moment(target_ns, used, planned)
-            if planned - time.monotonic_ns() <= int(spin * 1e9) + SPIN_TAIL_NS:
+            far = planned - time.monotonic_ns() - int(spin * 1e9)
+            if far <= SPIN_TAIL_NS:
                 break
-            # The model moved the moment further than the wait left: wait again.
+            # The model puts the moment further than the wait left (it moved
+            # since the coarse wait's reading): wait again, the loop free.
+            await asyncio.sleep(far / 1e9)
         # Sleep the thread to SPIN_TAIL_NS before (a precise sleep, unlike
         # the loop's timers), and read the clock for the rest: a busy read of
         # several ms is soon preempted on a busy host, and holds a core other

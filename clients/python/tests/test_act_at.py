@@ -127,3 +127,32 @@ def test_no_model_is_read_between_the_read_out_and_the_callback(agent):
     assert len(done) == 3 and all(a.actual >= a.target for a in done)
     assert read_outs == 3, "each action waits in the read-out"
     assert reads_in_read_out == [], "the model was read after the read-out began"
+
+
+def test_the_planned_moment_is_never_early_by_the_estimate_at_it():
+    """A floored offset may swing by 1 ns between two neighbouring moments,
+    so a plain fixed-point search can end one ns before the moment: the plan
+    always ends at a moment the estimate there says is in time, and hands
+    back that estimate."""
+    from types import SimpleNamespace
+
+    from skewscope_clock.client import Clock
+
+    target = 1_000
+    # At 499 the server's clock reads 999 (early); at 500, 1,001.
+    offsets = {499: 500, 500: 501}
+
+    def at(mono):
+        off = offsets.get(mono, 500 if mono % 2 else 501)
+        return SimpleNamespace(agent_minus_mono_ns=off, bound_ns=1_000)
+
+    fake = SimpleNamespace(model=SimpleNamespace(at=at))
+    for start in (400, 499, 500, 501, 600):
+        used, moment = Clock._moment(fake, target, None, start)
+        assert moment + used.agent_minus_mono_ns >= target, (start, moment)
+        assert used.agent_minus_mono_ns == at(moment).agent_minus_mono_ns, (start, moment)
+        assert moment <= 501, (start, moment)
+    # No estimate at the plan: the one at this reading plans it; none at
+    # all: the plan stands.
+    none = SimpleNamespace(model=SimpleNamespace(at=lambda mono: None))
+    assert Clock._moment(none, target, "old", 123) == ("old", 123)
