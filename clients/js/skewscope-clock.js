@@ -1775,6 +1775,7 @@ export class Clock extends EventTarget {
   /** The server's wall time now, ms since the epoch. */
   now() {
     const at = this.pageNow();
+    this.checkJump(at);
     const e = this.estimate(at);
     if (e === null) throw new Error("skewscope clock: not synced yet");
     return at + e.offset;
@@ -1782,7 +1783,9 @@ export class Clock extends EventTarget {
 
   /** How far now() can be from the server's clock, ± ms (Infinity before the first exchange). */
   bound() {
-    const e = this.estimate(this.pageNow());
+    const at = this.pageNow();
+    this.checkJump(at);
+    const e = this.estimate(at);
     return e === null ? Infinity : e.bound;
   }
 
@@ -2182,7 +2185,13 @@ export class Clock extends EventTarget {
     this.wait();
   }
 
-  /** A page clock that moved unlike the wall clock (the device slept) drops what was learned. */
+  /**
+   * A page clock that moved unlike the wall clock (the device slept) drops
+   * what was learned: checked at each exchange and at each now() and
+   * bound(), so an answer after a wake never comes from the model of
+   * before it. A page sees only sleeps over 1 s (a wall clock stepped by
+   * less is not told apart); Python's module, on Linux, sees any over 1 ms.
+   */
   checkJump(page) {
     const wall = this.env.Date ? this.env.Date.now() : Date.now();
     if (this.lastSeen !== null) {

@@ -219,6 +219,14 @@ test("a page clock that jumps against the wall clock (sleep) forgets what it lea
   assert.equal(clock.model.size, 0);
   assert.deepEqual(jumps, [page]);
   assert.equal(clock.bound(), Infinity);
+  // Learned again; then a sleep seen at a read, before any exchange: now()
+  // refuses to answer from the model of before it.
+  clock.model.add(exchange(page, 2, 0.1, 0.1));
+  assert.ok(Number.isFinite(clock.now()));
+  page += 1000;
+  wall += 30_000;
+  assert.throws(() => clock.now(), /not synced/);
+  assert.equal(jumps.length, 2);
 });
 
 test("replies fill the model through a WebSocket, and bound changes are told", () => {

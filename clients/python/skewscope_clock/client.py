@@ -73,6 +73,11 @@ TAG_LEN = 16
 #: A page's clock that moves unlike the wall clock by more than this between
 #: two exchanges means the device slept: what was learned is dropped.
 JUMP_NS = 1_000_000_000
+#: A suspend longer than this (the growth of CLOCK_BOOTTIME minus
+#: CLOCK_MONOTONIC, where the platform has both) drops what was learned,
+#: as the probe does: the monotonic clock stood still while the server's
+#: went on, so the model would be off by the sleep until the next exchange.
+SLEEP_SEEN_NS = 1_000_000
 #: Two readings of an action's final wait further apart than this: the
 #: process was not running in between (preempted, or woken late). An
 #: action whose moment passed in such a gap ran late: ``Acted.missed``.
@@ -343,6 +348,9 @@ class Clock:
         self._error: BaseException | None = None
         self._next_id = 1
         self._last_seen: tuple[int, int] | None = None
+        #: The time suspended (see _suspended_ns) when the model was last
+        #: fed or reset; None where the platform cannot tell.
+        self._suspended_base: int | None = _suspended_ns()
         self._actions: set[asyncio.Task] = set()
         #: Pending actions' targets (server seconds): the upload waits for them.
         self._due: dict[asyncio.Task, float] = {}
@@ -385,7 +393,9 @@ class Clock:
     def now(self) -> float:
         """The server's wall time now, seconds since the epoch (as
         ``time.time()`` on the server). Raises :class:`ClockError` before
-        the first exchange: there is no honest answer then."""
+        the first exchange, and after the device slept until the next one:
+        there is no honest answer then."""
+        self._check_slept()
         mono = time.monotonic_ns()
         e = self.model.at(mono)
         if e is None:
@@ -395,6 +405,7 @@ class Clock:
     def bound(self) -> float:
         """How far ``now()`` can be from the server's clock, ± seconds
         (``math.inf`` before the first exchange)."""
+        self._check_slept()
         e = self.model.at(time.monotonic_ns())
         return math.inf if e is None else e.bound_ns / 1e9
 
@@ -437,6 +448,7 @@ class Clock:
         if not (isinstance(spin, (int, float)) and math.isfinite(spin) and spin >= 0):
             raise ValueError(f"skewscope clock: not a spin (seconds, finite, >= 0): {spin!r}")
         loop = asyncio.get_running_loop()
+        self._check_slept()
         mono = time.monotonic_ns()
         e = self.model.at(mono)
         if e is None:
@@ -760,8 +772,10 @@ class Clock:
         """One exchange done (None: no reply in time): into the model, then the next."""
         now = time.monotonic_ns()
         self._check_jump(now)
+        self._check_slept()
         if exchange is not None:
             if self.model.add(exchange.t1, exchange.t2, exchange.t3, exchange.t4):
+                self._suspended_base = _suspended_ns()
                 self.model.forget_before(now - HORIZON_NS)
                 self.exchanges += 1
                 self._synced.set()
@@ -787,7 +801,26 @@ class Clock:
                 self.model = ClockModel(ns_per_unit=1)
                 self.schedule = Schedule(mono, self.every * 1e9)
                 self.jumps += 1
+                self._suspended_base = _suspended_ns()  # one drop a sleep
         self._last_seen = (mono, wall)
+
+    def _check_slept(self) -> None:
+        """A suspend since the model was last fed (or reset) drops what was
+        learned, at once, however short past SLEEP_SEEN_NS: an answer from
+        it would be off by the sleep (the wall-clock check above sees only
+        sleeps over JUMP_NS, and only at the next exchange)."""
+        suspended = _suspended_ns()
+        if suspended is None or self._suspended_base is None:
+            return
+        if suspended > self._suspended_base + SLEEP_SEEN_NS:
+            mono = time.monotonic_ns()
+            self.model = ClockModel(ns_per_unit=1)
+            self.schedule = Schedule(mono, self.every * 1e9)
+            self.jumps += 1
+            self._suspended_base = suspended
+            self._last_seen = None
+            if self._wake is not None:
+                self._wake.set()  # the next exchange now, not at its turn
 
     def _run_callback(self, callback, acted: Acted) -> Acted:
         result = callback(acted)
@@ -893,6 +926,16 @@ class Clock:
         if record is not None and self._app is not None:
             self._app.action(record, act_at_ms=target * 1e3, estimate=used, target_mono=planned, done_mono=done)
         return acted
+
+
+def _suspended_ns() -> int | None:
+    """How long this host has been suspended since boot, ns: CLOCK_BOOTTIME
+    minus CLOCK_MONOTONIC (the first counts a suspend, the second does
+    not); None where the platform lacks CLOCK_BOOTTIME (not Linux)."""
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    if boottime is None:
+        return None
+    return time.clock_gettime_ns(boottime) - time.monotonic_ns()
 
 
 async def connect_clock(

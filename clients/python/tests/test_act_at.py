@@ -156,3 +156,36 @@ def test_the_planned_moment_is_never_early_by_the_estimate_at_it():
     # all: the plan stands.
     none = SimpleNamespace(model=SimpleNamespace(at=lambda mono: None))
     assert Clock._moment(none, target, "old", 123) == ("old", 123)
+
+
+def test_a_suspend_drops_the_model_at_once_until_the_next_exchange(agent, monkeypatch):
+    """A device that slept (CLOCK_BOOTTIME grew past CLOCK_MONOTONIC) has a
+    model off by the sleep: no answer from it until an exchange after the
+    wake, which is asked for at once; one sleep counts once."""
+    import skewscope_clock.client as client
+    from skewscope_clock import ClockError
+
+    async def body():
+        clock = await connect_clock(agent.url, timeout=20)
+        try:
+            await wait_until(lambda: clock.exchanges >= 4, 30, "4 exchanges")
+            clock.now()  # answers before
+            asleep = client._suspended_ns() + 5_000_000  # 5 ms suspended
+            monkeypatch.setattr(client, "_suspended_ns", lambda: asleep)
+            before = clock.exchanges
+            try:
+                clock.now()
+            except ClockError:
+                refused = True
+            else:
+                refused = False
+            assert clock.jumps == 1
+            await wait_until(lambda: clock.exchanges > before, 5, "an exchange after the wake")
+            clock.now()  # answers again
+            return refused, clock.jumps
+        finally:
+            await clock.close()
+
+    refused, jumps = run(body())
+    assert refused, "the model answered after a suspend"
+    assert jumps == 1, "one sleep, one drop"
