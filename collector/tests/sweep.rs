@@ -91,6 +91,12 @@ fn assert_every_receipt_once(result: &Value, stages: &[u64]) {
         assert_eq!(u(&f["heard"]), BROADCASTS, "{at}");
         assert_eq!(u(&f["listening"]), n, "{at}");
         assert_eq!(u(&f["receipts"]), BROADCASTS * n, "{at}");
+        // Its own CPU is spread over exactly the measured receipts.
+        assert_eq!(u(&stage["probe_cpu"]["receipts"]), BROADCASTS * n, "{at}");
+        assert!(
+            stage["probe_cpu"]["per_receipt_us"].as_f64().unwrap() > 0.0,
+            "{at}"
+        );
         assert_eq!(u(&f["expected"]), BROADCASTS * n, "{at}");
         assert_eq!(u(&f["missing"]), 0, "{at}");
         assert_eq!(u(&f["duplicates"]), 0, "{at}");

@@ -323,7 +323,7 @@ fn key(out: &mut String, curves: &[Curve]) {
 
 fn stages_table(out: &mut String, r: &SweepResult) {
     out.push_str(
-        r#"<div class="wide"><table class="stages"><tr><th>clients</th><th>opened</th><th>refused</th><th>dropped</th><th>receipts / expected</th><th>missing</th><th>skew p50</th><th>p99</th><th>max</th><th>from trigger p50</th><th>p99</th><th>server CPU / broadcast</th><th>notes</th></tr>"#,
+        r#"<div class="wide"><table class="stages"><tr><th>clients</th><th>opened</th><th>refused</th><th>dropped</th><th>receipts / expected</th><th>missing</th><th>skew p50</th><th>p99</th><th>max</th><th>from trigger p50</th><th>p99</th><th>server CPU / broadcast</th><th>own CPU / receipt</th><th>notes</th></tr>"#,
     );
     let q = |s: Option<Summary>, f: fn(&Summary) -> i64| {
         s.map_or("–".to_owned(), |s| short_duration(f(&s).max(0) as u64))
@@ -341,7 +341,7 @@ fn stages_table(out: &mut String, r: &SweepResult) {
             .collect();
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td{}>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td{}>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             thousands(u64::from(s.connections)),
             thousands(u64::from(s.opened)),
             s.refused,
@@ -362,6 +362,8 @@ fn stages_table(out: &mut String, r: &SweepResult) {
                 "{:.1} ms",
                 c.per_broadcast_ms
             )),
+            s.probe_cpu
+                .map_or("–".to_owned(), |c| format!("{:.1} µs", c.per_receipt_us)),
             escape(&notes.join("; ")),
         );
     }

@@ -11,7 +11,8 @@
 //! limit, then for each [`stage`] (its connections a probe in this
 //! process, its log followed by [`follow`], its broadcasts asked for by
 //! [`trigger`], its figures by the report's engine in [`figures`], the
-//! server's CPU by [`server_cpu`]), then the [`knee`]. [`options`] and
+//! server's CPU by [`server_cpu`], its own by [`probe_cpu`]), then the
+//! [`knee`]. [`options`] and
 //! [`args`] say what was asked, [`environment`] where it ran, [`result`]
 //! is the JSON's shape; [`text`], [`html`] and [`compare`] show it.
 
@@ -24,6 +25,7 @@ pub mod html;
 pub mod knee;
 pub mod options;
 pub mod plan;
+pub mod probe_cpu;
 pub mod result;
 pub mod server_cpu;
 pub mod stage;

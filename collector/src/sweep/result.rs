@@ -8,6 +8,7 @@ use super::environment::Environment;
 use super::figures::StageFigures;
 use super::knee::Knee;
 use super::options::Settings;
+use super::probe_cpu::ProbeCpu;
 use super::server_cpu::ServerCpu;
 
 /// The version of this shape: a reader of another version says so rather
@@ -71,6 +72,10 @@ pub struct StageResult {
     pub figures: Option<StageFigures>,
     /// The server's CPU over the broadcasts measured (`--server-pid`).
     pub server_cpu: Option<ServerCpu>,
+    /// This process's CPU per receipt over the same span: what the sweep's
+    /// own connections cost (absent from sweeps saved before it was).
+    #[serde(default)]
+    pub probe_cpu: Option<ProbeCpu>,
     /// Why the stage ended before its last broadcast, if it did; the sweep
     /// then stops there.
     pub stopped: Option<String>,

@@ -13,6 +13,7 @@ use super::figures;
 use super::follow::StageLog;
 use super::options::{SweepOptions, WARMUP_TRIES};
 use super::plan::{PlannedStage, thousands};
+use super::probe_cpu::ProbeCpuMeter;
 use super::result::StageResult;
 use super::server_cpu::CpuMeter;
 use super::trigger::Trigger;
@@ -72,6 +73,7 @@ pub fn run(ctx: &StageContext, stage: &PlannedStage) -> StageRun {
             late_to_warm: 0,
             figures: None,
             server_cpu: None,
+            probe_cpu: None,
             stopped: None,
             log: ctx.options.keep.as_ref().map(|_| out.display().to_string()),
         },
@@ -240,6 +242,8 @@ fn broadcast(
         .map(CpuMeter::start)
         .transpose()
         .map_err(|e| anyhow::anyhow!("cannot read the server's CPU time: {e}"))?;
+    log.catch_up()?;
+    let own = ProbeCpuMeter::start(log.total_receipts()).ok();
     let mut triggers = Vec::with_capacity(options.settings.broadcasts as usize);
     let mut incomplete = 0u32;
     for k in 1..=options.settings.broadcasts {
@@ -265,6 +269,10 @@ fn broadcast(
         && !triggers.is_empty()
     {
         run.result.server_cpu = meter.finish(triggers.len() as u32).ok();
+    }
+    if let Some(own) = own {
+        log.catch_up()?;
+        run.result.probe_cpu = own.finish(log.total_receipts()).ok().flatten();
     }
     if incomplete > 0 {
         (ctx.say)(&format!(

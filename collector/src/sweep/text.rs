@@ -70,7 +70,7 @@ pub fn render(result: &SweepResult) -> String {
 /// The table's head.
 fn header() -> String {
     format!(
-        "{:>8} {:>8} {:>7} {:>7} {:>17} {:>7} {:>4}   {:>9} {:>9} {:>9}   {:>16} {:>9}   {:>12}",
+        "{:>8} {:>8} {:>7} {:>7} {:>17} {:>7} {:>4}   {:>9} {:>9} {:>9}   {:>16} {:>9}   {:>12} {:>14}",
         "clients",
         "opened",
         "refused",
@@ -84,6 +84,7 @@ fn header() -> String {
         "from trigger p50",
         "p99",
         "server CPU/b",
+        "own CPU/receipt",
     )
 }
 
@@ -96,7 +97,7 @@ fn row(stage: &StageResult) -> String {
     let skew = f.and_then(|f| f.skew_ns);
     let latency = f.and_then(|f| f.latency_from_trigger_ns);
     format!(
-        "{:>8} {:>8} {:>7} {:>7} {:>17} {:>7} {:>4}   {:>9} {:>9} {:>9}   {:>16} {:>9}   {:>12}",
+        "{:>8} {:>8} {:>7} {:>7} {:>17} {:>7} {:>4}   {:>9} {:>9} {:>9}   {:>16} {:>9}   {:>12} {:>14}",
         thousands(u64::from(stage.connections)),
         thousands(u64::from(stage.opened)),
         stage.refused,
@@ -117,6 +118,9 @@ fn row(stage: &StageResult) -> String {
             "{:.1} ms",
             c.per_broadcast_ms
         )),
+        stage
+            .probe_cpu
+            .map_or("–".to_owned(), |c| format!("{:.1} µs", c.per_receipt_us)),
     )
 }
 
