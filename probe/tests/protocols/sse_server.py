@@ -7,7 +7,8 @@ Prints its port, then serves on 127.0.0.1:
       every 0.5 s keeps the stream alive. With Last-Event-ID: K the events
       after K are sent first (what a reconnecting EventSource asks for).
   GET /emit?count=N&every_ms=M&lead_ms=L   N "show" events, each after an
-      "other" one, one every M ms, data {"n": i, "at": time.time() + L/1000}
+      "other" one (none with other=0), one every M ms, data
+      {"n": i, "at": time.time() + L/1000}
   GET /drop     ends every stream (the server restarting, say)
   GET /stats    {"streams": n, "last_event_ids": [...], "emitted": n}
 """
@@ -68,11 +69,12 @@ def publish(event, data):
         queue.put_nowait(item)
 
 
-async def emit_all(count, every_ms, lead_ms):
+async def emit_all(count, every_ms, lead_ms, other):
     for i in range(count):
         if i:
             await asyncio.sleep(every_ms / 1000)
-        publish("other", {"n": i})
+        if other:
+            publish("other", {"n": i})
         publish("show", {"n": i, "at": time.time() + lead_ms / 1000})
         stats["emitted"] += 1
 
@@ -80,7 +82,8 @@ async def emit_all(count, every_ms, lead_ms):
 async def emit(request: Request):
     q = request.query_params
     asyncio.get_running_loop().create_task(
-        emit_all(int(q.get("count", "1")), int(q.get("every_ms", "0")), int(q.get("lead_ms", "300")))
+        emit_all(int(q.get("count", "1")), int(q.get("every_ms", "0")), int(q.get("lead_ms", "300")),
+                 q.get("other", "1") != "0")
     )
     return PlainTextResponse("ok")
 
