@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use agent::{AgentConfig, RunningAgent};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -13,19 +14,43 @@ fn module_dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/js")
 }
 
+/// The module's tests take about 10 s; a run still going after this left
+/// something running (a timer of a clock a failed test never closed), and
+/// node waits for it forever: it is stopped and said, never a hang.
+const NODE_LIMIT: Duration = Duration::from_secs(300);
+
 #[test]
 fn the_modules_own_tests_pass_under_node() {
-    let out = Command::new("node")
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("node.log");
+    let file = std::fs::File::create(&log).unwrap();
+    let mut child = Command::new("node")
         .args(["--test", "test/"])
         .current_dir(module_dir())
         // The real-agent test drives the agent this test run built: it
         // never skips for want of one.
         .env("SKEWSCOPE_AGENT", env!("CARGO_BIN_EXE_skewscope-agent"))
-        .output()
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
         .expect("node (./test installs Debian's nodejs)");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{text}");
+    let deadline = Instant::now() + NODE_LIMIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let status = status.unwrap_or_else(|| {
+        panic!("node's tests had not ended after {NODE_LIMIT:?}: something a test left running kept node up\n{text}")
+    });
+    assert!(status.success(), "{text}");
     let passed = text
         .lines()
         .find_map(|l| l.strip_prefix("# pass "))

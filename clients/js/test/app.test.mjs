@@ -2,7 +2,7 @@
 // and uploads them to /ingest exactly once, against the fake agent of
 // fakes.mjs (acks, lost acks, busy, acks too high and too low, a kill and a
 // restart, a full storage). Every wait is on a condition, bounded in time.
-import { test } from "node:test";
+import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { connectClock } from "../skewscope-clock.js";
 import { FakeAgent, killableEnv, mapStorage, refusal, until } from "./fakes.mjs";
@@ -10,8 +10,17 @@ import { FakeAgent, killableEnv, mapStorage, refusal, until } from "./fakes.mjs"
 const CLOCK = "ws://agent.test:8080/clock";
 const HUB = "ws://agent.test:8080/ws";
 
-function connect(agent, { name = "lobby-tv", storage = mapStorage(), tag = "", env = killableEnv(), token } = {}) {
-  return connectClock(CLOCK, { name, storage, token, WebSocketImpl: agent.socketClass(tag), env });
+/** Every clock a test opened: a test that fails before its close() must not leave its timers running (node would wait for them, and the run would never end). */
+const opened = new Set();
+
+after(async () => {
+  await Promise.all([...opened].map((clock) => clock.close().catch(() => {})));
+});
+
+async function connect(agent, { name = "lobby-tv", storage = mapStorage(), tag = "", env = killableEnv(), token } = {}) {
+  const clock = await connectClock(CLOCK, { name, storage, token, WebSocketImpl: agent.socketClass(tag), env });
+  opened.add(clock);
+  return clock;
 }
 
 /** The run as the agent stored it. */
@@ -212,9 +221,10 @@ test("busy: nothing is dropped, the batch is sent again after about a second", a
   const agent = new FakeAgent();
   agent.ingest = "busy";
   const clock = await connect(agent);
-  await until(() => agent.busyAnswers >= 2, 10_000, "two busy answers");
+  // The agent counts its answer as it sends it; the clock reads it a moment
+  // later: wait for the clock to say so, rather than race it.
+  await until(() => agent.busyAnswers >= 2 && /busy/.test(clock.upload.state), 10_000, () => `two busy answers, and the clock saying so (${agent.busyAnswers}, ${clock.upload.state})`);
   assert.equal(stored(agent, clock.runId).length, 0);
-  assert.match(clock.upload.state, /busy/);
   agent.ingest = "ack";
   await until(() => stored(agent, clock.runId).length >= 4, 10_000, "stored after busy");
   assert.equal(stored(agent, clock.runId)[0].kind, "started");
@@ -434,6 +444,7 @@ test("binary messages: stamped and keyed by their bytes (as a Blob or an ArrayBu
 test("without a name nothing is uploaded and the hub URL is not labelled", async () => {
   const agent = new FakeAgent();
   const clock = await connectClock(CLOCK, { WebSocketImpl: agent.socketClass(), env: killableEnv() });
+  opened.add(clock);
   assert.equal(clock.upload, null);
   assert.equal(clock.runId, null);
   const hub = clock.subscribe(HUB);
