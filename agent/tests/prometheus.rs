@@ -6,6 +6,7 @@
 //! received: a skew per broadcast, nothing missing, both probes' clocks.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,61 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// Prometheus scraping `agent` on a free loopback port; the port.
+///
+/// Tried up to three times on fresh ports: a test running in parallel can
+/// take the port between `free_port` looking and Prometheus binding it, and
+/// Prometheus then exits.
+fn start_prometheus(dir: &Path, agent: SocketAddr, token: &Path) -> (Prometheus, SocketAddr) {
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+             scrape_configs:\n  - job_name: skewscope\n    \
+             authorization:\n      credentials_file: {}\n    \
+             static_configs:\n      - targets: ['{}']\n",
+            token.display(),
+            agent
+        ),
+    )
+    .unwrap();
+    let mut exits = Vec::new();
+    for _ in 0..3 {
+        let web = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let mut prometheus = Prometheus(
+            Command::new("prometheus")
+                .arg(format!("--config.file={}", config.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.join("tsdb").display()
+                ))
+                .arg(format!("--web.listen-address={web}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("prometheus (./test installs Debian's)"),
+        );
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            if let Ok(Some(status)) = prometheus.0.try_wait() {
+                eprintln!("prometheus exited ({status}) before listening on {web}: trying again");
+                exits.push(status);
+                break;
+            }
+            if skewscope_os::test_listening::accepts(web) {
+                return (prometheus, web);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "prometheus not listening on {web}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    panic!("prometheus did not start in 3 tries: {exits:?}")
 }
 
 /// The value of instant query `query`, if Prometheus has one.
@@ -132,33 +188,7 @@ async fn prometheus_stores_what_the_agent_did() {
         assert_eq!(summary.receipts, BROADCASTS * u64::from(summary.opened));
     }
 
-    let web = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-             scrape_configs:\n  - job_name: skewscope\n    \
-             authorization:\n      credentials_file: {}\n    \
-             static_configs:\n      - targets: ['{}']\n",
-            token.display(),
-            agent.addr
-        ),
-    )
-    .unwrap();
-    let _prometheus = Prometheus(
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("tsdb").display()
-            ))
-            .arg(format!("--web.listen-address={web}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus (./test installs Debian's)"),
-    );
+    let (_prometheus, web) = start_prometheus(dir.path(), agent.addr, &token);
 
     // The scrape worked (with the token), and stored what the agent did.
     until_stored(web, "up", 1.0).await;

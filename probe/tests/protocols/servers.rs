@@ -85,10 +85,18 @@ pub fn free_port() -> u16 {
 
 /// Waits until `port` accepts connections (a broker started), at most [`LIMIT`].
 pub fn wait_for_port(port: u16, what: &str, server: &mut Server) -> Duration {
+    try_wait_for_port(port, what, server).unwrap_or_else(|exited| panic!("{exited}"))
+}
+
+/// Waits until `port` accepts connections, at most [`LIMIT`]; `Err` saying
+/// so if the server exited first.
+pub fn try_wait_for_port(port: u16, what: &str, server: &mut Server) -> Result<Duration, String> {
     let start = Instant::now();
     while !skewscope_os::test_listening::accepts(([127, 0, 0, 1], port).into()) {
         if let Ok(Some(status)) = server.child.try_wait() {
-            panic!("{what} exited ({status}) before listening on {port}");
+            return Err(format!(
+                "{what} exited ({status}) before listening on {port}"
+            ));
         }
         assert!(
             start.elapsed() < LIMIT,
@@ -96,7 +104,29 @@ pub fn wait_for_port(port: u16, what: &str, server: &mut Server) -> Duration {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    start.elapsed()
+    Ok(start.elapsed())
+}
+
+/// Tries to start a server on ports from [`free_port`], up to three times.
+///
+/// A port is free only when `free_port` looks: a test running in parallel
+/// can take it before the server binds it, and the server then exits
+/// (RabbitMQ said "dist_port_already_used" once in a fresh machine's run).
+/// `start` picks fresh ports on each try and returns `Err` when the server
+/// exited before listening; any other failure panics inside it.
+pub fn start_on_free_ports<T>(what: &str, mut start: impl FnMut() -> Result<T, String>) -> T {
+    const TRIES: usize = 3;
+    let mut failures = Vec::new();
+    for _ in 0..TRIES {
+        match start() {
+            Ok(started) => return started,
+            Err(exited) => {
+                eprintln!("{exited}: trying again on fresh ports");
+                failures.push(exited);
+            }
+        }
+    }
+    panic!("{what} did not start in {TRIES} tries: {failures:?}")
 }
 
 /// A GET on loopback; the body.
@@ -125,6 +155,11 @@ pub fn payload(n: usize) -> String {
 /// one for the test's publisher; returns it, the WebSocket port and the
 /// plain one.
 pub fn mosquitto(dir: &Path) -> (Server, u16, u16) {
+    start_on_free_ports("mosquitto", || try_mosquitto(dir))
+}
+
+/// One try of [`mosquitto`], on ports picked now.
+fn try_mosquitto(dir: &Path) -> Result<(Server, u16, u16), String> {
     let (ws, tcp) = (free_port(), free_port());
     let conf = dir.join("mosquitto.conf");
     // `user root`: run as root (the tap's tests are root in a user
@@ -152,10 +187,10 @@ pub fn mosquitto(dir: &Path) -> (Server, u16, u16) {
         .spawn()
         .expect("mosquitto (./test installs Debian's mosquitto)");
     let mut server = Server { child, after: None };
-    let took = wait_for_port(ws, "mosquitto", &mut server);
-    wait_for_port(tcp, "mosquitto", &mut server);
+    let took = try_wait_for_port(ws, "mosquitto", &mut server)?;
+    try_wait_for_port(tcp, "mosquitto", &mut server)?;
     eprintln!("mosquitto listening after {took:?}");
-    (server, ws, tcp)
+    Ok((server, ws, tcp))
 }
 
 /// Publishes `N` payloads to `topic` at `qos`, one every [`EVERY_MS`], as a
@@ -219,6 +254,11 @@ pub fn mqtt_publish(port: u16, topic: &str, qos: u8) -> std::thread::JoinHandle<
 /// all on loopback) with Web-STOMP; returns it, the Web-STOMP port and the
 /// plain STOMP one, and how long it took to start.
 pub fn rabbitmq(dir: &Path) -> (Server, u16, u16, Duration) {
+    start_on_free_ports("rabbitmq-server", || try_rabbitmq(dir))
+}
+
+/// One try of [`rabbitmq`], on ports (and so a node name) picked now.
+fn try_rabbitmq(dir: &Path) -> Result<(Server, u16, u16, Duration), String> {
     let (web, stomp, dist, epmd) = (free_port(), free_port(), free_port(), free_port());
     std::fs::write(
         dir.join("rabbitmq.conf"),
@@ -270,10 +310,10 @@ pub fn rabbitmq(dir: &Path) -> (Server, u16, u16, Duration) {
                 .status();
         })),
     };
-    let took = wait_for_port(web, "rabbitmq-server", &mut server);
-    wait_for_port(stomp, "rabbitmq-server", &mut server);
+    let took = try_wait_for_port(web, "rabbitmq-server", &mut server)?;
+    try_wait_for_port(stomp, "rabbitmq-server", &mut server)?;
     eprintln!("RabbitMQ with Web-STOMP listening after {took:?}");
-    (server, web, stomp, took)
+    Ok((server, web, stomp, took))
 }
 
 /// Sends `N` payloads to `destination`, one every [`EVERY_MS`], as a plain
