@@ -239,6 +239,18 @@ fn fastapi_every_stage_receives_every_broadcast_once_with_its_knee() {
     assert_eq!(e["server_header"], "uvicorn", "{e:#}");
     assert!(e["server_command"].as_str().unwrap().contains("uvicorn"));
     assert!(text.contains("server: uvicorn (pid"), "{text}");
+    // uvicorn takes the permessage-deflate the probe offers, as browsers
+    // do, and keeps its context: every connection inflates with a window of
+    // its own, which is in the probe's CPU, and the text says so.
+    for stage in result["stages"].as_array().unwrap() {
+        let n = u(&stage["opened"]);
+        assert_eq!(u(&stage["compressed"]["connections"]), n, "{stage:#}");
+        assert_eq!(u(&stage["compressed"]["keeping_context"]), n, "{stage:#}");
+    }
+    assert!(
+        text.contains("at 200: the server compressed what it sent on 200 of 200 connection(s) (permessage-deflate, keeping its context"),
+        "{text}"
+    );
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains(r#"class="chart sweep-skew""#), "the curve");
     assert!(page.contains(r#"class="chart sweep-cpu""#), "the CPU curve");
@@ -273,6 +285,12 @@ fn go_every_stage_receives_every_broadcast_once_and_compares() {
     assert_every_receipt_once(&result, &[5, 50, 200]);
     assert_knee_consistent(&result, &text);
     assert_settings_recorded(&result, &url, &trigger, pid);
+    // gorilla compresses nothing unless its server asks: plain frames, and
+    // no word of inflating.
+    for stage in result["stages"].as_array().unwrap() {
+        assert_eq!(u(&stage["compressed"]["connections"]), 0, "{stage:#}");
+    }
+    assert!(!text.contains("permessage-deflate"), "{text}");
 
     // Side by side with a run asked differently: both columns, and the
     // difference said.

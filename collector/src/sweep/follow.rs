@@ -21,6 +21,40 @@ pub struct StageLog {
     closed: u32,
     first_failure: Option<String>,
     first_close: Option<String>,
+    compressed: Compressed,
+}
+
+/// Connections whose server compressed what it sent them (permessage-deflate):
+/// the probe inflates each of their messages, so their receipts cost more
+/// than a plain one, and more again with a window kept per connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Compressed {
+    /// Connections that negotiated permessage-deflate.
+    pub connections: u32,
+    /// Of them, those whose server keeps its context between messages (RFC
+    /// 7692 context takeover): each holds its own 32 KiB window to inflate
+    /// with; the others share one per thread.
+    pub keeping_context: u32,
+}
+
+impl Compressed {
+    /// What a reader of the own-CPU figure must know, when any connection
+    /// was compressed: it includes inflating, which a plain server spares.
+    pub fn note(&self, opened: u32) -> Option<String> {
+        (self.connections > 0).then(|| {
+            let how = match self.keeping_context {
+                0 => "each message compressed alone".to_owned(),
+                n if n == self.connections => {
+                    "keeping its context: a 32 KiB window each to inflate with".to_owned()
+                }
+                n => format!("{n} of them keeping its context"),
+            };
+            format!(
+                "the server compressed what it sent on {} of {} connection(s) (permessage-deflate, {how}): the own CPU per receipt includes inflating (--no-deflate to compare plain)",
+                self.connections, opened
+            )
+        })
+    }
 }
 
 impl StageLog {
@@ -35,6 +69,7 @@ impl StageLog {
             closed: 0,
             first_failure: None,
             first_close: None,
+            compressed: Compressed::default(),
         })
     }
 
@@ -63,6 +98,12 @@ impl StageLog {
                     }
                     self.closed += 1;
                     self.first_close.get_or_insert(c.reason);
+                }
+                ProbeRecord::ConnectionDeflate(d) => {
+                    self.compressed.connections += 1;
+                    if !d.server_no_context_takeover {
+                        self.compressed.keeping_context += 1;
+                    }
                 }
                 _ => {}
             }
@@ -109,8 +150,46 @@ impl StageLog {
         (self.failed, self.first_failure.as_deref())
     }
 
+    /// Connections whose server compresses what it sends them.
+    pub fn compressed(&self) -> Compressed {
+        self.compressed
+    }
+
     /// Connections that closed, and the first one's reason.
     pub fn closed(&self) -> (u32, Option<&str>) {
         (self.closed, self.first_close.as_deref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_compressed_stage_says_how_and_a_plain_one_says_nothing() {
+        assert_eq!(Compressed::default().note(100), None);
+        let own = Compressed {
+            connections: 100,
+            keeping_context: 100,
+        };
+        assert!(own.note(100).unwrap().contains(
+            "on 100 of 100 connection(s) (permessage-deflate, keeping its context: a 32 KiB window each"
+        ));
+        let alone = Compressed {
+            connections: 3,
+            keeping_context: 0,
+        };
+        assert!(alone.note(5).unwrap().contains(
+            "on 3 of 5 connection(s) (permessage-deflate, each message compressed alone)"
+        ));
+        let some = Compressed {
+            connections: 4,
+            keeping_context: 1,
+        };
+        assert!(
+            some.note(4)
+                .unwrap()
+                .contains("1 of them keeping its context")
+        );
     }
 }

@@ -335,10 +335,15 @@ fn stages_table(out: &mut String, r: &SweepResult) {
         let over = s
             .skew_p99_ns()
             .is_some_and(|p| p > r.settings.max_skew_p99_ns);
-        let notes: Vec<&str> = [s.cut.as_deref(), s.stopped.as_deref()]
-            .into_iter()
-            .flatten()
-            .collect();
+        let compressed = s.compressed.note(s.opened);
+        let notes: Vec<&str> = [
+            s.cut.as_deref(),
+            s.stopped.as_deref(),
+            compressed.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         let _ = write!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td{}>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::environment::Environment;
 use super::figures::StageFigures;
+use super::follow::Compressed;
 use super::knee::Knee;
 use super::options::Settings;
 use super::probe_cpu::ProbeCpu;
@@ -76,6 +77,11 @@ pub struct StageResult {
     /// own connections cost (absent from sweeps saved before it was).
     #[serde(default)]
     pub probe_cpu: Option<ProbeCpu>,
+    /// Connections whose server compressed what it sent (permessage-deflate,
+    /// offered unless `--no-deflate`): their inflating is part of
+    /// `probe_cpu` (absent from sweeps saved before it was counted).
+    #[serde(default)]
+    pub compressed: Compressed,
     /// Why the stage ended before its last broadcast, if it did; the sweep
     /// then stops there.
     pub stopped: Option<String>,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use probe::{MAX_HANDSHAKES_IN_FLIGHT, RunningProbe};
 
 use super::figures;
-use super::follow::StageLog;
+use super::follow::{Compressed, StageLog};
 use super::options::{SweepOptions, WARMUP_TRIES};
 use super::plan::{PlannedStage, thousands};
 use super::probe_cpu::ProbeCpuMeter;
@@ -74,6 +74,7 @@ pub fn run(ctx: &StageContext, stage: &PlannedStage) -> StageRun {
             figures: None,
             server_cpu: None,
             probe_cpu: None,
+            compressed: Compressed::default(),
             stopped: None,
             log: ctx.options.keep.as_ref().map(|_| out.display().to_string()),
         },
@@ -164,6 +165,7 @@ fn measure(
     // Closes seen before the stop are the server's doing.
     let _ = log.catch_up();
     let (dropped, first_drop) = log.closed();
+    run.result.compressed = log.compressed();
     run.result.dropped = dropped;
     run.result.first_drop = first_drop.map(str::to_owned);
     probe.stop();

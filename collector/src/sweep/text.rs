@@ -171,6 +171,9 @@ fn notes(result: &SweepResult) -> Vec<String> {
                 f.unexplained
             ));
         }
+        if let Some(note) = stage.compressed.note(stage.opened) {
+            notes.push(format!("{at} {note}"));
+        }
         if let Some(why) = &stage.stopped {
             notes.push(format!("{at} the sweep stopped: {why}"));
         }

@@ -2,9 +2,11 @@
 
 Usage: socketio_server.py PING_SECONDS
 Prints its port, then serves on 127.0.0.1:
-  GET /emit?count=N&every_ms=M&lead_ms=L&namespace=/   emits N "show" events
-      ({"n": i, "at": time.time() + L/1000}), one every M ms, each after a
-      "noise" event the probe is told not to record; answers at once
+  GET /emit?count=N&every_ms=M&lead_ms=L&namespace=/&noise=1   emits N "show"
+      events ({"n": i, "at": time.time() + L/1000}), one every M ms, each
+      after a "noise" event the probe is told not to record (none with
+      noise=0, as bench/sweep asks: a receipt then costs one message, as
+      with the other servers); answers at once
   GET /kick   disconnects every client from the namespace "/" (the server
       ending a session mid-run)
   GET /stats  {"connected": n, "disconnects": n, "emitted": n}
@@ -46,11 +48,12 @@ async def connect_lobby(sid, environ, auth=None):
     pass
 
 
-async def emit(count, every_ms, lead_ms, namespace):
+async def emit(count, every_ms, lead_ms, namespace, noise):
     for i in range(count):
         if i:
             await asyncio.sleep(every_ms / 1000)
-        await sio.emit("noise", {"n": i}, namespace=namespace)
+        if noise:
+            await sio.emit("noise", {"n": i}, namespace=namespace)
         await sio.emit("show", {"n": i, "at": time.time() + lead_ms / 1000}, namespace=namespace)
         stats["emitted"] += 1
 
@@ -73,6 +76,7 @@ async def http(scope, receive, send):
                 int(query.get("every_ms", "0")),
                 int(query.get("lead_ms", "300")),
                 query.get("namespace", "/"),
+                query.get("noise", "1") != "0",
             )
         )
         body = b"ok"
