@@ -34,7 +34,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::Stamp;
 use crate::analysis::fanout::{Fanout, FanoutTracker};
-use crate::analysis::matching::{CopyNumbers, copy_of};
+use crate::analysis::matching::{CopyNumbers, copy_of, numbered_by_copy};
 use crate::analysis::settled::moved_past;
 use crate::analysis::timebase::{place, spread_of_all};
 use crate::clock::{ClockModel, Correction, Exchange, HORIZON_NS};

@@ -18,7 +18,7 @@ use super::model::{
 use super::probes::{Episodes, StampThinner, collect_probes};
 use super::source::{AgentSource, ProbeSource};
 use crate::analysis::fanout::{Fanout, FanoutTracker};
-use crate::analysis::matching::{CopyNumbers, copy_of};
+use crate::analysis::matching::{CopyNumbers, copy_of, numbered_by_copy};
 use crate::page_ingest::parse_page_label;
 use crate::record::{AgentRecord, MessageKey, ProbeRecord, Receipt, SendOutcome, TxKind};
 
@@ -737,8 +737,10 @@ fn index_agent(
     if by_hash {
         // In id order: the map iterates so.
         for (&id, b) in &broadcasts {
-            for &conn in b.slots.keys() {
-                copies.sent(conn, b.hash, id);
+            if numbered_by_copy(b.seq) {
+                for &conn in b.slots.keys() {
+                    copies.sent(conn, b.hash, id);
+                }
             }
         }
     }

@@ -45,8 +45,10 @@ impl LiveJoin {
                         .filter(|slot| labelled.contains_key(&slot.conn))
                         .map(|slot| slot.conn);
                     p.targets.extend(probes.clone());
-                    for conn in probes {
-                        self.copies.sent(conn, p.hash, p.id);
+                    if numbered_by_copy(p.seq) {
+                        for conn in probes {
+                            self.copies.sent(conn, p.hash, p.id);
+                        }
                     }
                 }
             }

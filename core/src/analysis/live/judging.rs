@@ -95,8 +95,10 @@ impl LiveJoin {
             if let Some(seq) = p.seq {
                 self.by_seq.remove(&seq);
             }
-            self.copies
-                .forget(p.targets.iter().map(|(conn, _)| conn), p.hash, id);
+            if numbered_by_copy(p.seq) {
+                self.copies
+                    .forget(p.targets.iter().map(|(conn, _)| conn), p.hash, id);
+            }
             for key in &p.placed_keys {
                 self.placed.remove(key);
             }

@@ -49,6 +49,9 @@ fn live_skews_equal_the_reports_own() {
         &[&a.records, &b.records],
         T0 + 2_000_000_000,
     );
+    // Test messages are matched by their sequence numbers: no copy of them
+    // is numbered (that cost a map entry per connection and broadcast).
+    assert_eq!(live.copies.len(), 0);
     let judged = live.judge_final(T0 + 2_000_000_000);
     let batch = figures(&join(Some(&agent), &[&a.records, &b.records]));
     assert_eq!(judged.len(), 2);
@@ -198,6 +201,9 @@ fn a_repeated_payload_is_matched_by_its_occurrence_on_each_connection() {
     published(&mut live, 1, 77, 1_000_000, &[7]);
     published(&mut live, 2, 77, 2_000_000, &[7, 8]);
     published(&mut live, 3, 77, 3_000_000, &[7, 8]);
+    // Published payloads carry no number: their copies are numbered, one
+    // count per connection and payload.
+    assert_eq!(live.copies.len(), 2);
     live.add_probe_record(1, &started("p", stamp(0)), now);
     live.add_probe_record(1, &opened(0, 7), now);
     live.add_probe_record(1, &opened(1, 8), now);
