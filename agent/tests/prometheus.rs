@@ -14,6 +14,7 @@ use agent::http_client::request;
 use agent::{AgentConfig, RunningAgent};
 use futures_util::StreamExt;
 use probe::{ProbeConfig, RunningProbe};
+use skewscope_os::test_listening::{free_port, start_on_free_ports, until_listening};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const BROADCASTS: u64 = 5;
@@ -30,19 +31,8 @@ impl Drop for Prometheus {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Prometheus scraping `agent` on a free loopback port; the port.
-///
-/// Tried up to three times on fresh ports: a test running in parallel can
-/// take the port between `free_port` looking and Prometheus binding it, and
-/// Prometheus then exits.
+/// Prometheus scraping `agent` on a free loopback port; the port (tried
+/// again on fresh ports if Prometheus exits before listening).
 fn start_prometheus(dir: &Path, agent: SocketAddr, token: &Path) -> (Prometheus, SocketAddr) {
     let config = dir.join("prometheus.yml");
     std::fs::write(
@@ -57,8 +47,7 @@ fn start_prometheus(dir: &Path, agent: SocketAddr, token: &Path) -> (Prometheus,
         ),
     )
     .unwrap();
-    let mut exits = Vec::new();
-    for _ in 0..3 {
+    start_on_free_ports("prometheus", || {
         let web = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let mut prometheus = Prometheus(
             Command::new("prometheus")
@@ -73,24 +62,9 @@ fn start_prometheus(dir: &Path, agent: SocketAddr, token: &Path) -> (Prometheus,
                 .spawn()
                 .expect("prometheus (./test installs Debian's)"),
         );
-        let deadline = Instant::now() + LIMIT;
-        loop {
-            if let Ok(Some(status)) = prometheus.0.try_wait() {
-                eprintln!("prometheus exited ({status}) before listening on {web}: trying again");
-                exits.push(status);
-                break;
-            }
-            if skewscope_os::test_listening::accepts(web) {
-                return (prometheus, web);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "prometheus not listening on {web}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    panic!("prometheus did not start in 3 tries: {exits:?}")
+        until_listening(web, &mut prometheus.0, "prometheus", LIMIT)?;
+        Ok((prometheus, web))
+    })
 }
 
 /// The value of instant query `query`, if Prometheus has one.

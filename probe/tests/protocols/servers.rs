@@ -8,10 +8,12 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub use skewscope_os::test_listening::{free_port, start_on_free_ports, until_listening};
 
 /// Bound on any one wait here: a broker's start included.
 pub const LIMIT: Duration = Duration::from_secs(60);
@@ -75,14 +77,6 @@ pub fn python_server(name: &str, args: &[&str]) -> (Server, u16) {
     (Server { child, after: None }, port)
 }
 
-/// A port free on loopback now, for a server that cannot be given port 0.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 /// Waits until `port` accepts connections (a broker started), at most [`LIMIT`].
 pub fn wait_for_port(port: u16, what: &str, server: &mut Server) -> Duration {
     try_wait_for_port(port, what, server).unwrap_or_else(|exited| panic!("{exited}"))
@@ -91,42 +85,12 @@ pub fn wait_for_port(port: u16, what: &str, server: &mut Server) -> Duration {
 /// Waits until `port` accepts connections, at most [`LIMIT`]; `Err` saying
 /// so if the server exited first.
 pub fn try_wait_for_port(port: u16, what: &str, server: &mut Server) -> Result<Duration, String> {
-    let start = Instant::now();
-    while !skewscope_os::test_listening::accepts(([127, 0, 0, 1], port).into()) {
-        if let Ok(Some(status)) = server.child.try_wait() {
-            return Err(format!(
-                "{what} exited ({status}) before listening on {port}"
-            ));
-        }
-        assert!(
-            start.elapsed() < LIMIT,
-            "{what} not listening on {port} within {LIMIT:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(start.elapsed())
-}
-
-/// Tries to start a server on ports from [`free_port`], up to three times.
-///
-/// A port is free only when `free_port` looks: a test running in parallel
-/// can take it before the server binds it, and the server then exits
-/// (RabbitMQ said "dist_port_already_used" once in a fresh machine's run).
-/// `start` picks fresh ports on each try and returns `Err` when the server
-/// exited before listening; any other failure panics inside it.
-pub fn start_on_free_ports<T>(what: &str, mut start: impl FnMut() -> Result<T, String>) -> T {
-    const TRIES: usize = 3;
-    let mut failures = Vec::new();
-    for _ in 0..TRIES {
-        match start() {
-            Ok(started) => return started,
-            Err(exited) => {
-                eprintln!("{exited}: trying again on fresh ports");
-                failures.push(exited);
-            }
-        }
-    }
-    panic!("{what} did not start in {TRIES} tries: {failures:?}")
+    until_listening(
+        ([127, 0, 0, 1], port).into(),
+        &mut server.child,
+        what,
+        LIMIT,
+    )
 }
 
 /// A GET on loopback; the body.
