@@ -204,6 +204,28 @@ impl RunningAgent {
         self.hub.clients()
     }
 
+    /// Waits until exactly `n` WebSocket clients are connected, for at most
+    /// `limit`: whoever starts clients (a test, a benchmark) must know the
+    /// hub counts them all before it broadcasts, and a count that never
+    /// comes must end the wait. `Err` holds the count seen last.
+    pub async fn wait_for_clients(
+        &self,
+        n: usize,
+        limit: std::time::Duration,
+    ) -> Result<(), usize> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let seen = self.clients();
+            if seen == n {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(seen);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    }
+
     /// Starts a new record-log segment (what SIGHUP does).
     pub fn reopen_log(&self) {
         self.recorder.reopen();

@@ -1,12 +1,15 @@
 //! The agent against real clients on 127.0.0.1:0: broadcasts, bad input, and the
 //! record log it leaves behind.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream as StdTcpStream};
 use std::time::Duration;
 
 use agent::http_client::{request, start_test};
 use agent::{AgentConfig, RunningAgent};
+use common::wait_for_clients;
 use futures_util::{SinkExt, StreamExt};
 use skewscope_core::log::AnyLog;
 use skewscope_core::record::{AgentRecord, CloseReason, SendOutcome};
@@ -36,16 +39,6 @@ async fn connect(agent: &RunningAgent, n: usize) -> Vec<Ws> {
     }
     wait_for_clients(agent, n).await;
     clients
-}
-
-async fn wait_for_clients(agent: &RunningAgent, n: usize) {
-    tokio::time::timeout(WAIT, async {
-        while agent.clients() != n {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("agent has {} clients, expected {n}", agent.clients()));
 }
 
 async fn next_data(ws: &mut Ws) -> Message {

@@ -267,14 +267,6 @@ fn audit(agent: &str, trigger: &str, json: &Path) -> Output {
         .unwrap()
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 #[test]
 fn beside_fastapi_the_audit_judges_actions_with_and_without_a_lead() {
     let dir = tempfile::tempdir().unwrap();
@@ -303,14 +295,18 @@ fn beside_fastapi_the_audit_judges_actions_with_and_without_a_lead() {
         &format!("http://{server}/start_test?lead=0.3"),
         &fitting,
     );
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", common::output_text(&o));
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&fitting).unwrap()).unwrap();
     let actions = &report["report"]["actions"];
-    assert_eq!(actions["actions"], 30, "{}", text(&o));
-    assert_eq!(actions["late"], 0, "{}", text(&o));
+    assert_eq!(actions["actions"], 30, "{}", common::output_text(&o));
+    assert_eq!(actions["late"], 0, "{}", common::output_text(&o));
     // The lead the report recommends, from its latencies from the trigger.
-    assert!(!report["report"]["lead"].is_null(), "{}", text(&o));
+    assert!(
+        !report["report"]["lead"].is_null(),
+        "{}",
+        common::output_text(&o)
+    );
     assert!(String::from_utf8_lossy(&o.stdout).contains("lead: act"));
 
     // No lead: the app's time has passed when the copies arrive.
@@ -320,11 +316,11 @@ fn beside_fastapi_the_audit_judges_actions_with_and_without_a_lead() {
         &format!("http://{server}/start_test?lead=0"),
         &none,
     );
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", common::output_text(&o));
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&none).unwrap()).unwrap();
     let late = report["report"]["actions"]["late"].as_u64().unwrap();
-    assert!(late > 0, "{}", text(&o));
+    assert!(late > 0, "{}", common::output_text(&o));
     let check = report["verdict"]["checks"]
         .as_array()
         .unwrap()

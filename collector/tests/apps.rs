@@ -97,14 +97,6 @@ fn audit(agent: &str, token: &Path, trigger: &str, probes: u32, json: &Path) -> 
         .unwrap()
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 #[test]
 fn the_audit_of_the_hub_path_judges_each_apps_own_actions_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -201,31 +193,46 @@ fn the_audit_of_the_hub_path_judges_each_apps_own_actions_once() {
         &json,
     );
     let (printed_before, mut again, again_lines) = killer.join().unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", common::output_text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("the probes listen to the agent's hub"),
         "{}",
-        text(&o)
+        common::output_text(&o)
     );
     let outcome: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let report = &outcome["report"];
-    assert_eq!(report["broadcasts"], BROADCASTS, "{}", text(&o));
+    assert_eq!(
+        report["broadcasts"],
+        BROADCASTS,
+        "{}",
+        common::output_text(&o)
+    );
     let actions = &report["actions"];
-    assert_eq!(actions["late"], 0, "{}", text(&o));
-    assert_eq!(actions["unmatched_actions"], 0, "{}", text(&o));
-    assert_eq!(report["duplicates"], 0, "{}", text(&o));
+    assert_eq!(actions["late"], 0, "{}", common::output_text(&o));
+    assert_eq!(
+        actions["unmatched_actions"],
+        0,
+        "{}",
+        common::output_text(&o)
+    );
+    assert_eq!(report["duplicates"], 0, "{}", common::output_text(&o));
     let actor = |name: &str| -> serde_json::Value {
         actions["by_actor"]
             .as_array()
             .unwrap()
             .iter()
             .find(|a| a["name"] == name)
-            .unwrap_or_else(|| panic!("{name} not among the actors: {}", text(&o)))
+            .unwrap_or_else(|| panic!("{name} not among the actors: {}", common::output_text(&o)))
             .clone()
     };
     assert_eq!(actor("kiosk-2")["kind"], "app");
-    assert_eq!(actor("kiosk-2")["actions"], BROADCASTS, "{}", text(&o));
+    assert_eq!(
+        actor("kiosk-2")["actions"],
+        BROADCASTS,
+        "{}",
+        common::output_text(&o)
+    );
     assert_eq!(actor("lobby")["kind"], "probe");
     assert_eq!(actor("lobby")["actions"], BROADCASTS);
     assert_eq!(actor("lobby/signage")["kind"], "native-app");
@@ -233,10 +240,10 @@ fn the_audit_of_the_hub_path_judges_each_apps_own_actions_once() {
         actor("lobby/signage")["actions"],
         BROADCASTS,
         "{}",
-        text(&o)
+        common::output_text(&o)
     );
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(stdout.contains("who acted:"), "{}", text(&o));
+    assert!(stdout.contains("who acted:"), "{}", common::output_text(&o));
 
     // kiosk-1: its actions before the kill and after the restart, each
     // judged once; the one it may have been killed in the middle of (acted,
@@ -252,9 +259,13 @@ fn the_audit_of_the_hub_path_judges_each_apps_own_actions_once() {
     assert!(
         judged == printed || judged + 1 == printed,
         "kiosk-1 printed {printed} actions ({printed_before} before the kill), the audit judged {judged}: {}",
-        text(&o)
+        common::output_text(&o)
     );
-    assert!(after > 0, "the restarted kiosk acted on none: {}", text(&o));
+    assert!(
+        after > 0,
+        "the restarted kiosk acted on none: {}",
+        common::output_text(&o)
+    );
 
     // No lead: the time to act has passed when the copies are read.
     let json = dir.path().join("fail.json");
@@ -266,7 +277,7 @@ fn the_audit_of_the_hub_path_judges_each_apps_own_actions_once() {
         2,
         &json,
     );
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", common::output_text(&o));
     let outcome: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert!(outcome["report"]["actions"]["late"].as_u64().unwrap() > 0);

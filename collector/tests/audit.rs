@@ -57,14 +57,6 @@ fn audit(args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 fn json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
@@ -148,18 +140,31 @@ fn an_audit_of_the_hub_passes_fails_or_cannot_run_and_says_which() {
         .arg(&page)
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", common::output_text(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(stdout.contains("PASS  skew-p99"), "{}", text(&o));
-    assert!(stdout.contains("PASS: all 3 checks passed"), "{}", text(&o));
+    assert!(
+        stdout.contains("PASS  skew-p99"),
+        "{}",
+        common::output_text(&o)
+    );
+    assert!(
+        stdout.contains("PASS: all 3 checks passed"),
+        "{}",
+        common::output_text(&o)
+    );
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("broadcast 5 of 5"),
         "progress on stderr: {}",
-        text(&o)
+        common::output_text(&o)
     );
     let pass = json(&out);
     assert_eq!(pass["verdict"]["pass"], true);
-    assert_eq!(pass["audit"]["complete"], true, "{}", text(&o));
+    assert_eq!(
+        pass["audit"]["complete"],
+        true,
+        "{}",
+        common::output_text(&o)
+    );
     let report = &pass["report"];
     assert_eq!(report["broadcasts"], 5);
     assert_eq!(
@@ -191,7 +196,7 @@ fn an_audit_of_the_hub_passes_fails_or_cannot_run_and_says_which() {
         .args(["--broadcasts", range, "--json", "-"])
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    assert!(o.status.success(), "{}", common::output_text(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
     let direct: serde_json::Value =
         serde_json::from_str(&stdout[stdout.find("{\n").unwrap()..]).expect("report JSON");
@@ -213,15 +218,19 @@ fn an_audit_of_the_hub_passes_fails_or_cannot_run_and_says_which() {
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("verdict"),
         "{}",
-        text(&o)
+        common::output_text(&o)
     );
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", common::output_text(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(stdout.contains("FAIL  skew-max ≤ 1 ns"), "{}", text(&o));
+    assert!(
+        stdout.contains("FAIL  skew-max ≤ 1 ns"),
+        "{}",
+        common::output_text(&o)
+    );
     assert!(
         stdout.contains("FAIL: 1 of 4 checks failed"),
         "{}",
-        text(&o)
+        common::output_text(&o)
     );
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(
@@ -242,40 +251,40 @@ fn an_audit_of_the_hub_passes_fails_or_cannot_run_and_says_which() {
         "--token-file",
         wrong.to_str().unwrap(),
     ]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", common::output_text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains(&format!(
             "the agent refused the token from {} (401)",
             wrong.display()
         )),
         "{}",
-        text(&o)
+        common::output_text(&o)
     );
     // No token: it wants one. The address alone is taken as http://.
     let o = audit(&["--agent", &addr]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", common::output_text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr)
             .contains("the agent requires a token (401) and none was given: give --token-file"),
         "{}",
-        text(&o)
+        common::output_text(&o)
     );
     let o = audit(&[&common[..], &["--require-probes", "3", "--settle", "300ms"]].concat());
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", common::output_text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("--require-probes is 3"),
         "{}",
-        text(&o)
+        common::output_text(&o)
     );
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let nobody = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
     let o = audit(&["--agent", &nobody]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", common::output_text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("no answer"),
         "{}",
-        text(&o)
+        common::output_text(&o)
     );
 }
 
@@ -339,22 +348,26 @@ fn a_long_running_agent_is_audited_on_this_run_only() {
         "--json",
         out.to_str().unwrap(),
     ]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", common::output_text(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
     let stderr = String::from_utf8_lossy(&o.stderr);
     // The connections of this run, not of both.
     assert!(
         stdout.contains("broadcasts 3   connections 2   receipts 6   missing 0"),
         "{}",
-        text(&o)
+        common::output_text(&o)
     );
     // The earlier run is named as such, and is no fault.
     assert!(
         stderr.contains("left out 1 earlier probe run(s)") && stderr.contains("kiosk-a (run "),
         "{}",
-        text(&o)
+        common::output_text(&o)
     );
-    assert!(!stdout.contains("without a stop record"), "{}", text(&o));
+    assert!(
+        !stdout.contains("without a stop record"),
+        "{}",
+        common::output_text(&o)
+    );
     let facts = json(&out);
     assert_eq!(facts["audit"]["earlier_runs"].as_array().unwrap().len(), 1);
     // Its reproduction names the logs it read, since the directory holds more.
@@ -372,7 +385,7 @@ fn a_long_running_agent_is_audited_on_this_run_only() {
         .args(["--json", "-"])
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    assert!(o.status.success(), "{}", common::output_text(&o));
     let direct = String::from_utf8_lossy(&o.stdout);
     let direct: serde_json::Value =
         serde_json::from_str(&direct[direct.find("{\n").unwrap()..]).unwrap();
@@ -459,15 +472,15 @@ fn an_audit_of_a_foreign_server_uses_the_agent_as_clock_reference_and_collector(
         .arg(&out)
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", common::output_text(&o));
     assert!(
         !String::from_utf8_lossy(&o.stdout).contains("not every receipt had arrived"),
         "the audit saw every receipt arrive: {}",
-        text(&o)
+        common::output_text(&o)
     );
     let audit = json(&out);
     let report = &audit["report"];
-    assert_eq!(report["broadcasts"], 5, "{}", text(&o));
+    assert_eq!(report["broadcasts"], 5, "{}", common::output_text(&o));
     assert_eq!(report["receipts"], 20);
     assert_eq!(report["missing"], 0);
     assert_eq!(report["connections"], 4, "only the foreign server's probes");
@@ -517,22 +530,22 @@ fn a_probe_whose_records_stop_arriving_fails_the_audit() {
         "--settle",
         "1500ms",
     ]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", common::output_text(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
         stdout.contains("FAIL  probes-reported ≤ 0: 1  (records since the last broadcast"),
         "{}",
-        text(&o)
+        common::output_text(&o)
     );
     assert!(
         stdout.contains("FAIL: 1 of 3 checks failed"),
         "{}",
-        text(&o)
+        common::output_text(&o)
     );
     assert!(
         stdout.contains("not every receipt had arrived"),
         "{}",
-        text(&o)
+        common::output_text(&o)
     );
 }
 
@@ -704,15 +717,21 @@ fn an_audit_over_tls_trusts_the_sites_ca_and_a_renewed_certificate_needs_no_rest
         ])
     };
     let o = ask(&old.ca);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert!(text(&o).contains("PASS"), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", common::output_text(&o));
+    assert!(
+        common::output_text(&o).contains("PASS"),
+        "{}",
+        common::output_text(&o)
+    );
     // Without the site's CA the system roots do not know the agent.
     let o = audit(&["--agent", &agent_url, "--token-file", token_arg]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", common::output_text(&o));
     assert!(
-        text(&o).to_lowercase().contains("certificate"),
+        common::output_text(&o)
+            .to_lowercase()
+            .contains("certificate"),
         "{}",
-        text(&o)
+        common::output_text(&o)
     );
 
     // Renewed: the new pair in place, SIGHUP, and the same process serves it.
@@ -733,8 +752,8 @@ fn an_audit_over_tls_trusts_the_sites_ca_and_a_renewed_certificate_needs_no_rest
     let o = renewed.unwrap();
     // Its two connections, made under the old certificate, got all 3.
     assert!(
-        text(&o).contains("connections 2   receipts 6   missing 0"),
+        common::output_text(&o).contains("connections 2   receipts 6   missing 0"),
         "{}",
-        text(&o)
+        common::output_text(&o)
     );
 }

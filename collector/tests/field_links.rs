@@ -54,14 +54,6 @@ fn audit(agent: &str, threshold: &str, broadcasts: u32, json: &Path) -> Output {
         .unwrap()
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// Watches this host's wall clock against its monotonic clock while a run
 /// goes on. The test's truth (one host: the agent's clock is the real one,
 /// a probe's the real one plus its shift) needs the wall clock to move with
@@ -188,12 +180,24 @@ fn act_over(profile: Profile) {
     // leave between two devices: the audit passes.
     let pass = dir.path().join("pass.json");
     let o = audit(&addr, "50ms", 10, &pass);
-    assert_eq!(o.status.code(), Some(0), "{}: {}", profile.name, text(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}: {}",
+        profile.name,
+        common::output_text(&o)
+    );
     // One the truth cannot meet (two devices never act within 1 µs of each
     // other: the timers alone are further apart): it fails, on that check.
     let fail = dir.path().join("fail.json");
     let o = audit(&addr, "1us", 3, &fail);
-    assert_eq!(o.status.code(), Some(1), "{}: {}", profile.name, text(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}: {}",
+        profile.name,
+        common::output_text(&o)
+    );
     let verdict: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&fail).unwrap()).unwrap();
     let failed: Vec<&str> = verdict["verdict"]["checks"]
@@ -208,7 +212,7 @@ fn act_over(profile: Profile) {
         vec!["action-skew-p99"],
         "{}: {}",
         profile.name,
-        text(&o)
+        common::output_text(&o)
     );
 
     // Every action of the 13 broadcasts on both probes' 3 connections.

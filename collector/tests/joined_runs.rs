@@ -45,16 +45,6 @@ async fn finish_all<const N: usize>(probes: [RunningProbe; N]) {
     }
 }
 
-async fn wait_for_clients(agent: &RunningAgent, n: usize) {
-    tokio::time::timeout(LIMIT, async {
-        while agent.clients() < n {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await
-    .expect("agent serves every probe connection");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_and_two_probes_join_exactly() {
     let dir = tempfile::tempdir().unwrap();
@@ -66,7 +56,10 @@ async fn agent_and_two_probes_join_exactly() {
     let total = tests + publishes;
     let a = start_probe(&url, "a", 5, total, dir.path().join("a.sklog")).await;
     let b = start_probe(&url, "b", 3, total, dir.path().join("b.sklog")).await;
-    wait_for_clients(&agent, 8).await;
+    agent
+        .wait_for_clients(8, LIMIT)
+        .await
+        .unwrap_or_else(|seen| panic!("the agent serves {seen} of 8 probe connections"));
 
     for _ in 0..tests {
         let r = agent::http_client::start_test(agent.addr, None)

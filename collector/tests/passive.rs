@@ -127,14 +127,6 @@ fn passive_audit(agent: &str, json: &Path, extra: &[&str]) -> Output {
         .unwrap()
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 fn json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
@@ -159,9 +151,9 @@ fn a_passive_audit_judges_only_the_sites_matching_broadcasts() {
     // Thresholds that hold: exit 0.
     let passing = dir.path().join("passing.json");
     let o = passive_audit(&agent, &passing, &[]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", common::output_text(&o));
     let out = json(&passing);
-    assert_eq!(out["audit"]["passive"], true, "{}", text(&o));
+    assert_eq!(out["audit"]["passive"], true, "{}", common::output_text(&o));
     assert_eq!(out["audit"]["triggered"], 0);
     let report = &out["report"];
     let matched = &report["matched"];
@@ -176,19 +168,29 @@ fn a_passive_audit_judges_only_the_sites_matching_broadcasts() {
     );
     assert_eq!(matched["unknown"], 0, "{matched}");
     assert_eq!(report["broadcasts"].as_u64(), Some(judged), "{report}");
-    assert_eq!(report["missing"], 0, "{}", text(&o));
+    assert_eq!(report["missing"], 0, "{}", common::output_text(&o));
     // Every judged receipt has its action: no lorem message was judged.
     let actions = &report["actions"];
-    assert_eq!(actions["receipts_without_action"], 0, "{}", text(&o));
+    assert_eq!(
+        actions["receipts_without_action"],
+        0,
+        "{}",
+        common::output_text(&o)
+    );
     assert_eq!(
         actions["actions"].as_u64(),
         Some(judged * 6),
         "{}",
-        text(&o)
+        common::output_text(&o)
     );
     assert_eq!(actions["late"], 0);
     // The probes connected to FastAPI, not the hub: the agent is the clock.
-    assert_eq!(report["reference"]["kind"], "clock", "{}", text(&o));
+    assert_eq!(
+        report["reference"]["kind"],
+        "clock",
+        "{}",
+        common::output_text(&o)
+    );
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("--match /type=go:"), "{stdout}");
     assert!(
@@ -201,7 +203,7 @@ fn a_passive_audit_judges_only_the_sites_matching_broadcasts() {
     // A threshold no LAN meets: exit 1, same broadcasts' kind.
     let failing = dir.path().join("failing.json");
     let o = passive_audit(&agent, &failing, &["--max-action-skew-p99", "1ns"]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", common::output_text(&o));
     assert_eq!(
         json(&failing)["report"]["actions"]["receipts_without_action"],
         0
@@ -213,11 +215,11 @@ fn a_passive_audit_judges_only_the_sites_matching_broadcasts() {
         .args(["--window", "5s", "--require-probes", "3", "--settle", "1s"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", common::output_text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("--require-probes is 3"),
         "{}",
-        text(&o)
+        common::output_text(&o)
     );
 }
 
@@ -229,7 +231,7 @@ fn a_passive_audit_refuses_to_trigger() {
         .args(["--trigger", "http://127.0.0.1:9/start_test"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", common::output_text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("cannot be used with"));
 }
 
@@ -295,10 +297,15 @@ fn a_passive_audit_of_the_hub_judges_what_the_app_published() {
         .unwrap();
     stop.store(true, Ordering::Relaxed);
     publisher.join().unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", common::output_text(&o));
     let out = json(&out);
     let report = &out["report"];
-    assert_eq!(report["reference"]["kind"], "hub", "{}", text(&o));
+    assert_eq!(
+        report["reference"]["kind"],
+        "hub",
+        "{}",
+        common::output_text(&o)
+    );
     let judged = report["matched"]["matched"].as_u64().unwrap();
     assert!(judged >= 3, "{}", report["matched"]);
     assert!(report["matched"]["left_out"].as_u64().unwrap() >= judged - 1);
@@ -307,13 +314,13 @@ fn a_passive_audit_of_the_hub_judges_what_the_app_published() {
         report["receipts"].as_u64(),
         Some(judged * 3),
         "{}",
-        text(&o)
+        common::output_text(&o)
     );
     assert_eq!(
         report["actions"]["receipts_without_action"],
         0,
         "{}",
-        text(&o)
+        common::output_text(&o)
     );
     assert!(
         out["audit"]["reproduce"]
