@@ -24,7 +24,12 @@
 //! [`Evidence::TailModel`] says it. The largest is a floor, not a cap:
 //! the actions that came late over the link emulator were each the first
 //! hold longer than any before it (a model held under the largest left
-//! 9 of 2,004 late on good Wi-Fi, against none without).
+//! 9 of 2,004 late on good Wi-Fi, against none without). Past 199 reads
+//! the floor is itself extrapolated: the largest of `k` reads is about
+//! the 1 − 1/(k + 1) quantile, so the p99.9 lies past it by the slope from
+//! the p99 to it, which is where a tail of rare long holds shows its
+//! slope (a radio dozing 30-600 ms behind beacon holds of at most 307 ms:
+//! the p90-to-p99 slope sees only the beacon).
 //!
 //! The margin is [`MARGIN_NS`], and with the empirical quantile also
 //! [`MARGIN_SHARE`] of the read when that is more: the tail model already
@@ -103,10 +108,32 @@ pub fn covering(reads: &Summary, independent: u64) -> Covering {
     let decade = (reads.p99 - reads.p90).max(0) as f64 * widen;
     let modelled = convert::from_float_signed(reads.p99 as f64 + decade);
     Covering {
-        read_ns: modelled.max(reads.max),
+        read_ns: modelled.max(past_the_largest(reads, independent)),
         evidence: Evidence::TailModel { reads: independent },
     }
 }
+
+/// Where the p99.9 lies by the slope from the p99 to the largest read, and
+/// at least the largest: with `k` independent reads the largest sits about
+/// `log10(k + 1)` decades out (the 1 − 1/(k + 1) quantile), so below a
+/// thousand reads the p99.9 is past it by the p99-to-largest slope. A tail
+/// whose rare holds stand far above the rest (a radio dozing 30-600 ms
+/// while its beacon holds end at 307 ms) shows its slope there and not
+/// between the p90 and the p99, where the slope model looks. Taken from
+/// [`MIN_DECADES_TO_LARGEST`] on; nearer the p99, one read more or less
+/// swings it by times.
+fn past_the_largest(reads: &Summary, independent: u64) -> i64 {
+    let decades = (independent as f64 + 1.0).log10() - 2.0;
+    if !(MIN_DECADES_TO_LARGEST..1.0).contains(&decades) {
+        return reads.max;
+    }
+    let slope = (reads.max - reads.p99).max(0) as f64 / decades;
+    convert::from_float_signed(reads.p99 as f64 + slope).max(reads.max)
+}
+
+/// The decades from the p99 to the largest read (log10 of the independent
+/// reads, less two) before their slope is trusted: 199 reads.
+pub const MIN_DECADES_TO_LARGEST: f64 = 0.3;
 
 /// The lead for a covering read and the slowest device's readiness: their
 /// sum and the margin.
@@ -176,6 +203,33 @@ mod tests {
         // Never below the largest read.
         let flat = Summary::of(&[MS, MS, MS, 30 * MS]).unwrap();
         assert!(covering(&flat, 4).read_ns >= 30 * MS);
+    }
+
+    #[test]
+    fn rare_long_holds_above_a_plateau_are_extrapolated_past_the_largest() {
+        // 300 reads of a dozing radio: beacon holds up to 307 ms (p90 276,
+        // p99 304), and one rare hold of 500 ms. The p90-to-p99 slope
+        // sees only the beacon; the slope to the largest reaches past
+        // 600 ms, the rare holds' own end.
+        let mut reads: Vec<i64> = (0..299).map(|i| i * 307 * MS / 298).collect();
+        reads.push(500 * MS);
+        let s = Summary::of(&reads).unwrap();
+        let c = covering(&s, 300);
+        assert!(c.read_ns > 600 * MS, "{c:?} {s:?}");
+        // Under 199 reads the largest is a floor only: one read more or
+        // less would swing the slope by times.
+        let few = Summary::of(&reads[150..]).unwrap();
+        assert_eq!(past_the_largest(&few, 150), few.max);
+        assert!(covering(&few, 150).read_ns < 600 * MS);
+        // A smooth tail's largest is no further than its slope model says:
+        // the exponential-ish reads of the test above are unchanged.
+        let mut smooth = vec![MS; 440];
+        smooth.extend(vec![2 * MS; 50]);
+        smooth.extend(vec![4 * MS; 9]);
+        smooth.push(5 * MS);
+        let s = Summary::of(&smooth).unwrap();
+        let slope_model = s.p99 + ((s.p99 - s.p90) as f64 * (1.0 + 2.0 / 50f64.sqrt())) as i64;
+        assert!(past_the_largest(&s, 500) <= slope_model, "{s:?}");
     }
 
     #[test]
