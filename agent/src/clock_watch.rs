@@ -40,7 +40,9 @@ impl ClockWatch {
             .name("clock-watch".into())
             .spawn(move || {
                 while !stopping.load(Ordering::Acquire) {
-                    recorder.record(AgentRecord::ClockState(skewscope_os::clock_claims::read()));
+                    recorder.record(AgentRecord::ClockState(skewscope_os::clock_claims::read(
+                        skewscope_os::clock::now(),
+                    )));
                     if let Some(c) = &counters {
                         recorder.record(AgentRecord::TimePort(c.snapshot()));
                     }

@@ -162,7 +162,7 @@ fn each_action_reaches_the_app_at_its_moment_and_a_deaf_app_costs_nothing() {
         let actions: Vec<ActNotice> = probe_records(&logs[i])
             .iter()
             .filter_map(|r| match r {
-                ProbeRecord::Action(a) => Some(ActNotice::of(0, a)),
+                ProbeRecord::Action(a) => Some(ActNotice::of(0, a, 0)),
                 _ => None,
             })
             .collect();
@@ -178,8 +178,28 @@ fn each_action_reaches_the_app_at_its_moment_and_a_deaf_app_costs_nothing() {
             })
             .collect();
         let mut recorded = actions.clone();
-        notices.sort_by_key(|n| (n.done_mono_ns, n.conn));
-        recorded.sort_by_key(|n| (n.done_mono_ns, n.conn));
+        notices.sort_by_key(|n| (n.conn, n.seq));
+        recorded.sort_by_key(|n| (n.conn, n.seq));
+        // The datagrams speak the app's CLOCK_MONOTONIC, the records the
+        // probe's raw clock: both moments of a notice are moved by one
+        // difference, the two clocks' (as read here, give or take what
+        // NTP's frequency parts them by over the run).
+        let here = skewscope_os::clock::mono_minus_raw_ns();
+        assert_eq!(notices.len(), recorded.len());
+        for (n, r) in notices.iter_mut().zip(&recorded) {
+            let moved = n.done_mono_ns as i64 - r.done_mono_ns as i64;
+            assert_eq!(
+                n.target_mono_ns as i64 - r.target_mono_ns as i64,
+                moved,
+                "{n:?} {r:?}"
+            );
+            assert!(
+                (moved - here).abs() < 1_000_000,
+                "moved {moved}, the clocks {here} apart"
+            );
+            n.target_mono_ns = r.target_mono_ns;
+            n.done_mono_ns = r.done_mono_ns;
+        }
         assert_eq!(notices, recorded, "probe {i}");
         for (read_at, n) in got {
             assert!(n.seq.is_some() && !n.late, "{n:?}");

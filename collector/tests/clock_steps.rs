@@ -24,16 +24,30 @@ use common::{
 use nix::sys::signal::Signal;
 use skewscope_core::record::{MessageKey, ProbeRecord};
 
-/// This process's wall minus monotonic: the real level (nothing shifts it).
-fn real_level() -> i64 {
-    let s = skewscope_os::clock::now();
-    s.wall_ns as i64 - s.mono_ns as i64
+/// This process's wall clock against the raw monotonic clock the probe
+/// stamps with, read at one moment: (raw, wall − raw), the real level then
+/// (nothing shifts this process's clocks).
+fn real_level() -> (i64, i64) {
+    let s = skewscope_os::clock::now_raw();
+    (s.mono_ns as i64, s.wall_ns as i64 - s.mono_ns as i64)
+}
+
+/// The real level at raw moment `raw`, between two readings: the host's
+/// time daemon moves the wall clock against the raw one at its frequency
+/// correction (a few ppm, steadily over a minute), so a level read once
+/// would be tens of microseconds off at the run's other end.
+fn level_at((raw0, level0): (i64, i64), (raw1, level1): (i64, i64), raw: i64) -> i64 {
+    if raw1 == raw0 {
+        return level0;
+    }
+    level0 + ((level1 - level0) as i128 * (raw - raw0) as i128 / (raw1 - raw0) as i128) as i64
 }
 
 #[test]
 fn actions_across_wall_clock_steps_land_on_the_agents_time() {
     let dir = tempfile::tempdir().unwrap();
     let (mut agent, addr, agent_log) = start_agent(dir.path());
+    let level_before = real_level();
     let shift_file = dir.path().join("shift");
     std::fs::write(&shift_file, "+0\n").unwrap();
     let log = dir.path().join("stepping.sklog");
@@ -98,10 +112,11 @@ fn actions_across_wall_clock_steps_land_on_the_agents_time() {
     assert!(agent.0.wait().unwrap().success());
 
     // The truth: the agent's clock is the real one; the probe's monotonic
-    // clock is real, so an action's true moment is its monotonic reading
-    // plus the real level, and its wall clock's shift then is what its own
-    // stamp says beyond that level.
-    let level = real_level();
+    // (raw) clock is real, so an action's true moment is its monotonic
+    // reading plus the real level then, and its wall clock's shift then is
+    // what its own stamp says beyond that level.
+    let level_after = real_level();
+    let level = |raw: u64| level_at(level_before, level_after, raw as i64);
     // libfaketime reads its file on every wall-clock read (tens of µs), so
     // a stamp's wall and monotonic readings are that far apart: the same
     // slack collector/tests/faults.rs allows its stepped probe.
@@ -120,7 +135,8 @@ fn actions_across_wall_clock_steps_land_on_the_agents_time() {
     for r in records {
         let ProbeRecord::Action(a) = r else { continue };
         assert_eq!(a.late_ns, 0, "{a:?}");
-        let shift_then = |s: skewscope_core::Stamp| s.wall_ns as i64 - s.mono_ns as i64 - level;
+        let shift_then =
+            |s: skewscope_core::Stamp| s.wall_ns as i64 - s.mono_ns as i64 - level(s.mono_ns);
         let (theta, bound) = (a.offset_ns.unwrap(), a.offset_bound_ns.unwrap());
         // Agent minus device wall, at the target: minus the shift then.
         let truth = -shift_then(a.target);
@@ -128,7 +144,7 @@ fn actions_across_wall_clock_steps_land_on_the_agents_time() {
             (theta - truth).unsigned_abs() <= bound + pairing as u64,
             "offset {theta} ± {bound}, truth {truth}: {a:?}"
         );
-        let done_true = a.done.mono_ns as i64 + level;
+        let done_true = a.done.mono_ns as i64 + level(a.done.mono_ns);
         let missed = done_true - a.act_at_ns as i64;
         let timer = a.done.mono_ns as i64 - a.target.mono_ns as i64;
         assert!(

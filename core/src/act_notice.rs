@@ -11,6 +11,12 @@
 //! its own reading on receipt minus `done_mono_ns` is what the datagram
 //! cost it), and whether the message came too late to act at its time.
 //!
+//! The probe's own clock is `CLOCK_MONOTONIC_RAW`, which no time daemon
+//! slews; apps read `CLOCK_MONOTONIC`, which every language offers. So the
+//! book is handed the difference of the two when it writes a notice and
+//! when it reads an answer (`app_minus_probe_ns`), and converts: the
+//! datagrams are on the app's clock, the records on the probe's.
+//!
 //! The app answers each notice with one datagram saying when it acted,
 //! on the same monotonic clock ([`ActAnswer`]): that is the app's own
 //! action, which the probe records beside its own ([`NoticeBook`]), so an
@@ -67,8 +73,12 @@ pub struct ActNotice {
 }
 
 impl ActNotice {
-    /// Notice number `notice` of an action the probe recorded.
-    pub fn of(notice: u64, action: &Action) -> ActNotice {
+    /// Notice number `notice` of an action the probe recorded, its
+    /// monotonic moments moved onto the app's clock (`app_minus_probe_ns`:
+    /// the app's clock minus the probe's, now).
+    pub fn of(notice: u64, action: &Action, app_minus_probe_ns: i64) -> ActNotice {
+        let on_app =
+            |probe_ns: u64| convert::narrow_unsigned(probe_ns as i128 + app_minus_probe_ns as i128);
         let (seq, occurrence) = match action.key {
             MessageKey::Seq(seq) => (Some(seq), None),
             MessageKey::Hash { occurrence, .. } => (None, Some(occurrence)),
@@ -81,9 +91,9 @@ impl ActNotice {
             occurrence,
             act_at_ns: action.act_at_ns,
             target_wall_ns: action.target.wall_ns,
-            target_mono_ns: action.target.mono_ns,
+            target_mono_ns: on_app(action.target.mono_ns),
             done_wall_ns: action.done.wall_ns,
-            done_mono_ns: action.done.mono_ns,
+            done_mono_ns: on_app(action.done.mono_ns),
             late: action.late_ns > 0,
             late_ns: action.late_ns,
             offset_ns: action.offset_ns,
@@ -163,6 +173,8 @@ pub enum BadAnswer {
 struct Sent {
     action: Action,
     sent_mono_ns: u64,
+    /// The app's clock minus the probe's when the notice was written.
+    app_minus_probe_ns: i64,
 }
 
 /// The notices sent to one app and their answers, without I/O: the probe
@@ -196,11 +208,18 @@ impl NoticeBook {
     }
 
     /// The notice for `action`, numbered and awaiting its answer from
-    /// `now_mono_ns` on; send it, and say [`NoticeBook::not_delivered`] if
-    /// the socket refused it. (Awaited before it is sent: an app can answer
-    /// before the sender looks up again.)
-    pub fn notice(&mut self, action: &Action, now_mono_ns: u64) -> ActNotice {
-        let notice = ActNotice::of(self.next, action);
+    /// `now_mono_ns` (the probe's clock) on, its moments on the app's clock
+    /// (`app_minus_probe_ns`: the app's clock minus the probe's, now); send
+    /// it, and say [`NoticeBook::not_delivered`] if the socket refused it.
+    /// (Awaited before it is sent: an app can answer before the sender
+    /// looks up again.)
+    pub fn notice(
+        &mut self,
+        action: &Action,
+        now_mono_ns: u64,
+        app_minus_probe_ns: i64,
+    ) -> ActNotice {
+        let notice = ActNotice::of(self.next, action, app_minus_probe_ns);
         self.next += 1;
         self.totals.sent += 1;
         self.pending.insert(
@@ -208,6 +227,7 @@ impl NoticeBook {
             Sent {
                 action: *action,
                 sent_mono_ns: now_mono_ns,
+                app_minus_probe_ns,
             },
         );
         while self.pending.len() > MAX_PENDING {
@@ -226,10 +246,16 @@ impl NoticeBook {
         }
     }
 
-    /// An answer datagram that came at `now` (the probe's clocks): the
-    /// app's action, or why it was refused (counted).
-    pub fn answered(&mut self, datagram: &[u8], now: Stamp) -> Result<AppAction, BadAnswer> {
-        let result = self.check(datagram, now);
+    /// An answer datagram that came at `now` (the probe's clocks; the
+    /// app's clock is `app_minus_probe_ns` ahead of the probe's): the
+    /// app's action on the probe's clocks, or why it was refused (counted).
+    pub fn answered(
+        &mut self,
+        datagram: &[u8],
+        now: Stamp,
+        app_minus_probe_ns: i64,
+    ) -> Result<AppAction, BadAnswer> {
+        let result = self.check(datagram, now, app_minus_probe_ns);
         match &result {
             Ok(_) => self.totals.answered += 1,
             Err(_) => self.totals.bad_answers += 1,
@@ -237,26 +263,42 @@ impl NoticeBook {
         result
     }
 
-    fn check(&mut self, datagram: &[u8], now: Stamp) -> Result<AppAction, BadAnswer> {
+    fn check(
+        &mut self,
+        datagram: &[u8],
+        now: Stamp,
+        app_minus_probe_ns: i64,
+    ) -> Result<AppAction, BadAnswer> {
         let answer = ActAnswer::parse(datagram).ok_or(BadAnswer::Malformed)?;
         let sent = self
             .pending
             .get(&answer.notice)
             .ok_or(BadAnswer::UnknownNotice)?;
-        if answer.acted_mono_ns < sent.action.done.mono_ns || answer.acted_mono_ns > now.mono_ns {
+        // Checked on the app's clock, against what the notice told it and
+        // the app's clock now; then moved onto the probe's with the
+        // difference now (NTP parts the two by microseconds over the
+        // milliseconds an answer takes), kept between the timer and now.
+        let done_on_app = sent.action.done.mono_ns as i128 + sent.app_minus_probe_ns as i128;
+        let now_on_app = now.mono_ns as i128 + app_minus_probe_ns as i128;
+        let acted_on_app = answer.acted_mono_ns as i128;
+        if acted_on_app < done_on_app || acted_on_app > now_on_app {
             return Err(BadAnswer::NotThisClock);
         }
+        let acted_mono_ns = convert::narrow_unsigned(
+            (acted_on_app - app_minus_probe_ns as i128)
+                .clamp(sent.action.done.mono_ns as i128, now.mono_ns as i128),
+        );
         let sent = self.pending.remove(&answer.notice).expect("just found");
         // The wall reading at that moment: the probe's wall clock, at the
         // level it has when the answer comes.
         let level = now.wall_ns as i128 - now.mono_ns as i128;
-        let wall_ns = convert::narrow_unsigned(answer.acted_mono_ns as i128 + level);
+        let wall_ns = convert::narrow_unsigned(acted_mono_ns as i128 + level);
         Ok(AppAction {
             app: self.app.clone(),
             action: Action {
                 done: Stamp {
                     wall_ns,
-                    mono_ns: answer.acted_mono_ns,
+                    mono_ns: acted_mono_ns,
                 },
                 ..sent.action
             },
@@ -337,7 +379,7 @@ mod tests {
     #[test]
     fn a_test_message_is_named_by_its_sequence_number() {
         let json: serde_json::Value = serde_json::from_slice(
-            &ActNotice::of(5, &action(MessageKey::Seq(17), 0)).to_datagram(),
+            &ActNotice::of(5, &action(MessageKey::Seq(17), 0), 0).to_datagram(),
         )
         .unwrap();
         assert_eq!(json["notice"], 5);
@@ -357,7 +399,7 @@ mod tests {
         };
         let mut a = action(key, 2_500_000);
         a.hash = 0x00ab_cdef_0123_4567;
-        let notice = ActNotice::of(6, &a);
+        let notice = ActNotice::of(6, &a, 0);
         let back: ActNotice = serde_json::from_slice(&notice.to_datagram()).unwrap();
         assert_eq!(back, notice);
         assert_eq!(back.hash, "00abcdef01234567");
@@ -377,13 +419,13 @@ mod tests {
     fn an_answer_is_the_apps_action_at_its_own_moment() {
         let mut book = NoticeBook::new("kiosk-ui");
         let a = action(MessageKey::Seq(1), 0);
-        let n = book.notice(&a, 5_000_020);
+        let n = book.notice(&a, 5_000_020, 0);
         let answer = ActAnswer {
             notice: n.notice,
             acted_mono_ns: 5_060_000,
         };
         let app = book
-            .answered(&answer.to_datagram(), now(5_100_000))
+            .answered(&answer.to_datagram(), now(5_100_000), 0)
             .unwrap();
         assert_eq!(app.app, "kiosk-ui");
         assert_eq!(app.action.done.mono_ns, 5_060_000);
@@ -395,7 +437,7 @@ mod tests {
         assert_eq!((app.action.target, app.action.key), (a.target, a.key));
         // A second answer to it is refused, and counted.
         assert_eq!(
-            book.answered(&answer.to_datagram(), now(5_200_000)),
+            book.answered(&answer.to_datagram(), now(5_200_000), 0),
             Err(BadAnswer::UnknownNotice)
         );
         let t = book.close(now(6_000_000));
@@ -406,10 +448,42 @@ mod tests {
     }
 
     #[test]
+    fn notices_and_answers_are_on_the_apps_clock_records_on_the_probes() {
+        // The app's CLOCK_MONOTONIC is 250 ms ahead of the probe's raw
+        // clock: the notice says the app's times, the answer comes in
+        // them, and the app's action is recorded on the probe's clock.
+        const AHEAD: i64 = 250_000_000;
+        let mut book = NoticeBook::new("kiosk-ui");
+        let a = action(MessageKey::Seq(1), 0);
+        let n = book.notice(&a, 5_000_020, AHEAD);
+        assert_eq!(n.done_mono_ns, 5_000_011 + 250_000_000);
+        assert_eq!(n.target_mono_ns, 5_000_000 + 250_000_000);
+        // Acted 49 us after the timer, on the app's clock.
+        let answer = ActAnswer {
+            notice: n.notice,
+            acted_mono_ns: 255_049_011,
+        };
+        let app = book
+            .answered(&answer.to_datagram(), now(5_100_000), AHEAD)
+            .unwrap();
+        assert_eq!(app.action.done.mono_ns, 5_049_011);
+        // A time on the probe's own clock is before the notice on the app's.
+        let n = book.notice(&a, 5_000_020, AHEAD);
+        let raw = ActAnswer {
+            notice: n.notice,
+            acted_mono_ns: 5_049_011,
+        };
+        assert_eq!(
+            book.answered(&raw.to_datagram(), now(5_100_000), AHEAD),
+            Err(BadAnswer::NotThisClock)
+        );
+    }
+
+    #[test]
     fn answers_off_this_clock_or_malformed_are_refused() {
         let mut book = NoticeBook::new("app");
         let a = action(MessageKey::Seq(1), 0);
-        book.notice(&a, 5_000_020);
+        book.notice(&a, 5_000_020, 0);
         for (bytes, why) in [
             (b"{}".to_vec(), BadAnswer::Malformed),
             (b"null".to_vec(), BadAnswer::Malformed),
@@ -432,11 +506,15 @@ mod tests {
                 BadAnswer::NotThisClock,
             ),
         ] {
-            assert_eq!(book.answered(&bytes, now(5_100_000)), Err(why), "{bytes:?}");
+            assert_eq!(
+                book.answered(&bytes, now(5_100_000), 0),
+                Err(why),
+                "{bytes:?}"
+            );
         }
         // Still awaiting the real one, which an extra key does not spoil.
         let ok = br#"{"notice": 0, "acted_mono_ns": 5000050, "app": "x"}"#;
-        assert!(book.answered(ok, now(5_100_000)).is_ok());
+        assert!(book.answered(ok, now(5_100_000), 0).is_ok());
         assert_eq!(book.totals().bad_answers, 7);
     }
 
@@ -445,9 +523,9 @@ mod tests {
         let mut book = NoticeBook::new("app");
         let a = action(MessageKey::Seq(1), 0);
         for i in 0..3u64 {
-            book.notice(&a, i * ANSWER_WAIT_NS);
+            book.notice(&a, i * ANSWER_WAIT_NS, 0);
         }
-        let n = book.notice(&a, 0);
+        let n = book.notice(&a, 0, 0);
         book.not_delivered(n.notice);
         book.expire(2 * ANSWER_WAIT_NS + 1);
         assert_eq!(book.totals().unanswered, 2);
@@ -457,7 +535,7 @@ mod tests {
         // A flood beyond the bound counts the oldest as never answered.
         let mut book = NoticeBook::new("app");
         for _ in 0..MAX_PENDING + 5 {
-            book.notice(&a, 1);
+            book.notice(&a, 1, 0);
         }
         assert_eq!(book.awaiting(), MAX_PENDING);
         assert_eq!(book.totals().unanswered, 5);

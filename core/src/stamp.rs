@@ -3,8 +3,11 @@
 //!
 //! Every timestamp skewscope records is a [`Stamp`]: the wall clock
 //! (`CLOCK_REALTIME`, comparable across hosts once their offsets are known) and
-//! the monotonic clock (`CLOCK_MONOTONIC`, for intervals inside one host, immune to
-//! clock steps), read back to back.
+//! a steady clock (for intervals inside one host, immune to clock steps),
+//! read back to back. The steady clock is the writer's: `CLOCK_MONOTONIC`
+//! for the agent, `CLOCK_MONOTONIC_RAW` for a probe (which no time daemon
+//! slews; probes before it wrote `CLOCK_MONOTONIC`). A log's stamps are all
+//! on one of them, and nothing compares steady readings across logs.
 
 use crate::convert;
 use serde::{Deserialize, Serialize};
@@ -16,7 +19,8 @@ use serde::{Deserialize, Serialize};
 pub struct Stamp {
     /// `CLOCK_REALTIME`: nanoseconds since the Unix epoch.
     pub wall_ns: u64,
-    /// `CLOCK_MONOTONIC`: nanoseconds since an unspecified start (boot).
+    /// The writer's steady clock (`CLOCK_MONOTONIC`, or a probe's
+    /// `CLOCK_MONOTONIC_RAW`): nanoseconds since an unspecified start (boot).
     pub mono_ns: u64,
 }
 

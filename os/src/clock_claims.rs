@@ -12,10 +12,11 @@ const CHRONYC_TIMEOUT: Duration = Duration::from_millis(800);
 /// How often a running `chronyc` is checked for having finished.
 const CHRONYC_POLL: Duration = Duration::from_millis(10);
 
-/// Reads the kernel's state and, if chronyd answers, its tracking figures.
-pub fn read() -> ClockState {
+/// Reads the kernel's state and, if chronyd answers, its tracking figures,
+/// stamped `at` (the caller's clocks: the agent's or a probe's).
+pub fn read(at: skewscope_core::Stamp) -> ClockState {
     ClockState {
-        at: crate::clock::now(),
+        at,
         kernel: kernel_clock(),
         chrony: chronyc_tracking(),
     }
@@ -90,7 +91,7 @@ mod tests {
 
     #[test]
     fn reading_never_fails() {
-        let s = read();
+        let s = read(crate::clock::now());
         assert!(s.at.wall_ns > 0);
     }
 }

@@ -3,10 +3,16 @@
 //! A message that names a time in the server's wall clock is mapped into
 //! this device's clocks with the probe's clock estimate, and handed to one
 //! timer thread, the **actor**. The actor sleeps until just before the
-//! earliest target (a coarse sleep on the monotonic clock, with the
-//! thread's timer slack at 1 ns), then reads the clock in a loop until the
-//! target has come, and records the action: the moment read right after
-//! the loop, on both clocks. A message whose time has already passed when
+//! earliest target (coarse sleeps, with the thread's timer slack at 1 ns),
+//! then reads the clock in a loop until the target has come, and records
+//! the action: the moment read right after the loop, on both clocks.
+//!
+//! Targets are on the probe's clock, `CLOCK_MONOTONIC_RAW` (see
+//! `skewscope_os::clock`), while the kernel sleeps on `CLOCK_MONOTONIC`,
+//! which NTP may slew against it (chrony: at most 1/12 faster or slower).
+//! So a coarse sleep is asked for 1/[`SLEW_SHARE`] less than the raw time
+//! left ([`coarse`]) and the actor looks again when it wakes: it never
+//! wakes past its moment, at the cost of a few more wake-ups per action. A message whose time has already passed when
 //! it arrives is acted on at once and recorded late, by how much.
 //!
 //! The actor is its own thread, so its wait never holds up the connections'
@@ -109,7 +115,7 @@ impl Acting {
         arrived: Stamp,
     ) -> Result<(), NoTimeToAct> {
         let act_at_ns = self.act_at.find(payload)?;
-        let now = skewscope_os::clock::now();
+        let now = skewscope_os::clock::now_raw();
         let planned = plan_at(&self.clock, act_at_ns, now);
         // A bound wider than the time left cannot tell in time from late:
         // ask for a burst, so the actor's last look may find it narrower.
@@ -278,7 +284,7 @@ fn run(
             }
             continue;
         };
-        let now = skewscope_os::clock::mono_ns();
+        let now = skewscope_os::clock::raw_ns();
         let spin = SPIN.as_nanos() as u64;
         if senders_gone && next > now + FINISH_WAIT.as_nanos() as u64 {
             tracing::warn!(
@@ -292,7 +298,7 @@ fn run(
         if next <= now + look && due.peek().is_some_and(|p| !p.looked_again) {
             // The last look: exchanges that came during the lead count.
             let mut p = due.pop().expect("just looked");
-            let plan = plan_at(clock, p.act_at_ns, skewscope_os::clock::now());
+            let plan = plan_at(clock, p.act_at_ns, skewscope_os::clock::now_raw());
             if plan.correction.is_some() {
                 p.target = plan.target;
                 p.offset_ns = plan.correction.map(|c| c.theta_ns);
@@ -309,7 +315,7 @@ fn run(
         };
         if next > now + wake && !senders_gone {
             // Sleep, but wake for a message planned sooner.
-            match planned.recv_timeout(Duration::from_nanos(next - now - wake)) {
+            match planned.recv_timeout(coarse(next - now - wake)) {
                 Ok(p) => {
                     due.push(p);
                     continue;
@@ -320,17 +326,17 @@ fn run(
             continue;
         }
         if next > now + wake {
-            std::thread::sleep(Duration::from_nanos(next - now - wake));
+            std::thread::sleep(coarse(next - now - wake));
             continue;
         }
         // The last stretch: read the clock until the target has come,
         // keeping the core (see the module's doc: why not yield it).
-        while skewscope_os::clock::mono_ns() < next {
+        while skewscope_os::clock::raw_ns() < next {
             std::hint::spin_loop();
         }
         // One moment for everything due: connections that act on one
         // message share this device's timer, and act when it fires.
-        let done = skewscope_os::clock::now();
+        let done = skewscope_os::clock::now_raw();
         fired.clear();
         while due.peek().is_some_and(|p| p.target.mono_ns <= done.mono_ns) {
             fired.push(due.pop().expect("just looked"));
@@ -366,6 +372,18 @@ fn run(
     }
 }
 
+/// The share of a coarse sleep held back: more than NTP slews
+/// `CLOCK_MONOTONIC` (which sleeps count) against the raw clock (which
+/// targets are on): chrony slews at most 83,333 ppm, 1/12.
+const SLEW_SHARE: u64 = 8;
+
+/// The sleep to ask for when `raw_left_ns` of the raw clock are left
+/// before the spin: that less [`SLEW_SHARE`]'s part of it, so a slewed
+/// monotonic clock cannot carry the sleep past the moment.
+fn coarse(raw_left_ns: u64) -> Duration {
+    Duration::from_nanos(raw_left_ns - raw_left_ns / SLEW_SHARE)
+}
+
 /// The record of a planned action done at `done`.
 fn action(p: &Planned, done: Stamp) -> Action {
     Action {
@@ -378,5 +396,22 @@ fn action(p: &Planned, done: Stamp) -> Action {
         target: p.target,
         done,
         late_ns: p.arrived_mono_ns.saturating_sub(p.target.mono_ns),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_coarse_sleep_ends_before_its_moment_on_a_slewed_clock() {
+        for left in [1u64, 299_999, 1_000_000, 300_000_000, 5_000_000_000] {
+            let asked = coarse(left).as_nanos() as u64;
+            assert!(asked <= left);
+            // CLOCK_MONOTONIC slewed 1/12 slow against the raw clock (chrony's
+            // fastest slew): the sleep lasts 12/11 of what was asked, in raw
+            // time, and still ends before the moment.
+            assert!(asked as u128 * 12 / 11 <= left as u128, "{left}: {asked}");
+        }
     }
 }

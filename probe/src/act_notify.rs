@@ -4,7 +4,9 @@
 //! socket or a UDP port, so a native app acts when the probe's timer fires;
 //! the app answers each with one datagram saying when it acted
 //! ([`skewscope_core::act_notice::ActAnswer`]), and a thread of this module
-//! records that as the app's own action. What was sent, refused, answered
+//! records that as the app's own action. Datagrams speak the app's
+//! `CLOCK_MONOTONIC`, records the probe's raw clock: the difference is read
+//! with each notice and each answer, and the book converts. What was sent, refused, answered
 //! and never answered is counted ([`NoticeBook`]) and written at the end.
 //!
 //! The socket never blocks the actor: an app that is not listening (no
@@ -213,7 +215,11 @@ impl Notifier {
 
     /// Sends the notice of `action` now; a failure is counted, never retried.
     pub fn notify(&mut self, action: &Action) {
-        let notice = lock(&self.shared.book).notice(action, skewscope_os::clock::mono_ns());
+        let notice = lock(&self.shared.book).notice(
+            action,
+            skewscope_os::clock::raw_ns(),
+            skewscope_os::clock::mono_minus_raw_ns(),
+        );
         let result = self.socket.send(&notice.to_datagram());
         if let Err(e) = result {
             lock(&self.shared.book).not_delivered(notice.notice);
@@ -251,7 +257,7 @@ impl Notifier {
         if let Some(t) = self.answers.take() {
             let _ = t.join();
         }
-        let totals = lock(&self.shared.book).close(skewscope_os::clock::now());
+        let totals = lock(&self.shared.book).close(skewscope_os::clock::now_raw());
         self.recorder
             .record(ProbeRecord::NoticeTotals(totals.clone()));
         totals
@@ -290,10 +296,11 @@ fn hear_answers(socket: &Socket, shared: &Shared, recorder: &Recorder) {
     let mut refused_logged = false;
     while !shared.stop.load(Ordering::Relaxed) {
         let got = socket.receive(&mut buf);
-        let now = skewscope_os::clock::now();
+        let now = skewscope_os::clock::now_raw();
+        let mono_minus_raw = skewscope_os::clock::mono_minus_raw_ns();
         let mut book = lock(&shared.book);
         match got {
-            Ok(Some((n, true))) => match book.answered(&buf[..n], now) {
+            Ok(Some((n, true))) => match book.answered(&buf[..n], now, mono_minus_raw) {
                 Ok(action) => recorder.record(ProbeRecord::AppAction(action)),
                 Err(e) => {
                     tracing::debug!(target: "probe::act", "--act-notify: an answer refused: {e}")

@@ -292,7 +292,7 @@ impl Args {
                 std::fs::create_dir_all(&dir).map_err(|e| {
                     ProbeError::Config(format!("cannot create --out-dir {}: {e}", dir.display()))
                 })?;
-                let secs = skewscope_os::clock::now().wall_ns / 1_000_000_000;
+                let secs = skewscope_os::clock::now_raw().wall_ns / 1_000_000_000;
                 dir.join(format!("probe-{name}-{secs}-{}.sklog", std::process::id()))
             }
             (None, None) => return Err(missing("--out or --out-dir")),

@@ -18,7 +18,11 @@ pub const EVERY: Duration = Duration::from_secs(5);
 /// flight then (chronyc may take a moment) would be lost.
 pub(crate) async fn record_once(recorder: &Recorder) {
     // chronyc may take a moment: keep it off the runtime threads.
-    if let Ok(state) = tokio::task::spawn_blocking(skewscope_os::clock_claims::read).await {
+    if let Ok(state) = tokio::task::spawn_blocking(|| {
+        skewscope_os::clock_claims::read(skewscope_os::clock::now_raw())
+    })
+    .await
+    {
         recorder.record(ProbeRecord::ClockState(Box::new(state)));
     }
 }

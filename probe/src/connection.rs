@@ -167,7 +167,7 @@ impl Connection {
                     resume = link.resume().or(resume);
                     recorder.record(ProbeRecord::ConnectionClosed(ProbeConnectionClosed {
                         conn: index,
-                        at: skewscope_os::clock::now(),
+                        at: skewscope_os::clock::now_raw(),
                         reason: ended.reason().to_owned(),
                     }));
                     if !matches!(ended, Ended::Lost(_)) {
@@ -179,7 +179,7 @@ impl Connection {
                     let error = error.to_string();
                     recorder.record(ProbeRecord::ConnectionFailed(ProbeConnectionFailed {
                         conn: index,
-                        at: skewscope_os::clock::now(),
+                        at: skewscope_os::clock::now_raw(),
                         error: error.clone(),
                     }));
                     counted = counted.failed(&progress, error);
@@ -297,7 +297,7 @@ async fn dial(settings: &Settings, last_event_id: Option<&str>) -> Result<Dialed
                 link: Link::sse(opened.source),
                 last_rx: opened.last_rx,
                 agent_conn: None,
-                at: skewscope_os::clock::now(),
+                at: skewscope_os::clock::now_raw(),
                 tls: opened.tls,
                 deflate: None,
             }),
@@ -333,7 +333,7 @@ async fn dial(settings: &Settings, last_event_id: Option<&str>) -> Result<Dialed
     }
     Ok(Dialed {
         agent_conn: request::agent_conn(&up.response),
-        at: skewscope_os::clock::now(),
+        at: skewscope_os::clock::now_raw(),
         link,
         last_rx: up.last_rx,
         tls: up.tls,
@@ -411,7 +411,7 @@ async fn receive(
     let stopped = shutdown.wait();
     tokio::pin!(stopped);
     // A server that floods control frames costs the device CPU and pongs.
-    let mut control = ControlRate::new(skewscope_os::clock::mono_ns());
+    let mut control = ControlRate::new(skewscope_os::clock::raw_ns());
     loop {
         tokio::select! {
             next = link.next() => {
@@ -425,7 +425,7 @@ async fn receive(
                     }
                     Some(Ok(Got::Quiet)) => {}
                     Some(Ok(Got::Control)) => {
-                        if !control.allow(skewscope_os::clock::mono_ns()) {
+                        if !control.allow(skewscope_os::clock::raw_ns()) {
                             // No drain: reading on is what the flood costs.
                             let _ = tokio::time::timeout(
                                 CLOSE_GRACE,

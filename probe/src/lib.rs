@@ -273,7 +273,7 @@ impl RunningProbe {
     /// a measured offset.
     pub fn clock_bound_now(&self) -> Option<std::time::Duration> {
         self.clock
-            .estimate_at(skewscope_os::clock::mono_ns())
+            .estimate_at(skewscope_os::clock::raw_ns())
             .map(|e| std::time::Duration::from_nanos(e.bound_ns))
     }
 
@@ -358,7 +358,7 @@ impl RunningProbe {
         // Their work is only useful while connections receive.
         helpers.abort_all();
         while helpers.join_next().await.is_some() {}
-        recorder.record(ProbeRecord::Stopped(skewscope_os::clock::now()));
+        recorder.record(ProbeRecord::Stopped(skewscope_os::clock::now_raw()));
         reopen.close();
         // The last sender: the writer drains the queue, syncs and reports.
         drop(recorder);

@@ -156,7 +156,7 @@ fn write_all(
                 totals.count(&record);
                 if let Some(max) = max_bytes.filter(|m| log.bytes_written() >= *m) {
                     log.append(&ProbeRecord::LogFull(skewscope_core::record::LogFull {
-                        at: skewscope_os::clock::now(),
+                        at: skewscope_os::clock::now_raw(),
                         max_bytes: max,
                     }))?;
                     log.sync()?;
@@ -222,7 +222,7 @@ mod tests {
             key: MessageKey::Seq(1),
             hash: 9,
             len: 3,
-            at: skewscope_os::clock::now(),
+            at: skewscope_os::clock::now_raw(),
             kernel_delay_ns: None,
         })
     }
@@ -243,7 +243,7 @@ mod tests {
             url: "ws://x/ws".into(),
             connections: 1,
             version: "t".into(),
-            at: skewscope_os::clock::now(),
+            at: skewscope_os::clock::now_raw(),
         }))
     }
 
@@ -296,7 +296,7 @@ mod tests {
         for conn in 0..100 {
             recorder.record(receipt(conn));
         }
-        other.record(ProbeRecord::Stopped(skewscope_os::clock::now()));
+        other.record(ProbeRecord::Stopped(skewscope_os::clock::now_raw()));
         drop((recorder, other));
         let totals = finished.await.unwrap().unwrap();
         assert_eq!(totals.receipts, 100);

@@ -104,7 +104,7 @@ pub async fn make_room(
     Ok(Room {
         to_upload,
         pruned: LogsPruned {
-            at: skewscope_os::clock::now(),
+            at: skewscope_os::clock::now_raw(),
             runs: plan.delete.len() as u32 + deleted_empty,
             bytes: plan.deleted_bytes,
             kept_runs: plan.kept_runs,

@@ -115,7 +115,7 @@ pub(crate) fn record_start(
         url: request::redacted(&config.url),
         connections: config.connections,
         version: env!("CARGO_PKG_VERSION").to_owned(),
-        at: skewscope_os::clock::now(),
+        at: skewscope_os::clock::now_raw(),
     })));
     let identity = skewscope_os::host::new_run_identity().map_err(ProbeError::RunId)?;
     let run_id = identity.run_id;
@@ -202,7 +202,7 @@ pub(crate) fn start_actor(
     recorder.record(ProbeRecord::ActPlan(ActPlan {
         pointer: act_at.pointer().to_owned(),
         unit: act_at.unit().as_str().to_owned(),
-        at: skewscope_os::clock::now(),
+        at: skewscope_os::clock::now_raw(),
     }));
     let notifier = match &config.act_notify {
         Some(target) => Some(

@@ -49,14 +49,14 @@ pub(crate) async fn run(
     };
     let stopped = shutdown.wait();
     tokio::pin!(stopped);
-    let start = skewscope_os::clock::mono_ns();
+    let start = skewscope_os::clock::raw_ns();
     let mut schedule = Schedule::new(start, interval.as_nanos() as u64);
     let mut answered_ever = false;
     let mut unanswered = 0u32;
     let mut refused = 0u64;
     let tags = |refused| {
         ProbeRecord::ClockTags(ClockTags {
-            at: skewscope_os::clock::now(),
+            at: skewscope_os::clock::now_raw(),
             keyed: key.is_some(),
             refused,
         })
@@ -64,11 +64,11 @@ pub(crate) async fn run(
     recorder.record(tags(0));
     loop {
         let due = schedule.next_request_at();
-        let wait = Duration::from_nanos(due.saturating_sub(skewscope_os::clock::mono_ns()));
+        let wait = Duration::from_nanos(due.saturating_sub(skewscope_os::clock::raw_ns()));
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = estimate.hurried() => {
-                schedule.hurry(skewscope_os::clock::mono_ns());
+                schedule.hurry(skewscope_os::clock::raw_ns());
                 continue;
             }
             _ = &mut stopped => return,
@@ -109,7 +109,7 @@ pub(crate) async fn run(
                 );
             }
         }
-        let now = skewscope_os::clock::mono_ns();
+        let now = skewscope_os::clock::raw_ns();
         schedule.done(now, estimate.estimate_at(now).as_ref());
     }
 }
@@ -118,7 +118,7 @@ pub(crate) async fn run(
 /// replies were refused meanwhile for their tag.
 async fn exchange(socket: &UdpSocket, key: Option<&TimeKey>) -> (Option<TimeSample>, u64) {
     let id = fastrand::u64(..);
-    let t1 = skewscope_os::clock::now();
+    let t1 = skewscope_os::clock::now_raw();
     let request = Request::new(id, t1.wall_ns);
     if socket.send(&request.encode()).await.is_err() {
         return (None, 0);
@@ -130,7 +130,7 @@ async fn exchange(socket: &UdpSocket, key: Option<&TimeKey>) -> (Option<TimeSamp
             let Ok(n) = socket.recv(&mut buf).await else {
                 return None;
             };
-            let t4 = skewscope_os::clock::now();
+            let t4 = skewscope_os::clock::now_raw();
             // A late answer to an earlier request, or junk: keep waiting.
             match Reply::decode(&buf[..n], key) {
                 Ok(r) if r.id == id && r.t1_wall_ns == t1.wall_ns => {

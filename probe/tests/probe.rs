@@ -201,7 +201,7 @@ async fn stop_keeps_every_receipt_and_writes_stopped() {
     let server = BroadcastServer::start(None).await;
     let dir = tempfile::tempdir().unwrap();
     let out = log_path(&dir);
-    let before = skewscope_os::clock::now();
+    let before = skewscope_os::clock::now_raw();
     let probe = RunningProbe::start(config(server.url(), &out, 4))
         .await
         .unwrap();
@@ -213,7 +213,7 @@ async fn stop_keeps_every_receipt_and_writes_stopped() {
     server.wait_sent(16).await;
     probe.stop();
     let summary = within("the probe finishing", probe.finish()).await.unwrap();
-    let after = skewscope_os::clock::now();
+    let after = skewscope_os::clock::now_raw();
     assert_eq!(summary.receipts, 16);
 
     let records = read_probe_log(&out);

@@ -39,11 +39,11 @@ pub(crate) type Arrival = (Stamp, u64);
 /// serves both: two vDSO reads, no syscall.
 pub(crate) fn arrival() -> Arrival {
     if skewscope_os::clock::libc_realtime_is_kernels() {
-        let now = skewscope_os::clock::now();
+        let now = skewscope_os::clock::now_raw();
         return (now, now.wall_ns);
     }
     let kernel_now = skewscope_os::clock::kernel_realtime_ns();
-    (skewscope_os::clock::now(), kernel_now)
+    (skewscope_os::clock::now_raw(), kernel_now)
 }
 
 /// What the server sent, as the receive loop handles it.
@@ -186,7 +186,7 @@ impl Link {
         };
         let mut out = Vec::new();
         if let Some(layer) = &mut self.layer {
-            layer.start(skewscope_os::clock::mono_ns(), &mut out);
+            layer.start(skewscope_os::clock::raw_ns(), &mut out);
         }
         self.queue(out)
             .map_err(|e| ConnectError::BadUpgrade(e.to_string()))?;
@@ -272,14 +272,14 @@ impl Link {
                 let next = match deadline {
                     None => wire.next().await,
                     Some(deadline) => {
-                        let wait = deadline.saturating_sub(skewscope_os::clock::mono_ns());
+                        let wait = deadline.saturating_sub(skewscope_os::clock::raw_ns());
                         tokio::select! {
                             biased;
                             next = wire.next() => next,
                             () = tokio::time::sleep(Duration::from_nanos(wait)) => {
                                 let mut out = Vec::new();
                                 let due = layer.as_mut().map(|l| {
-                                    l.on_deadline(skewscope_os::clock::mono_ns(), &mut out)
+                                    l.on_deadline(skewscope_os::clock::raw_ns(), &mut out)
                                 });
                                 let queued = queue(wire, out);
                                 return Some(match (due, queued) {
