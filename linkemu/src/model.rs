@@ -152,10 +152,17 @@ impl LinkModel {
         Fate::Deliver { at_ns: at }
     }
 
-    /// Forgets a TCP connection's order (it closed).
-    pub fn close_flow(&mut self, flow: u64) {
-        self.stream_tail.remove(&(flow, Direction::Up));
-        self.stream_tail.remove(&(flow, Direction::Down));
+    /// Forgets one direction of a TCP connection once its end is on its
+    /// way: nothing more comes that must keep its order, and a relay that
+    /// runs for days through reconnects keeps no entry per connection ever
+    /// opened.
+    pub fn end_stream(&mut self, flow: u64, direction: Direction) {
+        self.stream_tail.remove(&(flow, direction));
+    }
+
+    /// TCP directions whose order is kept now.
+    pub fn streams_kept(&self) -> usize {
+        self.stream_tail.len()
     }
 
     fn chance(&mut self, percent: f64) -> bool {
@@ -227,6 +234,21 @@ mod tests {
         assert!((100..=300).contains(&lost), "{lost}");
         let held = d.iter().flatten().filter(|&&x| x >= 30_000_000).count();
         assert!(held >= 100, "{held}");
+    }
+
+    #[test]
+    fn an_ended_stream_keeps_nothing() {
+        let mut link = LinkModel::new(Profile::GOOD_WIFI, 3);
+        for flow in 0..1_000u64 {
+            for direction in [Direction::Up, Direction::Down] {
+                link.fate(direction, Carrier::Tcp { flow }, flow * 1_000, 100);
+            }
+            assert_eq!(link.streams_kept(), 2);
+            link.end_stream(flow, Direction::Up);
+            assert_eq!(link.streams_kept(), 1);
+            link.end_stream(flow, Direction::Down);
+            assert_eq!(link.streams_kept(), 0);
+        }
     }
 
     #[test]

@@ -427,8 +427,14 @@ fn pump(
             ),
         }
     }
-    // The end goes in order after the last bytes.
+    // The end goes in order after the last bytes; then nothing of this
+    // direction needs its order kept.
     shared.carry(jobs, direction, carrier, Send::TcpEnd(to.clone()), 0);
+    shared
+        .model
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .end_stream(flow, direction);
 }
 
 fn datagrams(
