@@ -11,7 +11,7 @@ use skewscope_core::analysis::triggers::TriggerLatencyBuilder;
 use skewscope_core::record::AgentRecord;
 
 use crate::log_files::AgentFiles;
-use crate::matching::{Judged, PayloadVerdicts};
+use crate::matching::{PayloadMatch, PayloadVerdicts};
 use skewscope_core::analysis::report::MatchCounts;
 
 use crate::inputs::Inputs;
@@ -101,12 +101,12 @@ impl BroadcastSink for Within<'_> {
         }
         if let Some((verdicts, counts)) = &mut self.matching {
             match broadcast.hash.and_then(|h| verdicts.of(h)) {
-                Some(Judged::Matches) => counts.matched += 1,
-                Some(Judged::Differs) => {
+                Some(PayloadMatch::Matches) => counts.matched += 1,
+                Some(PayloadMatch::Differs) => {
                     counts.left_out += 1;
                     return;
                 }
-                Some(Judged::Unknown) | None => {
+                Some(PayloadMatch::Unknown) | None => {
                     counts.unknown += 1;
                     return;
                 }

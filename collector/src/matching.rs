@@ -66,7 +66,7 @@ impl FromStr for Matcher {
 
 /// What a matcher says of one payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Judged {
+pub enum PayloadMatch {
     /// It matches: judged.
     Matches,
     /// It does not: left out.
@@ -77,25 +77,25 @@ pub enum Judged {
 
 impl Matcher {
     /// Judges one recorded payload.
-    pub fn judge(&self, payload: &MessagePayload) -> Judged {
+    pub fn judge(&self, payload: &MessagePayload) -> PayloadMatch {
         let whole = payload.excerpt.len() >= payload.len as usize;
         match self {
             Matcher::Pointer { pointer, value } => {
                 match serde_json::from_slice::<serde_json::Value>(&payload.excerpt) {
                     Ok(json) => match pointer.get(&json) {
-                        Some(found) if found == value => Judged::Matches,
+                        Some(found) if found == value => PayloadMatch::Matches,
                         // `/id=5` against `"id": "5"`: the text is the same.
                         Some(serde_json::Value::String(text)) if same_text(text, value) => {
-                            Judged::Matches
+                            PayloadMatch::Matches
                         }
-                        _ => Judged::Differs,
+                        _ => PayloadMatch::Differs,
                     },
-                    Err(_) if whole => Judged::Differs,
-                    Err(_) => Judged::Unknown,
+                    Err(_) if whole => PayloadMatch::Differs,
+                    Err(_) => PayloadMatch::Unknown,
                 }
             }
             Matcher::Regex(re) => match std::str::from_utf8(&payload.excerpt) {
-                Ok(text) if re.is_match(text) => Judged::Matches,
+                Ok(text) if re.is_match(text) => PayloadMatch::Matches,
                 // A cut may have split a character: judge what is whole.
                 Err(e)
                     if !whole
@@ -103,10 +103,10 @@ impl Matcher {
                             std::str::from_utf8(&payload.excerpt[..e.valid_up_to()]).unwrap_or(""),
                         ) =>
                 {
-                    Judged::Matches
+                    PayloadMatch::Matches
                 }
-                _ if whole => Judged::Differs,
-                _ => Judged::Unknown,
+                _ if whole => PayloadMatch::Differs,
+                _ => PayloadMatch::Unknown,
             },
         }
     }
@@ -122,7 +122,7 @@ fn same_text(text: &str, value: &serde_json::Value) -> bool {
 /// Every recorded payload's verdict, by hash (a payload recorded by several
 /// probes is judged once).
 #[derive(Debug, Default)]
-pub struct PayloadVerdicts(HashMap<u64, Judged>);
+pub struct PayloadVerdicts(HashMap<u64, PayloadMatch>);
 
 impl PayloadVerdicts {
     /// Judges `payload` unless its hash was judged already.
@@ -133,7 +133,7 @@ impl PayloadVerdicts {
     }
 
     /// The verdict on the payload with `hash`; `None` if no probe recorded it.
-    pub fn of(&self, hash: u64) -> Option<Judged> {
+    pub fn of(&self, hash: u64) -> Option<PayloadMatch> {
         self.0.get(&hash).copied()
     }
 }
@@ -155,25 +155,31 @@ mod tests {
         let m: Matcher = "/type=start".parse().unwrap();
         assert_eq!(
             m.judge(&payload(r#"{"type":"start","at":1}"#)),
-            Judged::Matches
+            PayloadMatch::Matches
         );
-        assert_eq!(m.judge(&payload(r#"{"type":"stop"}"#)), Judged::Differs);
-        assert_eq!(m.judge(&payload("Lorem ipsum")), Judged::Differs);
+        assert_eq!(
+            m.judge(&payload(r#"{"type":"stop"}"#)),
+            PayloadMatch::Differs
+        );
+        assert_eq!(m.judge(&payload("Lorem ipsum")), PayloadMatch::Differs);
         let m: Matcher = "/data/level=3".parse().unwrap();
         assert_eq!(
             m.judge(&payload(r#"{"data":{"level":3}}"#)),
-            Judged::Matches
+            PayloadMatch::Matches
         );
         assert_eq!(
             m.judge(&payload(r#"{"data":{"level":"3"}}"#)),
-            Judged::Matches
+            PayloadMatch::Matches
         );
         assert_eq!(
             m.judge(&payload(r#"{"data":{"level":4}}"#)),
-            Judged::Differs
+            PayloadMatch::Differs
         );
         let m: Matcher = "/urgent=true".parse().unwrap();
-        assert_eq!(m.judge(&payload(r#"{"urgent":true}"#)), Judged::Matches);
+        assert_eq!(
+            m.judge(&payload(r#"{"urgent":true}"#)),
+            PayloadMatch::Matches
+        );
     }
 
     #[test]
@@ -184,20 +190,20 @@ mod tests {
             len: 100_000,
             excerpt: br#"{"type":"start","pad":"xxxx"#.to_vec(),
         };
-        assert_eq!(m.judge(&cut), Judged::Unknown);
+        assert_eq!(m.judge(&cut), PayloadMatch::Unknown);
     }
 
     #[test]
     fn a_regex_matches_text_payloads() {
         let m: Matcher = r"re:^GO\b".parse().unwrap();
-        assert_eq!(m.judge(&payload("GO now")), Judged::Matches);
-        assert_eq!(m.judge(&payload("GOAL")), Judged::Differs);
+        assert_eq!(m.judge(&payload("GO now")), PayloadMatch::Matches);
+        assert_eq!(m.judge(&payload("GOAL")), PayloadMatch::Differs);
         let binary = MessagePayload {
             hash: 1,
             len: 2,
             excerpt: vec![0xff, 0xfe],
         };
-        assert_eq!(m.judge(&binary), Judged::Differs);
+        assert_eq!(m.judge(&binary), PayloadMatch::Differs);
     }
 
     #[test]

@@ -122,7 +122,7 @@ pub struct RunningProbe {
 
 /// What a finished run did, counted from what was written to its log.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProbeSummary {
+pub struct RunSummary {
     /// Connections whose upgrade completed.
     pub opened: u32,
     /// Connections that could not be made.
@@ -137,7 +137,7 @@ pub struct ProbeSummary {
     pub previous_runs: Vec<UploadState>,
 }
 
-impl fmt::Display for ProbeSummary {
+impl fmt::Display for RunSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -322,7 +322,7 @@ impl RunningProbe {
     ///
     /// Errors if the log could not be written, or if no connection opened at all
     /// (the log then records each failure).
-    pub async fn finish(self) -> Result<ProbeSummary, ProbeError> {
+    pub async fn finish(self) -> Result<RunSummary, ProbeError> {
         let RunningProbe {
             url,
             out,
@@ -426,7 +426,7 @@ impl RunningProbe {
                 out,
             });
         }
-        Ok(ProbeSummary {
+        Ok(RunSummary {
             opened: totals.opened,
             failed: totals.failed,
             receipts: totals.receipts,

@@ -46,7 +46,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(config: probe::ProbeConfig) -> anyhow::Result<probe::ProbeSummary> {
+fn run(config: probe::ProbeConfig) -> anyhow::Result<probe::RunSummary> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("skewscope-probe")
