@@ -8,10 +8,13 @@ each message, in its own wall clock (docs/acting.md):
 This client syncs to the skewscope agent on that server (GET /clock) and
 runs its action when the server's clock reaches "at", whatever the fan-out
 and the network took. Any action that did not run at its moment (its
-message came after it, or the host woke the process late) says LATE:
+message came after it, or the host woke the process late) says MISSED,
+by how much. (The report's "late" is narrower: a message that came after
+its time to act. An action the host woke late for is MISSED here and
+shows in the report's timer error.)
 
     python3 act_on_broadcast.py ws://server:8000/ws ws://server:8080/clock \\
-        [--token-file /etc/skewscope/token] [--field at] [--unit auto] \\
+        [--token-file /etc/skewscope/agent.token] [--field at] [--unit auto] \\
         [--name kiosk-1 [--state-dir DIR]]
 
 With --name it reports its actions to the agent under that name (each
@@ -29,12 +32,12 @@ from skewscope_clock import connect_clock, to_epoch_seconds
 
 
 def describe(message, acted, bound) -> str:
-    """The line for one action. LATE whenever it did not run at its moment
-    (``acted.missed``), however little late: a late action is never shown
-    as on time."""
+    """The line for one action. MISSED whenever it did not run at its
+    moment (``acted.missed``), however little after it: such an action is
+    never shown as on time."""
     what = message.get("type", "message") if isinstance(message, dict) else "message"
     if acted.missed:
-        state = f"LATE by {acted.late * 1e3:.3f} ms"
+        state = f"MISSED its moment by {acted.late * 1e3:.3f} ms"
     else:
         state = f"on time, +{acted.late * 1e6:.1f} us"
     return f"act: {what} at {acted.target:.6f} ({state}, clock ±{bound * 1e3:.3f} ms)"

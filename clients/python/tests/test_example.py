@@ -1,5 +1,5 @@
-"""examples/act_on_broadcast.py: a late action always says LATE, however
-little late (it said "on time" up to 1 ms); with --name it reports its
+"""examples/act_on_broadcast.py: an action that missed its moment always
+says MISSED, however little after it (it said "on time" up to 1 ms); with --name it reports its
 actions to the agent, and SIGTERM uploads what is left before it exits."""
 
 import asyncio
@@ -25,13 +25,13 @@ def example():
     return module
 
 
-def test_any_late_action_says_late():
+def test_any_missed_action_says_missed():
     describe = example().describe
     for late in (1e-6, 0.0004, 0.0009, 0.001, 0.5):
         line = describe({"type": "go"}, Acted(100.0, 100.0 + late, late, missed=True), 0.0002)
-        assert "LATE by" in line and "on time" not in line, line
+        assert "MISSED its moment by" in line and "on time" not in line, line
     line = describe({"type": "go"}, Acted(100.0, 100.0, 0.0, missed=False), 0.0002)
-    assert "on time" in line and "LATE" not in line
+    assert "on time" in line and "MISSED" not in line
 
 
 def test_the_example_acts_reports_its_actions_and_uploads_them(tmp_path):
@@ -60,7 +60,7 @@ def test_the_example_acts_reports_its_actions_and_uploads_them(tmp_path):
                         await asyncio.sleep(0.01)
                     # Half a millisecond late: the time had passed when it came.
                     await agent.hub.broadcast(json.dumps({"type": "late", "at": time.time() - 0.0005}))
-                    assert "LATE by" in await line()
+                    assert "MISSED its moment by" in await line()
                     await agent.hub.broadcast(json.dumps({"type": "soon", "at": time.time() + 0.2}))
                     assert (await line()).startswith("act: soon at ")
                     await agent.hub.broadcast("not a message with a time")
