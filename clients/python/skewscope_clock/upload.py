@@ -123,6 +123,9 @@ class Uploader:
         #: Answers refused: not an answer, or an acknowledgement beyond
         #: what was sent (a broken or hostile agent).
         self.refused = 0
+        #: Upgrades the agent refused for the token (HTTP 401 or 403): said
+        #: once in the log, every time in ``state``.
+        self.token_refusals = 0
         #: "busy" answers (the agent's disk or budget full).
         self.busy = 0
         #: Connections opened.
@@ -194,6 +197,17 @@ class Uploader:
                     log.warning("skewscope clock: upload of run %s: %s", self.run.run_id, self.state)
                 except (OSError, ConnectionClosed, InvalidHandshake, InvalidURI, TimeoutError, ValueError) as e:
                     self.state = f"lost ({type(e).__name__}: {e}); reconnecting"
+                    status = getattr(getattr(e, "response", None), "status_code", None)
+                    if status in (401, 403):
+                        # A missing or wrong token never heals by retrying:
+                        # said once, plainly, with what to give.
+                        self.token_refusals += 1
+                        self.state = (
+                            f"the agent refused the upload (HTTP {status}): give connect_clock "
+                            "token= (the agent's --token-file); retrying"
+                        )
+                        if self.token_refusals == 1:
+                            log.warning("skewscope clock: upload of run %s: %s", self.run.run_id, self.state)
                 if self._stopping or self.run.halted is not None or self.run.finished:
                     break
                 if answered:

@@ -8,6 +8,7 @@ strictly as its ``deny_unknown_fields`` decoder."""
 from __future__ import annotations
 
 import asyncio
+import http
 import json
 import math
 import re
@@ -251,10 +252,18 @@ class FakeAgent:
         #: Called with each /clock request's websocket before it is answered
         #: (a test's hostile frames go here).
         self.before_reply = None
+        #: When set, /ingest refuses an upgrade without this bearer token
+        #: (HTTP 401), as an agent with --token-file does.
+        self.ingest_token: str | None = None
 
     async def __aenter__(self):
         self.server = await serve(
-            self._route, "127.0.0.1", 0, select_subprotocol=_select_subprotocol, max_size=1 << 21
+            self._route,
+            "127.0.0.1",
+            0,
+            select_subprotocol=_select_subprotocol,
+            max_size=1 << 21,
+            process_request=self._refuse_without_token,
         )
         self.port = self.server.sockets[0].getsockname()[1]
         return self
@@ -266,6 +275,15 @@ class FakeAgent:
                 await self.server.wait_closed()
         except TimeoutError:
             pass
+
+    def _refuse_without_token(self, connection, request):
+        if (
+            self.ingest_token is not None
+            and request.path.startswith("/ingest")
+            and request.headers.get("Authorization") != f"Bearer {self.ingest_token}"
+        ):
+            return connection.respond(http.HTTPStatus.UNAUTHORIZED, "a token is required\n")
+        return None
 
     @property
     def clock_url(self) -> str:

@@ -68,6 +68,27 @@ def test_every_event_stored_once_in_order_with_the_runs_secret_and_the_token(tmp
     run(body())
 
 
+def test_a_refused_token_is_said_once_and_kept_in_the_status(tmp_path, caplog):
+    async def body():
+        async with FakeAgent() as agent:
+            agent.ingest_token = "site-token"
+            d, r = new_run(tmp_path, agent)
+            up = Uploader(r)  # no token=
+            with caplog.at_level("WARNING", logger="skewscope_clock"):
+                up.start()
+                emit_some(r, 3)
+                await wait_until(lambda: up.token_refusals >= 2, 30, "two refused tries")
+                await up.stop()
+            said = [m for m in caplog.messages if "token=" in m]
+            assert len(said) == 1, caplog.messages
+            assert "HTTP 401" in said[0] and "--token-file" in said[0]
+            assert "HTTP 401" in up.state and "token=" in up.state
+            assert agent.ingest.run(r.run_id) is None  # nothing stored
+            d.release()
+
+    run(body())
+
+
 def test_dropped_and_late_acks_resume_from_what_the_agent_stored(tmp_path, monkeypatch):
     monkeypatch.setattr(upload_module, "ACK_WAIT_S", 0.5)
 
