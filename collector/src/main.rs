@@ -245,8 +245,10 @@ struct AuditArgs {
     /// after the last; receipts still absent then count missing.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = skewscope_core::units::parse_duration, help_heading = heading::WAIT)]
     settle: Duration,
-    /// Probes that must be uploading to the agent before the audit begins.
-    #[arg(long, default_value_t = 1, value_name = "N", help_heading = heading::WAIT)]
+    /// Probes that must be uploading to the agent before the audit begins
+    /// (at least 1: the audit judges what probes upload, and with none there
+    /// is nothing to judge).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..), help_heading = heading::WAIT)]
     require_probes: usize,
     /// Most median skew per broadcast allowed.
     #[arg(long, value_name = "DURATION", value_parser = parse_ns, help_heading = heading::THRESHOLDS)]

@@ -84,6 +84,19 @@ fn uploading(addr: &str, token: &str) -> usize {
 }
 
 #[test]
+fn an_audit_requiring_no_probe_is_refused_before_it_asks_anything() {
+    // Nothing listens on port 9: the refusal comes before any request.
+    let o = audit(&["--agent", "http://127.0.0.1:9", "--require-probes", "0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", common::output_text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--require-probes") && err.contains("1.."),
+        "{err}"
+    );
+    assert!(!err.contains("no answer"), "{err}");
+}
+
+#[test]
 fn an_audit_of_the_hub_passes_fails_or_cannot_run_and_says_which() {
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("token");

@@ -71,7 +71,7 @@ impl PacketCapture {
         .map_err(|e| match e {
             nix::errno::Errno::EPERM => io::Error::new(
                 io::ErrorKind::PermissionDenied,
-                "capturing packets needs the CAP_NET_RAW capability (run as root, or grant it to the unit: AmbientCapabilities=CAP_NET_RAW)",
+                "capturing packets needs the CAP_NET_RAW capability: run as root, or under systemd copy the drop-in /usr/share/doc/skewscope-agent/examples/tap.conf to /etc/systemd/system/skewscope-agent.service.d/ (it grants CAP_NET_RAW and sets PrivateUsers=no, without which the capability does not reach the host's network)",
             ),
             e => io::Error::from(e),
         })?;

@@ -254,6 +254,16 @@ pub async fn respond(stream: &mut Conn, status: u16, extra_headers: &str, body: 
     respond_bytes(stream, status, content_type, extra_headers, body.as_bytes()).await
 }
 
+/// The status line's reason phrase: the registered one (http's table),
+/// so a client's log says what happened (`422 Unprocessable Entity`), and
+/// "Error" for a code nobody registered.
+fn reason_phrase(status: u16) -> &'static str {
+    tungstenite::http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("Error")
+}
+
 /// [`respond`] with any body and its content type.
 pub async fn respond_bytes(
     stream: &mut Conn,
@@ -262,22 +272,7 @@ pub async fn respond_bytes(
     extra_headers: &str,
     body: &[u8],
 ) {
-    let reason = match status {
-        200 => "OK",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        411 => "Length Required",
-        413 => "Content Too Large",
-        426 => "Upgrade Required",
-        416 => "Range Not Satisfiable",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        _ => "Error",
-    };
+    let reason = reason_phrase(status);
     let head = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n{extra_headers}\r\n",
         body.len()
@@ -291,6 +286,16 @@ pub async fn respond_bytes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_status_line_has_its_registered_reason() {
+        assert_eq!(reason_phrase(200), "OK");
+        assert_eq!(reason_phrase(401), "Unauthorized");
+        assert_eq!(reason_phrase(413), "Payload Too Large");
+        assert_eq!(reason_phrase(422), "Unprocessable Entity");
+        assert_eq!(reason_phrase(503), "Service Unavailable");
+        assert_eq!(reason_phrase(599), "Error");
+    }
 
     fn head(target: &str) -> Request {
         parse_head(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())

@@ -20,9 +20,19 @@ pub use why::why_paragraph;
 
 /// Why a figure that needs the agent's sends is absent. With an agent log
 /// but no broadcasts of its own joined, the probes listened to another
-/// server (the agent was their clock reference).
+/// server (the agent was their clock reference): tapping it gives the
+/// sends, unless the tap is there and skipped the probes' connections
+/// because they were open before it started (it reads each connection
+/// from its upgrade on), which only a reconnect mends.
 fn without_agent_sends(r: &Report) -> &'static str {
-    if r.agent.is_some() && r.fanout_ns.is_none() {
+    let skipped_open = r
+        .tap
+        .as_ref()
+        .and_then(|t| t.counters.as_ref())
+        .is_some_and(|c| c.tap.open_before_tap > 0 && c.tap.followed == 0);
+    if r.agent.is_some() && r.fanout_ns.is_none() && skipped_open {
+        "the tap skipped the probes' connections, open before it started: restart the probes (or give them --reconnect and restart the server)"
+    } else if r.agent.is_some() && r.fanout_ns.is_none() {
         "the probes' server is not the agent: tap it (--tap-port) for its sends"
     } else {
         "needs the agent's log: give its data directory too"
@@ -293,6 +303,38 @@ mod tests {
         );
         // Nothing pruned: nothing said.
         assert!(!copied.contains("--out-dir: deleted 0"), "{copied}");
+    }
+
+    #[test]
+    fn a_tap_that_skipped_the_probes_connections_says_so_not_tap_it() {
+        // The agent ran, no broadcast of its own joined: the probes'
+        // server is another, and without a tap the advice is to tap it.
+        let mut r = report();
+        assert!(r.fanout_ns.is_none());
+        assert!(without_agent_sends(&r).contains("tap it (--tap-port)"));
+        // A tap that followed nothing, having found the connections open
+        // before it: a restart of the probes is what mends it.
+        r.tap = Some(skewscope_core::analysis::tapped::TapSummary {
+            port: 8000,
+            broadcasts: 0,
+            clients: 0,
+            counters: Some(TapCountersRecord {
+                at: at(3),
+                tap: TapCounters {
+                    open_before_tap: 6,
+                    ..TapCounters::default()
+                },
+                inflater_bytes: 0,
+                ring_packets: 0,
+                ring_drops: 0,
+            }),
+            per_client: Vec::new(),
+        });
+        let said = without_agent_sends(&r);
+        assert!(
+            said.contains("open before it started: restart the probes"),
+            "{said}"
+        );
     }
 
     #[test]
