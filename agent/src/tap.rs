@@ -61,6 +61,12 @@ impl TapThread {
                 format!(", events {}", reading.events.join(", "))
             }
         );
+        if skewscope_os::sockets::someone_listens_on(port) == Some(false) {
+            tracing::warn!(
+                target: "agent::tap",
+                "nothing on this host listens on TCP port {port}: is --tap-port the port of the server whose clients the probes join? (a server started later is followed from its first connections on)"
+            );
+        }
         recorder.record(AgentRecord::TapStarted(TapStarted {
             port,
             interface,

@@ -351,4 +351,18 @@ fn a_tapping_agent_says_the_tap_is_running() {
         tapping.contains("tap running") && tapping.contains("local TCP port 8000"),
         "{tapping}"
     );
+    // Nothing listens on 8000 in this namespace: said, with what to check.
+    assert!(
+        tapping.contains("nothing on this host listens on TCP port 8000"),
+        "{tapping}"
+    );
+    // A server that listens: nothing to say.
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port().to_string();
+    let tapping = logged_at_start(&["--listen", "127.0.0.1:0", "--tap-port", &port]);
+    assert!(tapping.contains("tap running"), "{tapping}");
+    assert!(
+        !tapping.contains("nothing on this host listens"),
+        "{tapping}"
+    );
 }

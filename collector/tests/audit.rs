@@ -284,11 +284,14 @@ fn an_audit_of_the_hub_passes_fails_or_cannot_run_and_says_which() {
     );
     let o = audit(&[&common[..], &["--require-probes", "3", "--settle", "300ms"]].concat());
     assert_eq!(o.status.code(), Some(2), "{}", common::output_text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("--require-probes is 3"),
+        err.contains("--require-probes is 3"),
         "{}",
         common::output_text(&o)
     );
+    // It names the ones uploading, so the missing one can be told.
+    assert!(err.contains("kiosk-a") && err.contains("kiosk-b"), "{err}");
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let nobody = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);

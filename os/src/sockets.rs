@@ -61,6 +61,42 @@ fn unspecified(like: std::net::IpAddr) -> std::net::IpAddr {
     }
 }
 
+/// Whether a TCP socket of this host listens on `port` (any address, IPv4
+/// or IPv6), from the kernel's tables in `/proc/net`: the tap says at
+/// start when the server it was told to follow is not there (a wrong
+/// `--tap-port`, or a server not started yet). `None` where the tables
+/// cannot be read.
+pub fn someone_listens_on(port: u16) -> Option<bool> {
+    let mut readable = false;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        if let Ok(text) = std::fs::read_to_string(table) {
+            readable = true;
+            if table_listens_on(&text, port) {
+                return Some(true);
+            }
+        }
+    }
+    readable.then_some(false)
+}
+
+/// In one `/proc/net/tcp{,6}` table: a socket in state LISTEN (`0A`) whose
+/// local address ends in `:port` (hex).
+fn table_listens_on(table: &str, port: u16) -> bool {
+    table.lines().skip(1).any(|line| {
+        let mut fields = line.split_whitespace();
+        let (Some(_), Some(local), Some(_), Some(state)) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            return false;
+        };
+        state == "0A"
+            && local
+                .rsplit_once(':')
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+                == Some(port)
+    })
+}
+
 /// A non-blocking listener on `addr` with `SO_REUSEADDR` (a restarted agent
 /// binds again at once) and a `backlog` of pending connections the kernel
 /// holds for it.
@@ -96,6 +132,18 @@ pub fn send_nowait(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listening_port_is_found_in_the_kernels_table() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 00000000:07E8 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1107 1 0 100 0 0 10 0\n   1: 0100007F:AED7 0100007F:1F40 01 00000000:00000000 00:00000000 00000000     0        0 0 3 0\n";
+        assert!(table_listens_on(table, 2024)); // 0x07E8, LISTEN
+        assert!(!table_listens_on(table, 0xAED7)); // established, not listening
+        assert!(!table_listens_on(table, 8000)); // only a remote port
+        // This host: a listener bound here is seen.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        assert_eq!(someone_listens_on(port), Some(true));
+    }
 
     #[test]
     fn a_blocked_receive_wakes_without_a_panic() {

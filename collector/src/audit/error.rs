@@ -39,11 +39,14 @@ pub enum CannotAudit {
     },
     /// Fewer probes upload than `--require-probes` after `--settle`.
     #[error(
-        "{uploading} probe(s) upload to the agent and --require-probes is {required}; start the probes with --upload {agent}"
+        "{uploading} probe(s) upload to the agent ({}) and --require-probes is {required}; start the others with --upload {agent}",
+        if names.is_empty() { "none".to_string() } else { names.join(", ") }
     )]
     TooFewProbes {
         /// Probes uploading.
         uploading: usize,
+        /// Their names, so the one missing can be told.
+        names: Vec<String>,
         /// `--require-probes`.
         required: usize,
         /// The agent's URL, for the command to give the probes.

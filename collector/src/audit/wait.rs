@@ -155,6 +155,12 @@ pub(super) fn wait_for_probes(
         if Instant::now() >= deadline {
             return Err(CannotAudit::TooFewProbes {
                 uploading,
+                names: status
+                    .probes
+                    .iter()
+                    .filter(|p| p.uploading)
+                    .map(|p| p.label())
+                    .collect(),
                 required: options.require_probes,
                 agent: options.agent.clone(),
             });
