@@ -19,7 +19,6 @@ use skewscope_core::page_ingest;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::error::CapacityError;
-use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 
@@ -60,10 +59,7 @@ pub async fn serve(
         if let Some(counter) = e.counter() {
             store.counters.reject(counter);
         }
-        let frame = CloseFrame {
-            code: CloseCode::Policy,
-            reason: e.to_string().into(),
-        };
+        let frame = crate::server::close_frame::close_frame(CloseCode::Policy, &e.to_string());
         let _ = ws.close(Some(frame)).await;
     }
 }

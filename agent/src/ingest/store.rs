@@ -84,7 +84,7 @@ pub enum OpenError {
     /// A hello without a secret for a run another connection uploads: it
     /// cannot prove it may take it over.
     #[error(
-        "run {0:032x} is being uploaded by another connection, and this one gave no owner secret to take it over"
+        "run {0:032x}: another connection uploads it, and this one gave no owner secret to take it over"
     )]
     InUse(u128),
 }

@@ -24,7 +24,6 @@ use skewscope_os::rx_stamp::{LastRx, RxStamped};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 
@@ -82,10 +81,7 @@ async fn serve_on<S: AsyncRead + AsyncWrite + Unpin>(
     counters.sessions.dec();
     if let Some((code, reason)) = closed {
         let _ = ws
-            .close(Some(CloseFrame {
-                code,
-                reason: reason.into(),
-            }))
+            .close(Some(crate::server::close_frame::close_frame(code, reason)))
             .await;
         // Read on (discarding) until the client answers the close or a
         // moment has passed: closing a socket with unread bytes (a flood's

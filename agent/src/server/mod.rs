@@ -9,6 +9,7 @@
 pub mod audit;
 pub mod auth;
 pub mod clock;
+pub mod close_frame;
 pub mod conn;
 pub mod context;
 pub mod http;
