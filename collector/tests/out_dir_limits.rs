@@ -252,6 +252,11 @@ fn an_agent_that_acknowledges_what_it_never_got_is_not_believed() {
     assert!(!said.contains("record(s) uploaded"), "{said}");
     assert!(said.contains("upload INCOMPLETE"), "{said}");
     assert!(said.contains("NOT believed"), "{said}");
+    // Its retries name the agent as --upload gave it, not the endpoint.
+    assert!(
+        said.contains(&format!("upload to the agent at {liar}: ")),
+        "{said}"
+    );
     let before = logs_in(&out_dir);
     assert_eq!(before.len(), 1);
     let out = probe(&addr, &out_dir, &args).output().unwrap();

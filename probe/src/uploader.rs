@@ -36,6 +36,9 @@ pub struct Upload {
     /// `ws://HOST:PORT/ingest` (from `--upload http://HOST:PORT`), or
     /// `wss://…` (from `https://`).
     pub url: String,
+    /// `--upload` as given: what a log line names, so it is the address
+    /// the user wrote (`http://…`), not the endpoint derived from it.
+    pub agent: String,
     /// For `wss://`: whom to trust (`--ca-file`, else the system roots).
     pub tls: Option<Arc<rustls::ClientConfig>>,
     /// Bearer token, if the agent has one.
@@ -105,6 +108,7 @@ pub fn upload_to(
     };
     Ok(Upload {
         url,
+        agent: base.to_owned(),
         tls,
         token: config.upload_token.clone(),
         log: config.out.clone(),
@@ -253,7 +257,7 @@ async fn upload_until_complete(
                     // to one record each).
                     batch_bytes = (batch_bytes / 8).max(MIN_BATCH_BYTES);
                 }
-                tracing::warn!(target: "probe::upload", "upload to {}: {e}; retrying", upload.url);
+                tracing::warn!(target: "probe::upload", "upload to the agent at {}: {e}; retrying", upload.agent);
                 tokio::select! {
                     _ = tokio::time::sleep(backoff.pause()) => {}
                     _ = ended.changed(), if !*ended.borrow() => {}
