@@ -64,6 +64,13 @@ async fn inside() {
     let (mut client, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", agent.addr))
         .await
         .unwrap();
+    // The upgrade is done on the client's side before the hub counts the
+    // client: a broadcast before that reaches nobody, and the wait below
+    // for it would fail (seen once in ten soak runs on a loaded machine).
+    agent
+        .wait_for_clients(1, LIMIT)
+        .await
+        .unwrap_or_else(|seen| panic!("the hub serves {seen} clients, not the test's one"));
     let log = agent.log_path.clone();
     let filler = fill(&disk);
 
