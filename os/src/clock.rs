@@ -85,7 +85,12 @@ fn bracket_on(steady: ClockId, wall: impl Fn() -> u64, tight_ns: u64) -> Bracket
 /// [`PAIR_TEAR_NS`] is read again; the narrowest of [`PAIR_TRIES`] is
 /// kept, so the pair is off by at most half of it.
 pub fn now() -> Stamp {
-    let b = bracket(|| read(ClockId::CLOCK_REALTIME), PAIR_TEAR_NS);
+    stamp_on(ClockId::CLOCK_MONOTONIC)
+}
+
+/// The wall clock paired with `steady`, as [`now`] says.
+fn stamp_on(steady: ClockId) -> Stamp {
+    let b = bracket_on(steady, || read(ClockId::CLOCK_REALTIME), PAIR_TEAR_NS);
     Stamp {
         wall_ns: b.wall,
         mono_ns: b.midpoint(),
@@ -102,15 +107,7 @@ pub fn mono_ns() -> u64 {
 /// (see the module's doc: why the raw clock), read as [`now`] reads its
 /// pair, so the two are off by at most half a narrow bracket.
 pub fn now_raw() -> Stamp {
-    let b = bracket_on(
-        ClockId::CLOCK_MONOTONIC_RAW,
-        || read(ClockId::CLOCK_REALTIME),
-        PAIR_TEAR_NS,
-    );
-    Stamp {
-        wall_ns: b.wall,
-        mono_ns: b.midpoint(),
-    }
+    stamp_on(ClockId::CLOCK_MONOTONIC_RAW)
 }
 
 /// `CLOCK_MONOTONIC_RAW` alone: the clock a probe's stamps, clock model
