@@ -565,6 +565,69 @@ fn a_probe_whose_records_stop_arriving_fails_the_audit() {
     );
 }
 
+/// A kiosk killed during an audit is named as the one that stopped: its
+/// connections close, so the hub's later broadcasts never target them and
+/// nothing is "missing"; without the name it would just drop out.
+#[test]
+fn a_probe_killed_during_the_audit_is_named_and_fails_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_agent, addr, _) = start_agent_with(dir.path(), "127.0.0.1:0", &[]);
+    let url = format!("ws://{addr}/ws");
+    let _a = uploading_probe(dir.path(), "lobby", &url, 2, &addr, &[]);
+    let mut b = uploading_probe(dir.path(), "stage", &url, 1, &addr, &[]);
+    wait_until("two probes uploading", || uploading(&addr, "") == 2);
+    wait_until("their three connections", || {
+        status(&addr, "")["clients"] == 3
+    });
+    let auditing = Command::new(SKEWSCOPE)
+        .arg("audit")
+        .args([
+            "--agent",
+            &format!("http://{addr}"),
+            "--require-probes",
+            "2",
+        ])
+        .args([
+            "--broadcasts",
+            "10",
+            "--interval",
+            "300ms",
+            "--settle",
+            "3s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Two of its ten broadcasts out: the audit began with both probes.
+    wait_until("the audit's second broadcast", || {
+        status(&addr, "")["broadcasts"].as_u64().unwrap_or(0) >= 2
+    });
+    b.0.kill().unwrap();
+    let o = auditing.wait_with_output().unwrap();
+    let text = common::output_text(&o);
+    // It began naming both.
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("2 probe(s) uploading: lobby, stage"),
+        "{text}"
+    );
+    let sent = status(&addr, "")["broadcasts"].as_u64().unwrap();
+    assert_eq!(sent, 10, "the kill came before the last broadcast: {text}");
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("probes-reported"))
+        .unwrap_or_else(|| panic!("no probes-reported check: {text}"));
+    assert!(line.contains("FAIL  probes-reported ≤ 0: 1"), "{text}");
+    assert!(
+        line.contains("stopped uploading during the audit") && line.contains("stage"),
+        "{text}"
+    );
+    assert!(!line.contains("lobby"), "{text}");
+}
+
 /// SIGKILL the agent in the middle of an audit with probes streaming, and
 /// start it again on its data directory: the audit says it could not finish
 /// (exit 2), the probes reconnect and finish their uploads, and the agent's

@@ -69,7 +69,7 @@ pub use error::ProbeError;
 pub use recorder::{FLUSH_INTERVAL, ReopenHandle};
 pub use request::{AGENT_CONN_HEADER, PROBE_PARAM};
 pub use shutdown::StopHandle;
-pub use uploader::UploadState;
+pub use uploader::{FINAL_DRAIN, UploadState};
 
 use connection::{Connection, Progress, Settings};
 use recorder::Recorder;
@@ -135,6 +135,23 @@ pub struct RunSummary {
     pub uploaded: Option<UploadState>,
     /// With `--upload`: how the upload of each earlier run's log went.
     pub previous_runs: Vec<UploadState>,
+}
+
+/// The exit status of a run that ended as asked but whose records did not
+/// all reach the agent (this run's or an earlier one's): they are safe in
+/// the logs, and a script or systemd must still see that the agent lacks
+/// them. 1 is a run that failed, 2 a refused configuration.
+pub const UPLOAD_INCOMPLETE_EXIT: u8 = 3;
+
+impl RunSummary {
+    /// Whether `--upload` was given and the agent did not acknowledge
+    /// every record of this run and of each earlier run it uploaded.
+    pub fn upload_incomplete(&self) -> bool {
+        self.uploaded
+            .iter()
+            .chain(&self.previous_runs)
+            .any(|u| !u.complete)
+    }
 }
 
 impl fmt::Display for RunSummary {

@@ -35,6 +35,14 @@ fn main() -> ExitCode {
         }
     };
     match run(config) {
+        Ok(summary) if summary.upload_incomplete() => {
+            tracing::error!(
+                target: "probe",
+                "{summary}. Start the probe again with the same --out (or --out-dir) and \
+                 --upload once the agent is reachable: it uploads earlier runs' logs first"
+            );
+            ExitCode::from(probe::UPLOAD_INCOMPLETE_EXIT)
+        }
         Ok(summary) => {
             tracing::info!(target: "probe", "{summary}");
             ExitCode::SUCCESS

@@ -38,16 +38,21 @@ impl ProbeProcess {
     }
 
     /// Waits for the exit (at most [`LIMIT`], then kills it and fails).
-    async fn wait(mut self) -> Output {
+    async fn wait(self) -> Output {
+        self.wait_within(LIMIT).await
+    }
+
+    /// Waits for the exit (at most `limit`, then kills it and fails).
+    async fn wait_within(mut self, limit: std::time::Duration) -> Output {
         let child = self.child.take().unwrap();
         let pid = child.id();
         let waiting = tokio::task::spawn_blocking(move || child.wait_with_output());
-        match tokio::time::timeout(LIMIT, waiting).await {
+        match tokio::time::timeout(limit, waiting).await {
             Ok(output) => output.unwrap().unwrap(),
             Err(_) => {
                 // As in `signal`; the waiting task reaps it afterwards.
                 let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
-                panic!("skewscope-probe did not exit within {LIMIT:?}");
+                panic!("skewscope-probe did not exit within {limit:?}");
             }
         }
     }
@@ -228,6 +233,38 @@ async fn a_refused_token_is_said_once_naming_its_file_and_ends_the_run() {
         stderr.contains("requires a token to upload (401 Unauthorized) and this probe has none"),
         "{stderr}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_that_never_arrived_ends_with_its_own_exit_status() {
+    let server = BroadcastServer::start(None).await;
+    // An agent address nobody listens on: the run itself goes as asked.
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("probe.sklog");
+    let upload = format!("http://{nobody}");
+    let probe = ProbeProcess::spawn(
+        &server.url(),
+        &out,
+        &["--no-time-exchange", "--count", "1", "--upload", &upload],
+    );
+    server.wait_for_clients(1).await;
+    server.broadcast(Message::text("go"));
+    // It gives the upload its final drain before it gives up.
+    let output = probe.wait_within(LIMIT + probe::FINAL_DRAIN).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(i32::from(probe::UPLOAD_INCOMPLETE_EXIT)),
+        "{stderr}"
+    );
+    assert!(stderr.contains("upload INCOMPLETE"), "{stderr}");
+    assert!(stderr.contains("Start the probe again"), "{stderr}");
+    // The run's records are all in its log.
+    assert_eq!(receipts(&read_probe_log(&out)).len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

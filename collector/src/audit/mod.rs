@@ -73,7 +73,7 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
         None => observe::trigger(&api, &mirror, options, &status, progress)?,
         Some(passive) => observe::observe(&api, &mirror, options, passive, &status, progress)?,
     };
-    let waited = wait::wait_for_receipts(&api, &mirror, options, run, &observed, progress)?;
+    let waited = wait::wait_for_receipts(&api, &mirror, options, &status, &observed, progress)?;
     let earlier = mirror.earlier_runs();
     if !earlier.is_empty() {
         progress.say(&format!(
@@ -101,7 +101,7 @@ pub fn run(options: &AuditOptions, progress: &mut Progress) -> Result<AuditOutco
         progress.say(&format!("audit: {line}"));
     }
     let mut verdict = judge(&report, &options.thresholds);
-    let reported = outcome::probes_reported(&waited.state.lagging);
+    let reported = outcome::probes_reported(&waited.state.lagging, &waited.state.stopped);
     verdict.pass &= reported.pass;
     verdict.checks.push(reported);
     let matching = options.matching.as_ref().map(|(e, _)| e.as_str());

@@ -84,23 +84,37 @@ impl AuditOutcome {
     }
 }
 
-/// The check only the audit can make: which probes were uploading when it
-/// began and whose records since the last broadcast never arrived (one
-/// that sent nothing would otherwise just be absent from the report).
-pub(super) fn probes_reported(lagging: &[String]) -> Check {
+/// The check only the audit can make: which probes were uploading (when
+/// it began or at its end) and whose records since the last broadcast
+/// never arrived (one that sent nothing would otherwise just be absent
+/// from the report). `lagging` still upload; `stopped` were uploading when
+/// the audit began and no longer are: a kiosk that died or lost its link.
+pub(super) fn probes_reported(lagging: &[String], stopped: &[String]) -> Check {
+    let mut said = Vec::new();
+    if !lagging.is_empty() {
+        said.push(format!(
+            "records since the last broadcast had not arrived within --settle from: {}",
+            lagging.join(", ")
+        ));
+    }
+    if !stopped.is_empty() {
+        said.push(format!(
+            "stopped uploading during the audit, before reporting the last broadcast \
+             (the device or its probe ended, or lost its link to the agent; see its log): {}",
+            stopped.join(", ")
+        ));
+    }
+    let short = lagging.len() + stopped.len();
     Check {
         check: "probes-reported",
         unit: Unit::Count,
         limit: 0,
-        measured: Some(lagging.len() as i64),
-        pass: lagging.is_empty(),
-        basis: if lagging.is_empty() {
+        measured: Some(short as i64),
+        pass: short == 0,
+        basis: if said.is_empty() {
             "uploading probes whose records since the last broadcast had not arrived".into()
         } else {
-            format!(
-                "records since the last broadcast had not arrived within --settle from: {}",
-                lagging.join(", ")
-            )
+            said.join("; ")
         },
     }
 }
@@ -170,8 +184,20 @@ mod tests {
 
     #[test]
     fn a_lagging_probe_fails_the_check_by_name() {
-        let c = probes_reported(&["kiosk-2".into()]);
+        let c = probes_reported(&["kiosk-2".into()], &[]);
         assert!(!c.pass && c.basis.contains("kiosk-2"), "{c:?}");
-        assert!(probes_reported(&[]).pass);
+        assert!(probes_reported(&[], &[]).pass);
+    }
+
+    #[test]
+    fn a_probe_that_stopped_during_the_audit_fails_the_check_by_name() {
+        let c = probes_reported(&["kiosk-1".into()], &["kiosk-3".into()]);
+        assert!(!c.pass, "{c:?}");
+        assert_eq!(c.measured, Some(2));
+        assert!(c.basis.contains("within --settle from: kiosk-1"), "{c:?}");
+        assert!(
+            c.basis.contains("stopped uploading during the audit") && c.basis.contains("kiosk-3"),
+            "{c:?}"
+        );
     }
 }

@@ -20,6 +20,13 @@ use crate::joined::{self, Scope};
 /// How often the audit looks for new receipts while it waits.
 const POLL: Duration = Duration::from_millis(250);
 
+/// A probe run: its id, and its name as the audit says it.
+type NamedRun = (u128, String);
+
+/// How long the audit waits, once enough probes upload, for the agent to
+/// know their names (from their first batch).
+const NAME_WAIT: Duration = Duration::from_secs(2);
+
 /// How far before the first trigger (and after the last look) a foreign
 /// server's broadcast may be first received and still be the audit's: the
 /// device clocks are NTP-synced, so a receipt is never this far off.
@@ -37,15 +44,18 @@ pub(super) struct Waited {
 
 /// Polls the agent until every connection reported each audited broadcast
 /// (and every acting probe its actions) or `--settle` passes after the last
-/// trigger; an agent that restarts ends the audit.
+/// trigger; an agent that restarts ends the audit. `began` is the agent's
+/// status when the audit began: a probe uploading then that stops before
+/// it reported the last broadcast is named, not forgotten.
 pub(super) fn wait_for_receipts(
     api: &AgentApi,
     mirror: &Mirror,
     options: &AuditOptions,
-    run: &str,
+    began: &Status,
     observed: &Observed,
     progress: &mut Progress,
 ) -> Result<Waited, CannotAudit> {
+    let run = &began.agent_run;
     let since = Instant::now();
     let deadline = since + options.settle;
     let mut window = observed.window;
@@ -62,7 +72,7 @@ pub(super) fn wait_for_receipts(
             }
             Err(e) => return Err(e.into()),
         };
-        if status.agent_run != run {
+        if status.agent_run != *run {
             return Err(CannotAudit::AgentRestarted {
                 was: run.to_owned(),
                 now: status.agent_run,
@@ -84,12 +94,27 @@ pub(super) fn wait_for_receipts(
             agent_as_reference: observed.foreign,
         };
         let joined = joined::join(inputs, scope).map_err(CannotAudit::Logs)?;
-        let uploading = uploading_in_scope(&status, inputs, &joined);
+        let uploading = in_scope(
+            status.probes.iter().filter(|p| p.uploading),
+            inputs,
+            &joined,
+        );
+        // Named as the agent knows them now: a run's name comes with its
+        // first batch, which may have been after the audit began.
+        let was_uploading = |run: &str| began.probes.iter().any(|b| b.run == run && b.uploading);
+        let stopped = in_scope(
+            status
+                .probes
+                .iter()
+                .filter(|p| !p.uploading && was_uploading(&p.run)),
+            inputs,
+            &joined,
+        );
         let state = Completion::of(
             &joined,
             &observed.sent,
             observed.expected,
-            &uploading,
+            (&uploading, &stopped),
             observed.last_wall,
         );
         let probes_uploading = status.probes.iter().filter(|p| p.uploading).count();
@@ -109,15 +134,14 @@ pub(super) fn wait_for_receipts(
     }
 }
 
-/// The probe runs uploading now, by run id and name, but for those whose
-/// records are here and left out of this audit's scope (probes of the hub
-/// during an audit of another server, or the other way round): those are
-/// not waited for.
-fn uploading_in_scope(
-    status: &Status,
+/// Of `runs`, by run id and name, all but those whose records are here and
+/// left out of this audit's scope (probes of the hub during an audit of
+/// another server, or the other way round): those are not waited for.
+fn in_scope<'a>(
+    runs: impl Iterator<Item = &'a agent_api::ProbeRun>,
     inputs: &inputs::Inputs,
     joined: &Joined,
-) -> Vec<(u128, String)> {
+) -> Vec<NamedRun> {
     let in_scope = |run: &u128| {
         joined
             .probes
@@ -130,11 +154,7 @@ fn uploading_in_scope(
         .filter_map(|log| log.run_id)
         .filter(|run| !in_scope(run))
         .collect();
-    status
-        .probes
-        .iter()
-        .filter(|p| p.uploading)
-        .filter_map(|p| Some((u128::from_str_radix(&p.run, 16).ok()?, p.label())))
+    runs.filter_map(|p| Some((u128::from_str_radix(&p.run, 16).ok()?, p.label())))
         .filter(|(run, _)| !out_of_scope.contains(run))
         .collect()
 }
@@ -146,11 +166,23 @@ pub(super) fn wait_for_probes(
     progress: &mut Progress,
 ) -> Result<Status, CannotAudit> {
     let deadline = Instant::now() + options.settle;
+    let mut enough_since: Option<Instant> = None;
     loop {
         let status = api.status()?;
         let uploading = status.probes.iter().filter(|p| p.uploading).count();
         if uploading >= options.require_probes {
-            return Ok(status);
+            // A run's name comes with its first batch, a moment after its
+            // hello: the audit's first line names the probes it began with.
+            let since = *enough_since.get_or_insert_with(Instant::now);
+            let unnamed = status
+                .probes
+                .iter()
+                .any(|p| p.uploading && p.name.is_empty());
+            if !unnamed || since.elapsed() >= NAME_WAIT {
+                return Ok(status);
+            }
+            std::thread::sleep(POLL);
+            continue;
         }
         if Instant::now() >= deadline {
             return Err(CannotAudit::TooFewProbes {
@@ -177,6 +209,10 @@ pub(super) fn wait_for_probes(
 pub(super) struct Completion {
     /// Probes uploading whose records since the last trigger have not arrived.
     pub(super) lagging: Vec<String>,
+    /// Probes uploading when the audit began that stopped uploading before
+    /// their records reached the last trigger (a kiosk that died or lost
+    /// its link during the audit).
+    pub(super) stopped: Vec<String>,
     broadcasts: usize,
     receipts: usize,
     outstanding: usize,
@@ -228,8 +264,9 @@ fn awaiting_actions(joined: &Joined) -> usize {
 }
 
 impl Completion {
-    /// Every probe uploading now has reported something after the last
-    /// trigger (so one whose upload lags is not taken for one that was not
+    /// Every probe uploading now or when the audit began has reported
+    /// something after the last trigger (so one whose upload lags, or that
+    /// stopped during the audit, is not taken for one that was not
     /// connected), no probe connection is missing an audited broadcast, and:
     /// hub, each triggered broadcast has all its targets recorded; foreign
     /// server, at least `k` broadcasts arrived.
@@ -237,25 +274,28 @@ impl Completion {
         joined: &Joined,
         sent: &[agent_api::Sent],
         k: u64,
-        uploading: &[(u128, String)],
+        (uploading, stopped): (&[NamedRun], &[NamedRun]),
         last_trigger_wall_ns: u64,
     ) -> Completion {
         let receipts = joined.broadcasts.iter().map(|b| b.receipts.len()).sum();
         let missing: usize = joined.broadcasts.iter().map(|b| b.missing.len()).sum();
-        let lagging: Vec<String> = uploading
-            .iter()
-            .filter(|(run, _)| {
-                let latest = joined
-                    .probes
-                    .iter()
-                    .filter(|p| p.identity.as_ref().is_some_and(|i| i.run_id == *run))
-                    .flat_map(|p| p.stamps.iter().map(|s| s.wall_ns))
-                    .max();
-                latest.is_none_or(|t| t < last_trigger_wall_ns)
-            })
-            .map(|(_, name)| name.clone())
-            .collect();
-        let caught_up = lagging.is_empty() && awaiting_actions(joined) == 0;
+        let behind = |runs: &[NamedRun]| -> Vec<String> {
+            runs.iter()
+                .filter(|(run, _)| {
+                    let latest = joined
+                        .probes
+                        .iter()
+                        .filter(|p| p.identity.as_ref().is_some_and(|i| i.run_id == *run))
+                        .flat_map(|p| p.stamps.iter().map(|s| s.wall_ns))
+                        .max();
+                    latest.is_none_or(|t| t < last_trigger_wall_ns)
+                })
+                .map(|(_, name)| name.clone())
+                .collect()
+        };
+        let (lagging, stopped) = (behind(uploading), behind(stopped));
+        // One that stopped may be back (its upload reconnects): wait for it.
+        let caught_up = lagging.is_empty() && stopped.is_empty() && awaiting_actions(joined) == 0;
         let broadcasts_done = if sent.is_empty() {
             // With the agent tapping the server (and following these
             // probes' connections), wait for its record of each broadcast.
@@ -274,6 +314,7 @@ impl Completion {
         let done = caught_up && missing == 0 && broadcasts_done;
         Completion {
             lagging,
+            stopped,
             broadcasts: joined.broadcasts.len(),
             receipts,
             outstanding: missing,
