@@ -247,7 +247,8 @@ pub fn auto_lead_line(a: &skewscope_core::analysis::actions::AutoLeadFigures) ->
         )
     };
     let mut line = format!(
-        "lead=auto chose the lead of {} broadcast(s): {} to {} (p50 {}), {basis}; {} of their {} actions late",
+        "lead=auto chose the lead of {} broadcast(s): {} to {} (p50 {}, one per broadcast; \
+         \"lead given\" counts one per action, of every broadcast acted on), {basis}; {} of their {} actions late",
         a.broadcasts,
         duration(a.lead_ns.min),
         duration(a.lead_ns.max),

@@ -27,6 +27,11 @@ fn the_demo_acts_on_the_lead_the_agent_picks() {
         out.contains("lead=auto chose the lead of 30 broadcast(s)"),
         "{out}"
     );
+    // Its p50 and the "lead given" row's are over different sets: said.
+    assert!(
+        out.contains("one per broadcast; \"lead given\" counts one per action"),
+        "{out}"
+    );
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let actions = &report["actions"];
