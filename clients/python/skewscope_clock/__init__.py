@@ -42,6 +42,7 @@ from .client import (
     time_key,
     to_epoch_seconds,
 )
+from .steady import STEADY_CLOCK, monotonic_minus_steady_ns, steady_ns
 from .model import (
     BURST_GAP_NS,
     FASTEST_NS,
@@ -106,4 +107,7 @@ __all__ = [
     "Schedule",
     "estimate_of",
     "solve",
+    "STEADY_CLOCK",
+    "monotonic_minus_steady_ns",
+    "steady_ns",
 ]

@@ -4,9 +4,14 @@
 A port of the page module ``clients/js/skewscope-clock.js`` to asyncio:
 the same exchange (``{"id": N, "t1": T}`` out, t2 and t3 back), the same
 clock model and schedule (``model.py``), the same tag check. Where the page
-keeps milliseconds, this keeps nanoseconds (``time.monotonic_ns()`` for t1
-and t4, the agent's integer ``t2_ns``/``t3_ns``), as the Rust core does,
-and hands seconds to the app.
+keeps milliseconds, this keeps nanoseconds (the agent's integer
+``t2_ns``/``t3_ns``), as the Rust core does, and hands seconds to the app.
+
+The model and the timers keep time on the steady clock of ``steady.py``
+(``CLOCK_MONOTONIC_RAW`` on Linux, which NTP does not steer); everything
+that leaves the module (estimates, exchanges, the run's stamps) is on
+``time.monotonic_ns()``, which follows the wall clock's rate, converted at
+that boundary with the two clocks' difference read then.
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ from typing import Any, Callable
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from .steady import monotonic_minus_steady_ns, sleep_s, steady_ns
+
 from .hub import Received, Subscription, label_url
-from .model import HORIZON_NS, ClockModel, Schedule
+from .model import HORIZON_NS, ClockModel, Estimate, Schedule
 from .recorder import Recorder, UploadStatus
 from .spool import MAX_TEXT, RunBusy
 from .upload import _close_bounded
@@ -211,7 +218,8 @@ def _is_time_ns(v) -> bool:
 class Exchange:
     """One exchange kept: t1 and t4 on this host's ``time.monotonic_ns()``,
     t2 and t3 on the server's wall clock, ns. What an app that records its
-    sync writes down."""
+    sync writes down. (The model is fed the same exchange on the steady
+    clock, where NTP's slews do not bend it.)"""
 
     t1: int
     t2: int
@@ -339,7 +347,7 @@ class Clock:
         self.jumps = 0
         self.on_exchange = on_exchange
         self.model = ClockModel(ns_per_unit=1)
-        self.schedule = Schedule(time.monotonic_ns(), every * 1e9)
+        self.schedule = Schedule(steady_ns(), every * 1e9)
         self.closed = False
         self._ws = None
         self._task: asyncio.Task | None = None
@@ -375,18 +383,23 @@ class Clock:
 
     def estimate(self, at_mono: int | None = None) -> ClockEstimate | None:
         """The server's clock at monotonic time ``at_mono`` (ns of
-        ``time.monotonic_ns()``; default now), or None before any exchange.
+        ``time.monotonic_ns()``; default now), or None before any exchange:
+        its ``offset`` is the server's clock minus ``time.monotonic_ns()``.
         Why a monotonic time: it never steps, so a moment planned on it
-        lands on the server's time even if this host's wall clock is set."""
-        mono = time.monotonic_ns() if at_mono is None else at_mono
-        e = self.model.at(mono)
+        lands on the server's time even if this host's wall clock is set.
+        (The model keeps time on the steady clock, which NTP does not
+        steer; the two are tied here with their difference now.)"""
+        mono_minus_steady = monotonic_minus_steady_ns()
+        steady = steady_ns() if at_mono is None else at_mono - mono_minus_steady
+        e = self.model.at(steady)
         if e is None:
             return None
+        offset_ns = e.agent_minus_mono_ns - mono_minus_steady
         return ClockEstimate(
-            offset=e.agent_minus_mono_ns / 1e9,
+            offset=offset_ns / 1e9,
             bound=e.bound_ns / 1e9,
             drift_ppm=e.drift_ppb / 1e3,
-            offset_ns=e.agent_minus_mono_ns,
+            offset_ns=offset_ns,
             bound_ns=e.bound_ns,
         )
 
@@ -396,7 +409,7 @@ class Clock:
         the first exchange, and after the device slept until the next one:
         there is no honest answer then."""
         self._check_slept()
-        mono = time.monotonic_ns()
+        mono = steady_ns()
         e = self.model.at(mono)
         if e is None:
             raise ClockError("skewscope clock: not synced yet")
@@ -406,7 +419,7 @@ class Clock:
         """How far ``now()`` can be from the server's clock, ± seconds
         (``math.inf`` before the first exchange)."""
         self._check_slept()
-        e = self.model.at(time.monotonic_ns())
+        e = self.model.at(steady_ns())
         return math.inf if e is None else e.bound_ns / 1e9
 
     def act_at(
@@ -426,9 +439,9 @@ class Clock:
         Why this way: asyncio sleeps to ``spin`` (4 ms; a finite number of
         seconds ≥ 0, else ValueError) before the moment, as its timers fire
         a millisecond or more late on a busy host; then the moment is mapped
-        onto the monotonic clock with the exchanges that came during the
+        onto the steady clock with the exchanges that came during the
         wait, checked against the estimate at it, and the thread sleeps
-        precisely to 300 µs before it and reads the monotonic clock until it
+        precisely to 300 µs before it and reads the steady clock until it
         has come (holding the event loop those few ms; no model read after
         the moment, which would make the action late by it): never early by
         the server's clock as this clock reads it, late by a read. A time already
@@ -449,7 +462,7 @@ class Clock:
             raise ValueError(f"skewscope clock: not a spin (seconds, finite, >= 0): {spin!r}")
         loop = asyncio.get_running_loop()
         self._check_slept()
-        mono = time.monotonic_ns()
+        mono = steady_ns()
         e = self.model.at(mono)
         if e is None:
             raise ClockError("skewscope clock: not synced yet")
@@ -457,15 +470,15 @@ class Clock:
         target_ns = math.ceil(Fraction(target) * 10**9)
         record = None
         if message is not None and self._app is not None:
-            record = self._app.receipt(message, mono, target * 1e3)
+            record = self._app.receipt(message, mono + monotonic_minus_steady_ns(), target * 1e3)
         if now > target:
             future = loop.create_future()
             acted = Acted(target, now, now - target, missed=True)
-            done = time.monotonic_ns()
+            done = steady_ns()
             self._run_callback(callback, acted)
             future.set_result(acted)
             if record is not None:
-                self._app.action(record, act_at_ms=target * 1e3, estimate=e, target_mono=target_ns - e.agent_minus_mono_ns, done_mono=done)
+                self._record_action(record, target, e, target_ns - e.agent_minus_mono_ns, done)
             return Action(target, future)
         plan = (e, target_ns - e.agent_minus_mono_ns)
         task = loop.create_task(self._act(target, callback, spin, record, plan))
@@ -477,7 +490,7 @@ class Clock:
     def hurry(self) -> bool:
         """Asks for a burst now (an action is near and the bound is wider
         than its time to spare); whether one starts. At most one a second."""
-        if not self.schedule.hurry(time.monotonic_ns()):
+        if not self.schedule.hurry(steady_ns()):
             return False
         if self._wake is not None:
             self._wake.set()
@@ -704,7 +717,7 @@ class Clock:
         """Waits for the schedule's next request, or a hurry."""
         while not self.closed:
             self._wake.clear()
-            delay = (self.schedule.next_request_at() - time.monotonic_ns()) / 1e9
+            delay = (self.schedule.next_request_at() - steady_ns()) / 1e9
             if delay <= 0:
                 return
             try:
@@ -723,12 +736,12 @@ class Clock:
         ws = self._ws
         request_id = self._next_id
         self._next_id += 1
-        t1 = time.monotonic_ns()
+        t1 = steady_ns()
         text = json.dumps({"id": request_id, "t1": t1})
         await ws.send(text)
         deadline = t1 + ANSWER_WAIT_NS
         while True:
-            left = (deadline - time.monotonic_ns()) / 1e9
+            left = (deadline - steady_ns()) / 1e9
             if left <= 0:
                 return None
             try:
@@ -736,7 +749,7 @@ class Clock:
                     data = await ws.recv()
             except TimeoutError:
                 return None
-            t4 = time.monotonic_ns()
+            t4 = steady_ns()
             reply = parse_reply(data)
             if reply is None:
                 self.ignored += 1
@@ -770,7 +783,7 @@ class Clock:
 
     def _answered(self, exchange: Exchange | None) -> None:
         """One exchange done (None: no reply in time): into the model, then the next."""
-        now = time.monotonic_ns()
+        now = steady_ns()
         self._check_jump(now)
         self._check_slept()
         if exchange is not None:
@@ -779,6 +792,9 @@ class Clock:
                 self.model.forget_before(now - HORIZON_NS)
                 self.exchanges += 1
                 self._synced.set()
+                # Out of the module on the monotonic clock (t4 was just now).
+                d = monotonic_minus_steady_ns()
+                exchange = Exchange(exchange.t1 + d, exchange.t2, exchange.t3, exchange.t4 + d)
                 app = self._app
                 if app is not None and app.run is not None:
                     app.exchange(exchange)
@@ -791,7 +807,7 @@ class Clock:
         self.schedule.done(now, self.model.at(now))
 
     def _check_jump(self, mono: int) -> None:
-        """A monotonic clock that moved unlike the wall clock (the host slept)
+        """A steady clock that moved unlike the wall clock (the host slept)
         drops what was learned: the drift model does not span a sleep."""
         wall = time.time_ns()
         if self._last_seen is not None:
@@ -813,7 +829,7 @@ class Clock:
         if suspended is None or self._suspended_base is None:
             return
         if suspended > self._suspended_base + SLEEP_SEEN_NS:
-            mono = time.monotonic_ns()
+            mono = steady_ns()
             self.model = ClockModel(ns_per_unit=1)
             self.schedule = Schedule(mono, self.every * 1e9)
             self.jumps += 1
@@ -832,17 +848,17 @@ class Clock:
 
     def _moment(self, target_ns: int, used, planned: int):
         """The moment the server's clock reaches ``target_ns``, on the
-        monotonic clock, from the estimate at that moment (the model's
+        steady clock, from the estimate at that moment (the model's
         offset moves with time): ``(estimate, moment)``. By the estimate
         returned, which is the model's at the moment returned, the server's
         clock is at or past the target there, and, as it only grows with
-        the monotonic clock, at every later reading: never early. Without an
+        the steady clock, at every later reading: never early. Without an
         estimate at the plan (the model was reset), the estimate at this
         reading plans it; without any, the plan stands."""
         mono = planned
         e = self.model.at(mono)
         if e is None:
-            mono = time.monotonic_ns()
+            mono = steady_ns()
             e = self.model.at(mono)
             if e is None:
                 return used, planned
@@ -869,20 +885,24 @@ class Clock:
 
     @staticmethod
     def _read_out(moment: int) -> tuple[int, int | None]:
-        """Waits for ``moment`` on the monotonic clock: a precise thread
-        sleep to SPIN_TAIL_NS before it, then readings of that clock alone
-        until it has come (no model: a model read takes tens of
-        microseconds, and after the moment it would make the action late
-        by them). Returns the reading that reached it and the last one
+        """Waits for ``moment`` on the steady clock: precise thread sleeps
+        to SPIN_TAIL_NS before it (each asked short, as the sleeping clock
+        is the monotonic one, and looked at again), then readings of the
+        steady clock alone until it has come (no model: a model read takes
+        tens of microseconds, and after the moment it would make the action
+        late by them). Returns the reading that reached it and the last one
         known to be before it (None: it had passed already)."""
-        rest = moment - time.monotonic_ns() - SPIN_TAIL_NS
-        if rest > 0:
-            time.sleep(rest / 1e9)
+        rest = moment - steady_ns() - SPIN_TAIL_NS
+        while rest > 0:
+            time.sleep(sleep_s(rest))
+            rest = moment - steady_ns() - SPIN_TAIL_NS
+            if rest < SPIN_TAIL_NS:
+                break  # what is left, read out: a sleep's wake costs more
         before = None
-        m = time.monotonic_ns()
+        m = steady_ns()
         while m < moment:
             before = m
-            m = time.monotonic_ns()
+            m = steady_ns()
         return m, before
 
     async def _act(self, target: float, callback, spin: float, record, plan) -> Acted:
@@ -897,20 +917,21 @@ class Clock:
                 await asyncio.sleep(0.01)  # the model was reset (a jump); until the next reply
                 continue
             if left > spin:
-                await asyncio.sleep(left - spin)
+                # Asked short: asyncio's timers run on the monotonic clock.
+                await asyncio.sleep(sleep_s(int((left - spin) * 1e9)))
                 continue
             # The model changes only on this event loop, which this holds
             # from here to the callback: so the moment is planned and checked
-            # now, and the read-out below only reads the monotonic clock (a
+            # now, and the read-out below only reads the steady clock (a
             # model read after the moment would make every action late by
             # the tens of microseconds it takes).
             used, planned = self._moment(target_ns, used, planned)
-            far = planned - time.monotonic_ns() - int(spin * 1e9)
+            far = planned - steady_ns() - int(spin * 1e9)
             if far <= SPIN_TAIL_NS:
                 break
             # The model puts the moment further than the wait left (it moved
             # since the coarse wait's reading): wait again, the loop free.
-            await asyncio.sleep(far / 1e9)
+            await asyncio.sleep(sleep_s(far))
         # Sleep the thread to SPIN_TAIL_NS before (a precise sleep, unlike
         # the loop's timers), and read the clock for the rest: a busy read of
         # several ms is soon preempted on a busy host, and holds a core other
@@ -921,11 +942,22 @@ class Clock:
         # was planned on (the drift over the read-out is below a ns).
         now = (m + used.agent_minus_mono_ns) / 1e9
         missed = before is None or m - before > SPIN_GAP_NS
-        done = time.monotonic_ns()
+        done = steady_ns()
         acted = self._run_callback(callback, Acted(target, now, now - target, missed=missed))
-        if record is not None and self._app is not None:
-            self._app.action(record, act_at_ms=target * 1e3, estimate=used, target_mono=planned, done_mono=done)
+        if record is not None:
+            self._record_action(record, target, used, planned, done)
         return acted
+
+    def _record_action(self, record, target: float, estimate: Estimate, target_steady: int, done_steady: int) -> None:
+        """Writes an action planned and done on the steady clock, in the
+        run's clock (monotonic): its moments and its offset moved by the two
+        clocks' difference now, a few µs after the callback (a slew of
+        1/12 moves it by well under a ns in that time)."""
+        if self._app is None:
+            return
+        d = monotonic_minus_steady_ns()
+        on_mono = Estimate(estimate.agent_minus_mono_ns - d, estimate.bound_ns, estimate.drift_ppb, estimate.drift_bound_ppb)
+        self._app.action(record, act_at_ms=target * 1e3, estimate=on_mono, target_mono=target_steady + d, done_mono=done_steady + d)
 
 
 def _suspended_ns() -> int | None:
