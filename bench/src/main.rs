@@ -150,8 +150,10 @@ enum Command {
         /// a probe restart a day.
         #[arg(long)]
         days: Option<f64>,
-        /// With --days: the device clock the probe stamps with (monotonic, as
-        /// it does; raw: CLOCK_MONOTONIC_RAW, which NTP does not slew).
+        /// With --days: the device clock the probe stamps with (monotonic,
+        /// the default: as the probe did before 2026-12-07; raw:
+        /// CLOCK_MONOTONIC_RAW, which NTP does not slew: the probe's and the
+        /// Python module's now).
         #[arg(long, value_enum, default_value = "monotonic")]
         device_clock: clock_models::days::DeviceClock,
         /// With --days: the probe sees its device's sleeps and starts its

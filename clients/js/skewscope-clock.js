@@ -380,6 +380,8 @@ export const HURRY_GAP_NS = 1e9;
 export const GROWTH_BETWEEN_PAIRS = 0.03;
 export const FASTEST_NS = 100e6;
 export const NEGLIGIBLE_GROWTH_NS = 10e3;
+/** A pair that leaves the bound over this many times the best of the horizon did not find the link at its best: the next pair comes in half the interval. */
+export const LOOSE_AFTER_PAIR = 1.15;
 
 /** When to exchange: bursts of pairs while the bound improves, then a steady rate. */
 export class Schedule {
@@ -431,7 +433,12 @@ export class Schedule {
       if (degraded && rested) {
         this.startBurst(nowNs + BURST_GAP_NS);
       } else {
-        this.roundStarted = Math.max(this.roundStarted + this.intervalFor(estimate), nowNs);
+        let interval = this.intervalFor(estimate);
+        if (bound !== null && this.best.length > 0 && bound > this.best[0][1] * LOOSE_AFTER_PAIR) {
+          // The pair did not find the link at its best: the next sooner.
+          interval = Math.max(Math.floor(interval / 2), Math.min(FASTEST_NS, interval));
+        }
+        this.roundStarted = Math.max(this.roundStarted + interval, nowNs);
       }
     }
     this.nextAt = this.roundStarted;

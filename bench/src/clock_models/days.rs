@@ -85,8 +85,9 @@ const MISSES_KEPT: usize = 12;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum DeviceClock {
-    /// `CLOCK_MONOTONIC`, as the probe does: slewed by the device's NTP
-    /// (frequency and offset corrections), stopped in suspend.
+    /// `CLOCK_MONOTONIC`, as the probe did before 2026-12-07: slewed by
+    /// the device's NTP (frequency and offset corrections), stopped in
+    /// suspend.
     Monotonic,
     /// `CLOCK_MONOTONIC_RAW`: the crystal alone, stopped in suspend.
     Raw,
@@ -1376,6 +1377,17 @@ pub fn print(figures: &[ProfileFigures], options: &Options, seconds_taken: f64) 
                 by_day.join(" "),
             );
         }
+    }
+    // What the schedule cost: the link and the agent carry each of these.
+    for p in figures {
+        let hours = f64::from(p.runs) * options.days * 24.0;
+        println!(
+            "{}: {} exchanges sent ({:.0} a device-hour), {} answered in time",
+            p.profile,
+            p.exchanges,
+            p.exchanges as f64 / hours.max(1.0),
+            p.answered
+        );
     }
     println!("bound ÷ limit p99 after the first minute, by day:");
     for p in figures {

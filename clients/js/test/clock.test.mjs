@@ -6,6 +6,7 @@ import {
   Clock,
   ClockModel,
   FASTEST_NS,
+  LOOSE_AFTER_PAIR,
   MAX_BURST_ROUNDS,
   Schedule,
   checkReply,
@@ -81,6 +82,20 @@ test("the schedule: pairs, a burst while the bound improves, then the steady rat
   s.done(t + 1e6, { boundNs: 1e6, driftBoundPpb: 400_000 });
   s.done(t + 2e6, { boundNs: 1e6, driftBoundPpb: 400_000 });
   assert.ok(s.nextRequestAt() - t <= 1e9);
+});
+
+test("the schedule: a pair that missed the link's best brings the next sooner", () => {
+  const s = new Schedule(0, 1e9);
+  drive(s, 2 * MAX_BURST_ROUNDS, () => 1e5);
+  assert.equal(s.bursting, false);
+  let at = s.nextRequestAt();
+  drive(s, 2, () => 1e5 * 1.1);
+  assert.equal(s.nextRequestAt() - at, 1e9, "within LOOSE_AFTER_PAIR of the best: the interval");
+  at = s.nextRequestAt();
+  drive(s, 2, () => 1e5 * 1.5);
+  assert.equal(s.bursting, false);
+  assert.equal(s.nextRequestAt() - at, 5e8, "past it: half the interval");
+  assert.equal(LOOSE_AFTER_PAIR, 1.15);
 });
 
 test("the schedule: a burst stops at its cap when nothing answers, and hurry bursts at once", () => {

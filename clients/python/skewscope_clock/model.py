@@ -593,6 +593,9 @@ GROWTH_BETWEEN_PAIRS = 0.03
 FASTEST_NS = 100_000_000
 #: Growth between pairs never worth exchanging more often for.
 NEGLIGIBLE_GROWTH_NS = 10e3
+#: A pair that leaves the bound over this many times the best of the horizon
+#: did not find the link at its best: the next pair comes in half the interval.
+LOOSE_AFTER_PAIR = 1.15
 
 
 class Schedule:
@@ -651,7 +654,11 @@ class Schedule:
             if degraded and rested:
                 self._start_burst(now_ns + BURST_GAP_NS)
             else:
-                self.round_started = _js_max(self.round_started + self._interval_for(estimate), now_ns)
+                interval = self._interval_for(estimate)
+                if bound is not None and self.best and bound > self.best[0][1] * LOOSE_AFTER_PAIR:
+                    # The pair did not find the link at its best: the next sooner.
+                    interval = _js_max(_js_floor(interval / 2), _js_min(FASTEST_NS, interval))
+                self.round_started = _js_max(self.round_started + interval, now_ns)
         self.next_at = self.round_started
 
     def hurry(self, now_ns) -> bool:

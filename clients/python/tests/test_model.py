@@ -7,6 +7,7 @@ import pytest
 
 from skewscope_clock import (
     FASTEST_NS,
+    LOOSE_AFTER_PAIR,
     MAX_BURST_ROUNDS,
     ClockModel,
     Estimate,
@@ -95,6 +96,20 @@ def test_the_schedule_pairs_bursts_then_keeps_the_steady_rate():
     s.done(t + 1e6, Estimate(0, 1e6, 0.0, 0.0))
     s.done(t + 2e6, Estimate(0, 1e6, 0.0, 0.0))
     assert s.bursting and s.next_request_at() - t < FASTEST_NS
+
+
+def test_a_pair_that_missed_the_links_best_brings_the_next_sooner():
+    """As schedule.rs: over LOOSE_AFTER_PAIR times the best, half the interval."""
+    s = Schedule(0, 1e9)
+    drive(s, 2 * MAX_BURST_ROUNDS, lambda r: 100_000)
+    assert s.bursting is False
+    at = s.next_request_at()
+    drive(s, 2, lambda r: 100_000 * 1.1)
+    assert s.next_request_at() - at == 1e9
+    at = s.next_request_at()
+    drive(s, 2, lambda r: 100_000 * 1.5)
+    assert s.bursting is False and s.next_request_at() - at == 5e8
+    assert LOOSE_AFTER_PAIR == 1.15
 
 
 def test_a_burst_stops_at_its_cap_and_hurry_bursts_at_once():

@@ -17,7 +17,11 @@
 //! most [`MAX_BURST_ROUNDS`]. In the steady state a bound more than twice
 //! the best of the last [`HORIZON_NS`] means the link or the clocks moved:
 //! a burst again, at most one per [`REBURST_GAP_NS`]. An action about to
-//! be taken on a wide bound asks for one too ([`Schedule::hurry`]).
+//! be taken on a wide bound asks for one too ([`Schedule::hurry`]). A pair
+//! that leaves the bound over [`LOOSE_AFTER_PAIR`] times that best did not
+//! find the link at its best (a busy Wi-Fi's queues held it): the next pair
+//! comes in half the interval, so a busy link is sampled more often than a
+//! quiet one, where nothing more is to be learned.
 //!
 //! The JavaScript port (`Schedule` in `clients/js/skewscope-clock.js`) is
 //! the same machine over `/clock`.
@@ -51,6 +55,11 @@ pub const FASTEST_NS: u64 = 100_000_000;
 /// Growth between pairs that is never worth exchanging more often for:
 /// below a device's own timer error.
 pub const NEGLIGIBLE_GROWTH_NS: f64 = 10_000.0;
+
+/// A pair that leaves the bound over this many times the best of the
+/// horizon did not find the link at its best: the next pair comes in half
+/// the interval.
+pub const LOOSE_AFTER_PAIR: f64 = 1.15;
 
 /// Whether the schedule is bursting or keeping a steady rate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,7 +172,14 @@ impl Schedule {
                     self.start_burst(now_mono_ns + BURST_GAP_NS);
                 } else {
                     // Keep the rate; after a long wait (a lost reply), go now.
-                    let interval = self.interval_for(estimate);
+                    let mut interval = self.interval_for(estimate);
+                    let loose = match (bound_ns, self.best.front()) {
+                        (Some(b), Some(&(_, best))) => b as f64 > best as f64 * LOOSE_AFTER_PAIR,
+                        _ => false,
+                    };
+                    if loose {
+                        interval = (interval / 2).max(FASTEST_NS.min(interval));
+                    }
                     self.round_started = (self.round_started + interval).max(now_mono_ns);
                 }
             }
@@ -297,6 +313,28 @@ mod tests {
         // Right after, a worse bound does not burst again at once.
         drive(&mut s, 2, |_| Some(900_000));
         assert_eq!(s.phase(), Phase::Steady);
+    }
+
+    #[test]
+    fn a_pair_that_missed_the_links_best_brings_the_next_sooner() {
+        let mut s = Schedule::new(0, 1_000 * MS);
+        drive(&mut s, 2 * MAX_BURST_ROUNDS as usize, |_| Some(100_000));
+        assert_eq!(s.phase(), Phase::Steady);
+        // Within LOOSE_AFTER_PAIR of the best: the interval asked.
+        let at = s.next_request_at();
+        drive(&mut s, 2, |_| Some(110_000));
+        assert_eq!(s.next_request_at() - at, 1_000 * MS);
+        // Past it (and not twice the best, which bursts): half of it.
+        let at = s.next_request_at();
+        drive(&mut s, 2, |_| Some(150_000));
+        assert_eq!(s.phase(), Phase::Steady);
+        assert_eq!(s.next_request_at() - at, 500 * MS);
+        // Never under FASTEST_NS.
+        let mut fast = Schedule::new(0, 150 * MS);
+        drive(&mut fast, 2 * MAX_BURST_ROUNDS as usize, |_| Some(100_000));
+        let at = fast.next_request_at();
+        drive(&mut fast, 2, |_| Some(150_000));
+        assert_eq!(fast.next_request_at() - at, FASTEST_NS);
     }
 
     #[test]
