@@ -195,7 +195,8 @@ fn flood_until(
     }
 }
 
-fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+/// The resident memory of process `pid` now, KiB.
+pub(crate) fn rss_kib(pid: u32) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
         .lines()

@@ -22,6 +22,7 @@ mod links;
 mod live_cost;
 mod probe_cost;
 mod processes;
+mod publish_flood;
 mod report_cost;
 mod scrape;
 mod stamps;
@@ -239,6 +240,14 @@ enum Command {
         /// Seconds per phase.
         #[arg(long, default_value_t = 4)]
         secs: u64,
+    },
+    /// What large stamped publishes cost everyone else: forty 1 MB
+    /// bodies at once to /publish?lead=1s, against /clock round trips and
+    /// a small broadcast's receipt, quiet and during the flood.
+    PublishFlood {
+        /// Floods, each followed by a second of quiet.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
     },
     /// What TLS costs the fan-out: CPU per broadcast on the shards of a
     /// plain agent and of one with --tls-cert, N clients each, beside the
@@ -664,6 +673,7 @@ fn main() -> anyhow::Result<()> {
                 .build()?;
             runtime.block_on(flood::run(secs))
         }
+        Command::PublishFlood { rounds } => publish_flood::run(rounds),
         Command::Tls {
             sizes,
             rounds,

@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod body;
 pub mod clock;
 pub mod close_frame;
 pub mod conn;

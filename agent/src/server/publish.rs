@@ -17,7 +17,6 @@ use skewscope_core::analysis::auto_lead::{self, AutoLeadNow, LeadBasis};
 use skewscope_core::analysis::lead_rule::{self, Evidence};
 use skewscope_core::lead::LeadChoice;
 use skewscope_core::record::{AgentRecord, AutoLeadBasis, LeadChosen};
-use tokio::io::AsyncReadExt;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::engine::hub::Broadcasted;
@@ -266,14 +265,15 @@ pub async fn publish(mut stream: Conn, request: Request, context: &Context) {
     body.truncate(len);
     if body.len() < len {
         // Grows with what arrives: nothing is reserved for bytes not sent.
+        // A bite at a time: the thread serves every other request too.
         let missing = (len - body.len()) as u64;
         let read = tokio::time::timeout(
             context.request_timeout,
-            (&mut stream).take(missing).read_to_end(&mut body),
+            super::body::read_in_bites(&mut stream, &mut body, missing),
         )
         .await;
         match read {
-            Ok(Ok(_)) if body.len() == len => {}
+            Ok(Ok(true)) if body.len() == len => {}
             Ok(_) => return, // vanished mid-body: nothing is broadcast
             Err(_) => return respond(&mut stream, 408, "", "request body timed out\n").await,
         }

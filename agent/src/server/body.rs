@@ -1,0 +1,57 @@
+//! Reading a request body on the thread that serves every request, a bite
+//! at a time.
+//!
+//! The agent's HTTP runtime is one thread. A body read in one go (a 1 MB
+//! body is in the socket's buffer at once) holds that thread for the whole
+//! copy: forty 1 MB `/publish` bodies at once held a `/clock` round trip
+//! for 14–24 ms on the 2-core VM (`skewscope-bench publish-flood`). Read
+//! [`BITE`] at a time, yielding between bites, every other request gets its
+//! turn between two bites of any body.
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// The most of one body read before the thread is given to the others.
+pub const BITE: u64 = 16 * 1024;
+
+/// Reads `missing` more bytes into `body` (which grows with what arrives:
+/// nothing is reserved for bytes not sent), [`BITE`] at a time, yielding
+/// between bites. `Ok(false)` when the peer ended before the last byte.
+pub async fn read_in_bites<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    body: &mut Vec<u8>,
+    missing: u64,
+) -> std::io::Result<bool> {
+    let want = body.len() as u64 + missing;
+    while (body.len() as u64) < want {
+        let bite = BITE.min(want - body.len() as u64);
+        let read = (&mut *stream).take(bite).read_to_end(body).await?;
+        if (read as u64) < bite {
+            return Ok(false);
+        }
+        tokio::task::yield_now().await;
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_body_is_read_whole_across_bites_and_a_short_one_is_said() {
+        let sent: Vec<u8> = (0..3 * BITE + 17).map(|i| (i % 251) as u8).collect();
+        let mut body = sent[..5].to_vec();
+        let mut reader = &sent[5..];
+        let whole = read_in_bites(&mut reader, &mut body, sent.len() as u64 - 5)
+            .await
+            .unwrap();
+        assert!(whole);
+        assert_eq!(body, sent);
+        // The peer ends 10 bytes short.
+        let mut body = Vec::new();
+        let mut reader = &sent[..100];
+        let whole = read_in_bites(&mut reader, &mut body, 110).await.unwrap();
+        assert!(!whole);
+        assert_eq!(body, sent[..100]);
+    }
+}
