@@ -821,15 +821,32 @@ fn fill(dir: &Path) -> PathBuf {
     path
 }
 
-/// The runs in the probes' logs that the agent does not yet store in full:
-/// each file, with its records and the agent's.
+/// How old a live run's record must be before the agent is expected to
+/// hold it: the recorder flushes every 100 ms and the uploader looks every
+/// 200 ms, so the newest records are always on their way.
+const UPLOAD_SETTLE_NS: u64 = 2_000_000_000;
+
+/// The runs in the probes' logs whose records older than
+/// [`UPLOAD_SETTLE_NS`] the agent does not store in full: each file, with
+/// its records and the agent's. Live runs keep writing (a time exchange or
+/// two a second, more on a jittery link): asking for every record would be
+/// a race against the newest, which a loaded machine can lose for a minute.
+/// The probes are stopped after this and every record is compared then.
 fn uploads_lagging(local: &Path, stored: &Path) -> Vec<String> {
+    let cutoff = skewscope_os::clock::now()
+        .wall_ns
+        .saturating_sub(UPLOAD_SETTLE_NS);
+    let local = runs_in(local);
     let stored = runs_in(stored);
-    runs_in(local)
+    local
         .iter()
         .filter_map(|(run_id, (path, records))| {
             let kept = stored.get(run_id).map_or(0, |(_, kept)| kept.len());
-            (kept < records.len()).then(|| {
+            let settled = records
+                .iter()
+                .position(|r| r.stamp().is_some_and(|s| s.wall_ns > cutoff))
+                .unwrap_or(records.len());
+            (kept < settled).then(|| {
                 let damage = match read_file(path) {
                     Ok(AnyLog::Probe(d)) => format!("{} bytes skipped", d.skipped_bytes),
                     other => format!("{other:?}"),
