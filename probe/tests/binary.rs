@@ -6,7 +6,8 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
 use common::{
-    BroadcastServer, LIMIT, assert_framed, closed, opened, read_probe_log, receipts, wait_for_log,
+    BroadcastServer, LIMIT, assert_framed, closed, nobody_listens_on, opened, read_probe_log,
+    receipts, wait_for_log,
 };
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -146,10 +147,7 @@ async fn sigkill_loses_nothing_older_than_the_flush_interval() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_connection_is_a_failure_with_a_clear_message() {
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let addr = nobody_listens_on();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("probe.sklog");
     let output = ProbeProcess::spawn(&format!("ws://{addr}/"), &out, &[])
@@ -239,10 +237,7 @@ async fn a_refused_token_is_said_once_naming_its_file_and_ends_the_run() {
 async fn an_upload_that_never_arrived_ends_with_its_own_exit_status() {
     let server = BroadcastServer::start(None).await;
     // An agent address nobody listens on: the run itself goes as asked.
-    let nobody = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let nobody = nobody_listens_on();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("probe.sklog");
     let upload = format!("http://{nobody}");

@@ -6,7 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{BroadcastServer, assert_framed, closed, opened, read_probe_log, receipts, within};
+use common::{
+    BroadcastServer, assert_framed, closed, nobody_listens_on, opened, read_probe_log, receipts,
+    within,
+};
 use probe::{ProbeConfig, ProbeError, RunningProbe};
 use skewscope_core::identity::{TestMessage, encode_test_message, payload_hash};
 use skewscope_core::record::{MessageKey, ProbeRecord};
@@ -285,11 +288,7 @@ async fn a_server_close_frame_is_recorded_with_its_code() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_connections_are_recorded_and_none_opened_is_an_error() {
-    // A port that was just free: nothing listens there.
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let addr = nobody_listens_on();
     let url = format!("ws://{addr}/ws");
     let dir = tempfile::tempdir().unwrap();
     let out = log_path(&dir);

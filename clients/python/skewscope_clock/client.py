@@ -33,12 +33,11 @@ from typing import Any, Callable
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from .steady import monotonic_minus_steady_ns, sleep_s, steady_ns
-
 from .hub import Received, Subscription, label_url
 from .model import HORIZON_NS, ClockModel, Estimate, Schedule
 from .recorder import Recorder, UploadStatus
 from .spool import MAX_TEXT, RunBusy
+from .steady import monotonic_minus_steady_ns, sleep_s, steady_ns
 from .upload import _close_bounded
 
 __all__ = [

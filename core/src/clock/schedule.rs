@@ -160,11 +160,13 @@ impl Schedule {
                 }
             }
             Phase::Steady => {
-                let degraded = match (bound_ns, self.best.front()) {
-                    (None, _) => true,
-                    (Some(b), Some(&(_, best))) => b > best.saturating_mul(2),
-                    (Some(_), None) => false,
+                // The bound against the best of the horizon, past `factor`.
+                let over_best = |factor: f64| match (bound_ns, self.best.front()) {
+                    (Some(b), Some(&(_, best))) => b as f64 > best as f64 * factor,
+                    _ => false,
                 };
+                let degraded = bound_ns.is_none() || over_best(2.0);
+                let loose = over_best(LOOSE_AFTER_PAIR);
                 let rested = self
                     .last_burst_end
                     .is_none_or(|end| now_mono_ns >= end + REBURST_GAP_NS);
@@ -173,10 +175,6 @@ impl Schedule {
                 } else {
                     // Keep the rate; after a long wait (a lost reply), go now.
                     let mut interval = self.interval_for(estimate);
-                    let loose = match (bound_ns, self.best.front()) {
-                        (Some(b), Some(&(_, best))) => b as f64 > best as f64 * LOOSE_AFTER_PAIR,
-                        _ => false,
-                    };
                     if loose {
                         interval = (interval / 2).max(FASTEST_NS.min(interval));
                     }

@@ -23,6 +23,15 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 /// Upper bound for any single wait in a test: a bug fails the test, never hangs it.
 pub const LIMIT: Duration = Duration::from_secs(10);
 
+/// A loopback address nobody listens on: a port the kernel gave and took
+/// back (the listener is dropped at once).
+pub fn nobody_listens_on() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
 /// Runs `fut`, failing the test if it takes longer than [`LIMIT`].
 pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
     match tokio::time::timeout(LIMIT, fut).await {
