@@ -90,8 +90,7 @@ pub struct Probe {
     pub identity: Option<RunIdentity>,
     /// Which clock its stamps are on.
     pub clock: ClockIdentity,
-    /// Its stamps, thinned to what finding clock steps needs, and its last:
-    /// how far the log has reached (see `StampThinner`).
+    /// Every stamp it recorded, for finding clock steps.
     pub stamps: Vec<Stamp>,
     /// Its time exchanges with the agent.
     pub samples: Vec<TimeSample>,

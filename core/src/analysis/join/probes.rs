@@ -139,10 +139,9 @@ impl Episodes {
 /// Keeps the stamps that clock-step detection needs out of millions: every
 /// stamp whose wall − monotonic level differs from the last kept by a
 /// quarter of a step, the stamp just before it and the stamps right after it
-/// (which measure it, and confirm or refute it), one a second otherwise,
-/// and the log's last ([`StampThinner::finish`]: how far a log has reached
-/// is read from it). A step is found where every stamp would find it, at
-/// the same size; a day of receipts keeps about 86,400 stamps.
+/// (which measure it, and confirm or refute it), and one a second otherwise.
+/// A step is found where every stamp would find it, at the same size; a day
+/// of receipts keeps about 86,400 stamps.
 #[derive(Default)]
 pub(super) struct StampThinner {
     last: Option<Stamp>,
@@ -184,14 +183,6 @@ impl StampThinner {
         } else {
             self.held = Some(s);
         }
-    }
-
-    /// The log ended: its last stamp is kept too, if it was held. Without
-    /// it a log's newest second of records would not show in its stamps,
-    /// and an audit waiting for a probe to report past a broadcast took one
-    /// whose receipts had all arrived for one lagging.
-    pub(super) fn finish(&mut self, kept: &mut Vec<Stamp>) {
-        kept.extend(self.held.take());
     }
 }
 
@@ -314,7 +305,6 @@ pub(super) fn collect_probes(probes: &[&dyn ProbeSource]) -> ProbeSide {
                 }
             }
         }
-        thinner.finish(&mut info.stamps);
         info.clock = ClockIdentity::of(&info.host, info.identity.as_ref());
         for (i, c) in connections.iter_mut().enumerate().skip(first_connection) {
             c.until_wall_ns = closed.get(&i).copied().unwrap_or(last_wall);
@@ -384,18 +374,7 @@ mod tests {
         for &s in stamps {
             thinner.offer(s, &mut kept);
         }
-        thinner.finish(&mut kept);
         kept
-    }
-
-    #[test]
-    fn the_last_stamp_of_a_log_is_kept_however_close_to_the_one_before() {
-        // One stamp every 10 ms for 1.5 s at one level: one a second is
-        // kept, and the last, which shows how far the log reached.
-        let stamps: Vec<Stamp> = (0..150u64).map(|i| stamp(i * 10_000_000, 0)).collect();
-        let kept = thinned(&stamps);
-        assert_eq!(kept.last(), stamps.last());
-        assert!(kept.len() <= 3, "{}", kept.len());
     }
 
     #[test]

@@ -723,9 +723,6 @@ fn index_agent(
             }
         }
     }
-    if let Some(a) = joined.agent.as_mut() {
-        thinner.finish(&mut a.stamps);
-    }
     for (id, fanout) in fanouts.finish() {
         if let Some(b) = broadcasts.get_mut(&id) {
             b.fanout = Some(fanout);
