@@ -279,8 +279,24 @@ impl Completion {
     ) -> Completion {
         let receipts = joined.broadcasts.iter().map(|b| b.receipts.len()).sum();
         let missing: usize = joined.broadcasts.iter().map(|b| b.missing.len()).sum();
+        // Runs that have a receipt of the last broadcast the audit sent
+        // (a hub audit): they reported it, whatever their stamps say (a
+        // probe log's stamps are thinned to one a second for finding clock
+        // steps, so its newest second may not show in them).
+        let last_sent = sent.iter().map(|s| s.broadcast).max();
+        let received_last: Vec<u128> = joined
+            .broadcasts
+            .iter()
+            .filter(|b| matches!(b.key, BroadcastKey::Agent { id, .. } if Some(id) == last_sent))
+            .flat_map(|b| &b.receipts)
+            .filter_map(|r| {
+                let probe = &joined.probes[joined.connections[r.connection].probe];
+                probe.identity.as_ref().map(|i| i.run_id)
+            })
+            .collect();
         let behind = |runs: &[NamedRun]| -> Vec<String> {
             runs.iter()
+                .filter(|(run, _)| !received_last.contains(run))
                 .filter(|(run, _)| {
                     let latest = joined
                         .probes
