@@ -50,6 +50,34 @@ pub struct AutoLeadFigures {
     pub every_copy_ns: u64,
     /// Chosen ÷ best fixed: p50 and max.
     pub ratio: (f64, f64),
+    /// Every late action, to tell a lead too short (the copy needed more
+    /// than it was given) from a device that misplaced its moment.
+    pub late_actions: Vec<LateAction>,
+}
+
+/// One late action under `lead=auto` (ns).
+#[derive(Clone, Debug, Serialize)]
+pub struct LateAction {
+    /// Which device (0 or 1), connection and broadcast.
+    pub device: usize,
+    /// …
+    pub conn: u32,
+    /// …
+    pub seq: u64,
+    /// The lead the agent gave the broadcast.
+    pub lead_ns: u64,
+    /// What the copy needed: its read (host wall clock) minus its build.
+    pub needed_ns: u64,
+    /// The largest need of any copy (warm-up ones too) read before this
+    /// broadcast was built: what a rule could have known.
+    pub largest_before_ns: u64,
+    /// How late the probe said it was (its read minus its target, on its
+    /// monotonic clock).
+    pub late_ns: u64,
+    /// The offset the probe mapped the time to act with, and its bound.
+    pub offset_ns: Option<i64>,
+    /// …
+    pub offset_bound_ns: Option<u64>,
 }
 
 /// Runs every profile: `broadcasts` measured broadcasts each.
@@ -131,30 +159,64 @@ fn run_profile(profile: Profile, broadcasts: usize) -> anyhow::Result<AutoLeadFi
     // Each measured copy: what lead it needed (build to read, one clock:
     // the host's), and whether its action was late under the lead given.
     let mut needed = Vec::new();
+    // Every copy acted on, warm-up ones too: (built, read, needed); and
+    // the measured ones' late actions.
+    let mut copies = Vec::new();
+    let mut late_actions = Vec::new();
     let (mut actions, mut late) = (0, 0);
-    for (_, log) in &probes {
+    for (device, (_, log)) in probes.iter().enumerate() {
         let records = probe_records(log);
-        let mut at_of = std::collections::HashMap::new();
+        let mut action_of = std::collections::HashMap::new();
         for r in &records {
             if let ProbeRecord::Action(a) = r
                 && let MessageKey::Seq(seq) = a.key
-                && measured.contains(&seq)
+                && given.contains_key(&seq)
             {
-                actions += 1;
-                late += usize::from(a.late_ns > 0);
-                at_of.insert((a.conn, seq), a.act_at_ns);
+                if measured.contains(&seq) {
+                    actions += 1;
+                    late += usize::from(a.late_ns > 0);
+                }
+                action_of.insert((a.conn, seq), *a);
             }
         }
         for r in &records {
             if let ProbeRecord::Receipt(rc) = r
                 && let MessageKey::Seq(seq) = rc.key
-                && let Some(&at) = at_of.get(&(rc.conn, seq))
+                && let Some(a) = action_of.get(&(rc.conn, seq))
             {
-                let built = at.saturating_sub(given[&seq]);
-                needed.push(rc.at.wall_ns.saturating_sub(built));
+                let built = a.act_at_ns.saturating_sub(given[&seq]);
+                let need = rc.at.wall_ns.saturating_sub(built);
+                copies.push((built, rc.at.wall_ns, need));
+                if !measured.contains(&seq) {
+                    continue;
+                }
+                needed.push(need);
+                if a.late_ns > 0 {
+                    late_actions.push(LateAction {
+                        device,
+                        conn: a.conn,
+                        seq,
+                        lead_ns: given[&seq],
+                        needed_ns: need,
+                        largest_before_ns: built,
+                        late_ns: a.late_ns,
+                        offset_ns: a.offset_ns,
+                        offset_bound_ns: a.offset_bound_ns,
+                    });
+                }
             }
         }
     }
+    for l in &mut late_actions {
+        let built = l.largest_before_ns;
+        l.largest_before_ns = copies
+            .iter()
+            .filter(|(_, read, _)| *read < built)
+            .map(|(_, _, need)| *need)
+            .max()
+            .unwrap_or(0);
+    }
+    late_actions.sort_by_key(|l| (l.seq, l.device, l.conn));
     anyhow::ensure!(!needed.is_empty(), "no measured copy was acted on");
     needed.sort_unstable();
     let rank = ((needed.len() as f64 * 0.999).ceil() as usize).clamp(1, needed.len());
@@ -176,6 +238,7 @@ fn run_profile(profile: Profile, broadcasts: usize) -> anyhow::Result<AutoLeadFi
             p50 as f64 / best_fixed.max(1) as f64,
             max as f64 / best_fixed.max(1) as f64,
         ),
+        late_actions,
     })
 }
 
@@ -218,5 +281,27 @@ pub fn print(figures: &[AutoLeadFigures]) {
             ms(f.every_copy_ns),
             format!("{:.2}/{:.2}", f.ratio.0, f.ratio.1)
         );
+    }
+    for f in figures.iter().filter(|f| !f.late_actions.is_empty()) {
+        println!(
+            "{}: late actions (device/conn #seq: lead given, the copy needed, largest need read before its build, late by, offset ± bound)",
+            f.profile
+        );
+        for l in &f.late_actions {
+            println!(
+                "  {}/{} #{}: {} {} {} {} {}",
+                l.device,
+                l.conn,
+                l.seq,
+                ms(l.lead_ns),
+                ms(l.needed_ns),
+                ms(l.largest_before_ns),
+                ms(l.late_ns),
+                match (l.offset_ns, l.offset_bound_ns) {
+                    (Some(o), Some(b)) => format!("{:.3} ± {:.3}", o as f64 / 1e6, b as f64 / 1e6),
+                    _ => "none".to_string(),
+                }
+            );
+        }
     }
 }
