@@ -115,6 +115,36 @@ impl Browser {
         })
     }
 
+    /// How far the page's clock (`performance.timeOrigin +
+    /// performance.now()`, what the probe page and `skewscope-clock.js`
+    /// stamp with) is ahead of this host's wall clock, ns. Chromium fixes
+    /// the page clock's origin from two clock reads; a preemption between
+    /// them (a loaded machine) leaves it off the wall clock for the page's
+    /// life, so a test's truth about a page clock must be measured, not
+    /// assumed. Read at nine ticks of `Date.now()` (the wall clock, whole
+    /// ms): the page clock read between the last read before a tick and
+    /// the first after it; their median. Good to the page clock's own
+    /// resolution (5 µs cross-origin isolated) and a loop's turn.
+    pub fn page_clock_ahead_of_wall_ns(&self) -> i64 {
+        const AT_TICKS: &str = "(() => { \
+            const ahead = []; \
+            while (ahead.length < 9) { \
+              const before = Date.now(); \
+              let page, wall; \
+              do { page = performance.timeOrigin + performance.now(); wall = Date.now(); } \
+              while (wall === before); \
+              if (wall === before + 1) ahead.push(page - wall); \
+            } \
+            ahead.sort((a, b) => a - b); \
+            return ahead[4] * 1e6; \
+          })()";
+        let ahead = self.evaluate(AT_TICKS);
+        ahead
+            .as_f64()
+            .unwrap_or_else(|| panic!("the page's clock against Date.now(): {ahead}"))
+            .round() as i64
+    }
+
     /// The text of the element with `id` (empty when there is none).
     pub fn text_of(&self, id: &str) -> String {
         self.evaluate(&format!(
