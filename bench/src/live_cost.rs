@@ -11,8 +11,8 @@ use skewscope_core::Stamp;
 use skewscope_core::analysis::join::join;
 use skewscope_core::analysis::live::LiveJoin;
 use skewscope_core::record::{
-    AgentConnectionOpened, AgentRecord, BroadcastStarted, MessageKey, ProbeRecord, ProbeStarted,
-    Receipt, SendOutcome, SendSlot, ShardSends, TimeSample,
+    AgentConnectionOpened, AgentRecord, BroadcastStarted, MessageKey, ProbeRecord, Receipt,
+    SendOutcome, SendSlot, ShardSends, TimeSample,
 };
 
 const T0: u64 = 1_764_000_000_000_000_000;
@@ -50,14 +50,12 @@ fn synthetic(probes: usize, connections: usize, broadcasts: u64) -> Run {
     let mut batches: Vec<Vec<Vec<ProbeRecord>>> = vec![Vec::new(); probes];
     for (p, probe) in batches.iter_mut().enumerate() {
         let offset = (p as i64 - probes as i64 / 2) * 1_000_000;
-        let mut first = vec![ProbeRecord::Started(Box::new(ProbeStarted {
-            name: format!("probe-{p}"),
-            host: format!("device-{p}"),
-            url: "ws://bench/ws".into(),
-            connections: connections as u32,
-            version: "bench".into(),
-            at: at(2_000, offset),
-        }))];
+        let mut first = vec![skewscope_core::fixtures::probe_started_on(
+            &format!("probe-{p}"),
+            &format!("device-{p}"),
+            connections as u32,
+            at(2_000, offset),
+        )];
         for c in 0..connections {
             first.push(skewscope_core::fixtures::connection_opened(
                 c as u32,

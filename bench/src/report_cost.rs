@@ -12,8 +12,8 @@ use skewscope_core::analysis::join::join;
 use skewscope_core::analysis::report::Report;
 use skewscope_core::log::{AnyLog, LogKind, LogWriter};
 use skewscope_core::record::{
-    AgentRecord, AgentStarted, BroadcastStarted, MessageKey, ProbeRecord, ProbeStarted, Receipt,
-    SendOrder, SendOutcome, SendSlot, ShardSends, TimeSample,
+    AgentRecord, AgentStarted, BroadcastStarted, MessageKey, ProbeRecord, Receipt, SendOrder,
+    SendOutcome, SendSlot, ShardSends, TimeSample,
 };
 use skewscope_os::log_files::read_file;
 
@@ -36,14 +36,12 @@ fn probe_log(connections: u32, broadcasts: u64, exchanges: u64, hub: bool) -> Ve
     };
     let mut log = LogWriter::new(Vec::new(), LogKind::Probe).expect("Vec never fails");
     let mut put = |r: ProbeRecord| log.append(&r).expect("Vec never fails");
-    put(ProbeRecord::Started(Box::new(ProbeStarted {
-        name: "long-run".into(),
-        host: "bench".into(),
-        url: "ws://bench/ws".into(),
+    put(skewscope_core::fixtures::probe_started_on(
+        "long-run",
+        "bench",
         connections,
-        version: "bench".into(),
-        at: at(0),
-    })));
+        at(0),
+    ));
     for conn in 0..connections {
         put(skewscope_core::fixtures::connection_opened(
             conn,

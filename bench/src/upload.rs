@@ -20,7 +20,7 @@ use skewscope_core::analysis::join::{BroadcastKey, join};
 use skewscope_core::analysis::stats::Summary;
 use skewscope_core::ingest::{INGEST_VERSION, ToAgent, ToProbe, decode_to_probe, encode};
 use skewscope_core::log::{AnyLog, HEADER_LEN, LogKind, LogWriter};
-use skewscope_core::record::{MessageKey, ProbeRecord, ProbeStarted, Receipt, RunIdentity};
+use skewscope_core::record::{MessageKey, ProbeRecord, Receipt, RunIdentity};
 use skewscope_os::log_files::read_file;
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -134,14 +134,12 @@ impl Session {
         })
         .await?;
         let start = vec![
-            ProbeRecord::Started(Box::new(ProbeStarted {
-                name: format!("bench-{run_id}"),
-                host: "bench".into(),
-                url: "ws://bench/ws".into(),
-                connections: 1,
-                version: "bench".into(),
-                at: skewscope_os::clock::now(),
-            })),
+            skewscope_core::fixtures::probe_started_on(
+                &format!("bench-{run_id}"),
+                "bench",
+                1,
+                skewscope_os::clock::now(),
+            ),
             ProbeRecord::Identity(RunIdentity {
                 run_id,
                 boot_id: None,
