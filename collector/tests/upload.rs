@@ -117,6 +117,12 @@ fn probe_connections_come_back_after_the_agent_restarts() {
         trigger(&addr);
     }
     wait_until("twelve receipts", || receipts_in(&out) == 12);
+    // What is killed here is the agent, not its records: a SIGKILL loses
+    // up to a flush interval of them (once, under load, the four
+    // broadcasts' own records), so wait for its log to hold them.
+    wait_until("the agent's log holds the four broadcasts", || {
+        broadcasts_logged(&dir.path().join("agent")) == 4
+    });
     signal(&agent.0, Signal::SIGKILL);
     agent.0.wait().unwrap();
     // Broadcasts nobody can hear while it is down are not anyone's loss.
@@ -164,6 +170,26 @@ fn receipts_in(path: &Path) -> usize {
         .iter()
         .filter(|r| matches!(r, ProbeRecord::Receipt(_)))
         .count()
+}
+
+/// Broadcast records in the agent logs under `dir` (as far as each is
+/// written whole).
+fn broadcasts_logged(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "sklog"))
+        .map(|e| match read_file(&e.path()) {
+            Ok(AnyLog::Agent(d)) => d
+                .records
+                .iter()
+                .filter(|r| matches!(r, skewscope_core::record::AgentRecord::Broadcast(_)))
+                .count(),
+            _ => 0,
+        })
+        .sum()
 }
 
 fn opened_in(path: &Path) -> usize {
