@@ -159,7 +159,7 @@ fn run_profile(profile: Profile, broadcasts: usize) -> anyhow::Result<AutoLeadFi
     // Each measured copy: what lead it needed (build to read, one clock:
     // the host's), and whether its action was late under the lead given.
     let mut needed = Vec::new();
-    // Every copy acted on, warm-up ones too: (built, read, needed); and
+    // Every copy acted on, warm-up ones too: (read, needed); and
     // the measured ones' late actions.
     let mut copies = Vec::new();
     let mut late_actions = Vec::new();
@@ -186,36 +186,44 @@ fn run_profile(profile: Profile, broadcasts: usize) -> anyhow::Result<AutoLeadFi
             {
                 let built = a.act_at_ns.saturating_sub(given[&seq]);
                 let need = rc.at.wall_ns.saturating_sub(built);
-                copies.push((built, rc.at.wall_ns, need));
+                copies.push((rc.at.wall_ns, need));
                 if !measured.contains(&seq) {
                     continue;
                 }
                 needed.push(need);
                 if a.late_ns > 0 {
-                    late_actions.push(LateAction {
-                        device,
-                        conn: a.conn,
-                        seq,
-                        lead_ns: given[&seq],
-                        needed_ns: need,
-                        largest_before_ns: built,
-                        late_ns: a.late_ns,
-                        offset_ns: a.offset_ns,
-                        offset_bound_ns: a.offset_bound_ns,
-                    });
+                    late_actions.push((
+                        built,
+                        LateAction {
+                            device,
+                            conn: a.conn,
+                            seq,
+                            lead_ns: given[&seq],
+                            needed_ns: need,
+                            largest_before_ns: 0,
+                            late_ns: a.late_ns,
+                            offset_ns: a.offset_ns,
+                            offset_bound_ns: a.offset_bound_ns,
+                        },
+                    ));
                 }
             }
         }
     }
-    for l in &mut late_actions {
-        let built = l.largest_before_ns;
-        l.largest_before_ns = copies
-            .iter()
-            .filter(|(_, read, _)| *read < built)
-            .map(|(_, _, need)| *need)
-            .max()
-            .unwrap_or(0);
-    }
+    // What a rule could have known of each late one: the needs read
+    // before its broadcast was built.
+    let mut late_actions: Vec<LateAction> = late_actions
+        .into_iter()
+        .map(|(built, l)| LateAction {
+            largest_before_ns: copies
+                .iter()
+                .filter(|(read, _)| *read < built)
+                .map(|(_, need)| *need)
+                .max()
+                .unwrap_or(0),
+            ..l
+        })
+        .collect();
     late_actions.sort_by_key(|l| (l.seq, l.device, l.conn));
     anyhow::ensure!(!needed.is_empty(), "no measured copy was acted on");
     needed.sort_unstable();

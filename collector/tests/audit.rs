@@ -83,20 +83,6 @@ fn uploading(addr: &str, token: &str) -> usize {
         .count()
 }
 
-/// How many connections a probe's own log says it opened so far (a log
-/// still being written reads as far as it is whole).
-fn opened_in(log: &Path) -> usize {
-    use skewscope_core::{log::AnyLog, record::ProbeRecord};
-    match read_file(log) {
-        Ok(AnyLog::Probe(d)) => d
-            .records
-            .iter()
-            .filter(|r| matches!(r, ProbeRecord::ConnectionOpened(_)))
-            .count(),
-        _ => 0,
-    }
-}
-
 #[test]
 fn an_audit_requiring_no_probe_is_refused_before_it_asks_anything() {
     // Nothing listens on port 9: the refusal comes before any request.
@@ -700,7 +686,7 @@ fn an_agent_killed_mid_audit_loses_and_doubles_nothing() {
     wait_until("every connection opened twice in the logs", || {
         ["lobby", "stage"]
             .iter()
-            .map(|n| opened_in(&dir.path().join(format!("{n}.sklog"))))
+            .map(|n| common::opened_in(&dir.path().join(format!("{n}.sklog"))))
             .sum::<usize>()
             >= 10
     });

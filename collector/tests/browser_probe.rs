@@ -161,11 +161,7 @@ fn pages_in_chromium_receive_act_and_upload_every_receipt_once_across_a_reload()
     }
     wait_for("10 broadcasts' receipts and actions stored", 60, all_in(20));
     let shown_offsets: Vec<String> = browsers.iter().map(|b| b.text_of("offset")).collect();
-    let page_ahead: Vec<i64> = browsers
-        .iter()
-        .map(Browser::page_clock_ahead_of_wall_ns)
-        .collect();
-    eprintln!("page clocks ahead of the wall clock: {page_ahead:?} ns");
+    let page_ahead = page_clocks_ahead(&browsers);
     // The agent lists them as uploading: what `skewscope audit
     // --require-probes` counts.
     let status: serde_json::Value =
@@ -347,11 +343,7 @@ fn pages_beside_fastapi_act_on_the_apps_time_in_seconds() {
     for p in judged["report"]["probes"].as_array().unwrap() {
         assert!(!p["page"].is_null(), "{p}");
     }
-    let page_ahead: Vec<i64> = browsers
-        .iter()
-        .map(Browser::page_clock_ahead_of_wall_ns)
-        .collect();
-    eprintln!("page clocks ahead of the wall clock: {page_ahead:?} ns");
+    let page_ahead = page_clocks_ahead(&browsers);
     drop(browsers);
     signal(&agent.0, Signal::SIGTERM);
     assert!(agent.0.wait().unwrap().success());
@@ -386,6 +378,18 @@ fn pages_beside_fastapi_act_on_the_apps_time_in_seconds() {
             page_ahead[page]
         );
     }
+}
+
+/// Each page's clock against this host's wall clock (ns ahead), in the
+/// order of `browsers`: the truth their offsets are checked against.
+/// Printed, so a failing run shows it.
+fn page_clocks_ahead(browsers: &[Browser]) -> Vec<i64> {
+    let ahead: Vec<i64> = browsers
+        .iter()
+        .map(Browser::page_clock_ahead_of_wall_ns)
+        .collect();
+    eprintln!("page clocks ahead of the wall clock: {ahead:?} ns");
+    ahead
 }
 
 /// How closely [`Browser::page_clock_ahead_of_wall_ns`] reads a page's

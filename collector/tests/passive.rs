@@ -21,9 +21,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{Reaped, SKEWSCOPE, fastapi, records_in, sibling_binary, start_agent, wait_until};
-use skewscope_core::log::AnyLog;
-use skewscope_core::record::ProbeRecord;
-use skewscope_os::log_files::read_file;
 
 /// A probe of 3 connections on `url`, acting at `/at`, uploading to and
 /// timed against the agent at `agent`.
@@ -39,18 +36,6 @@ fn probe(url: &str, agent: &str, name: &str, out: &Path) -> Reaped {
             .spawn()
             .unwrap(),
     )
-}
-
-/// Connections opened in a probe log.
-fn opened(path: &Path) -> usize {
-    match read_file(path) {
-        Ok(AnyLog::Probe(d)) => d
-            .records
-            .iter()
-            .filter(|r| matches!(r, ProbeRecord::ConnectionOpened(_)))
-            .count(),
-        _ => 0,
-    }
 }
 
 /// Broadcasts the site's own app sends while the test runs: the two kinds
@@ -142,7 +127,9 @@ fn a_passive_audit_judges_only_the_sites_matching_broadcasts() {
         probe(&url, &agent, "lobby", &a),
         probe(&url, &agent, "stage", &b),
     ];
-    wait_until("probes connected", || opened(&a) == 3 && opened(&b) == 3);
+    wait_until("probes connected", || {
+        common::opened_in(&a) == 3 && common::opened_in(&b) == 3
+    });
     wait_until("probes logging", || {
         records_in(&a) > 8 && records_in(&b) > 8
     });
@@ -242,7 +229,7 @@ fn a_passive_audit_of_the_hub_judges_what_the_app_published() {
     let log = dir.path().join("hub.sklog");
     let url = format!("ws://{agent}/ws");
     let _probe = probe(&url, &agent, "lobby", &log);
-    wait_until("probe connected", || opened(&log) == 3);
+    wait_until("probe connected", || common::opened_in(&log) == 3);
     wait_until("probe logging", || records_in(&log) > 8);
     // The site's app publishes state updates and, every other time, a "go".
     let stop = Arc::new(AtomicBool::new(false));

@@ -112,7 +112,9 @@ fn probe_connections_come_back_after_the_agent_restarts() {
             .spawn()
             .unwrap(),
     );
-    wait_until("three connections", || out.exists() && opened_in(&out) == 3);
+    wait_until("three connections", || {
+        out.exists() && common::opened_in(&out) == 3
+    });
     for _ in 0..4 {
         trigger(&addr);
     }
@@ -127,7 +129,9 @@ fn probe_connections_come_back_after_the_agent_restarts() {
     agent.0.wait().unwrap();
     // Broadcasts nobody can hear while it is down are not anyone's loss.
     let (mut agent, _, _) = start_agent_at(dir.path(), &addr);
-    wait_until("the three connections back", || opened_in(&out) == 6);
+    wait_until("the three connections back", || {
+        common::opened_in(&out) == 6
+    });
     for _ in 0..5 {
         trigger(&addr);
     }
@@ -192,13 +196,6 @@ fn broadcasts_logged(dir: &Path) -> usize {
         .sum()
 }
 
-fn opened_in(path: &Path) -> usize {
-    probe_records(path)
-        .iter()
-        .filter(|r| matches!(r, ProbeRecord::ConnectionOpened(_)))
-        .count()
-}
-
 fn run_id_in(records: &[ProbeRecord]) -> u128 {
     records
         .iter()
@@ -232,7 +229,9 @@ fn a_probe_killed_mid_upload_resumes_that_run_when_started_again() {
     let link = Proxy::start(&addr, None, false);
     let out = dir.path().join("kiosk.sklog");
     let mut first = Reaped(uploading_probe(&addr, &link.addr, 3, &out).spawn().unwrap());
-    wait_until("three connections", || out.exists() && opened_in(&out) == 3);
+    wait_until("three connections", || {
+        out.exists() && common::opened_in(&out) == 3
+    });
     for _ in 0..5 {
         trigger(&addr);
     }
@@ -288,7 +287,9 @@ fn an_upload_cut_every_few_kilobytes_still_arrives_once() {
     let link = Proxy::start(&addr, Some(4096), true);
     let out = dir.path().join("kiosk.sklog");
     let mut probe = Reaped(uploading_probe(&addr, &link.addr, 5, &out).spawn().unwrap());
-    wait_until("five connections", || out.exists() && opened_in(&out) == 5);
+    wait_until("five connections", || {
+        out.exists() && common::opened_in(&out) == 5
+    });
     for _ in 0..60 {
         trigger(&addr);
     }
@@ -338,7 +339,9 @@ fn an_upload_follows_the_log_across_a_rotation() {
     let (mut agent, addr, _) = start_agent_at(dir.path(), "127.0.0.1:0");
     let out = dir.path().join("kiosk.sklog");
     let mut probe = Reaped(uploading_probe(&addr, &addr, 2, &out).spawn().unwrap());
-    wait_until("two connections", || out.exists() && opened_in(&out) == 2);
+    wait_until("two connections", || {
+        out.exists() && common::opened_in(&out) == 2
+    });
     for _ in 0..3 {
         trigger(&addr);
     }

@@ -104,6 +104,21 @@ pub fn receipts_in(path: &Path) -> usize {
     }
 }
 
+/// Connections a probe log says were opened so far (a log still being
+/// written reads as far as it is whole): what the report counts as
+/// connections and reconnects, written by the probe after the agent has
+/// already counted the client.
+pub fn opened_in(path: &Path) -> usize {
+    match skewscope_os::log_files::read_file(path) {
+        Ok(skewscope_core::log::AnyLog::Probe(d)) => d
+            .records
+            .iter()
+            .filter(|r| matches!(r, skewscope_core::record::ProbeRecord::ConnectionOpened(_)))
+            .count(),
+        _ => 0,
+    }
+}
+
 pub fn wait_until(what: &str, done: impl FnMut() -> bool) {
     wait_for(what, Duration::from_secs(20), done);
 }
