@@ -490,6 +490,23 @@ export class Schedule {
 export const MAX_TIME_MS = 18446744073709;
 /** setTimeout's largest delay (a larger one fires at once). */
 const MAX_TIMER_MS = 2 ** 31 - 1;
+/**
+ * The shortest coarse wait worth a timer, ms. Browsers and node keep only
+ * the whole milliseconds of a delay, fire a timer up to about 1 ms early,
+ * and clamp a timer set from the fifth nested one to 4 ms: a wait shorter
+ * than this would go through a chain of timers that ends late. Such a rest
+ * is read out instead (a read-out of at most spinMs + 1 ms).
+ */
+const SHORTEST_WAIT_MS = 1;
+
+/**
+ * The delay to give setTimeout for a coarse wait of `ms`: rounded up, since
+ * the timer truncates it, and a wait cut short by a fraction would end
+ * before the read-out and need another timer.
+ */
+function coarseDelay(ms) {
+  return Math.min(Math.ceil(ms), MAX_TIMER_MS);
+}
 
 /** Whether `t` is a time the agent takes: a finite number in [0, MAX_TIME_MS). */
 function isTimeMs(t) {
@@ -498,8 +515,8 @@ function isTimeMs(t) {
 
 /**
  * Runs `fn` when `clock`'s time reaches `at` (server ms since the epoch):
- * a coarse timer to `spinMs` before, then reading the clock until it has
- * come. `fn` gets {at, late}: `late` is how long after `at` it ran (0 when
+ * one coarse timer to `spinMs` before (give or take the timer's
+ * millisecond), then reading the clock until it has come. `fn` gets {at, late}: `late` is how long after `at` it ran (0 when
  * on time; a time already past runs at once, late). Returns a function that
  * cancels it. `env` is for tests: {now, setTimeout, clearTimeout}. A time
  * that is not a finite number is refused (TypeError): it would make a timer
@@ -527,21 +544,21 @@ export function scheduleAt(clock, at, fn, { spinMs = 4, env = globalThis, lookAg
     timer = null;
     if (cancelled) return;
     const left = at - clock.now();
-    if (left <= spinMs) {
+    if (left < spinMs + SHORTEST_WAIT_MS) {
       const again = lookAgain === null ? null : lookAgain();
       if (typeof again === "number" && Number.isFinite(again) && again !== at) {
         at = again;
         // Moved further than a read-out: a coarse wait again, not a long
         // busy one (the look is asked again as it ends).
         const rest = at - clock.now();
-        if (rest > spinMs) {
-          timer = env.setTimeout(wait, Math.min(rest - spinMs, MAX_TIMER_MS));
+        if (rest >= spinMs + SHORTEST_WAIT_MS) {
+          timer = env.setTimeout(wait, coarseDelay(rest - spinMs));
           return;
         }
       }
       return fire();
     }
-    timer = env.setTimeout(wait, Math.min(left - spinMs, MAX_TIMER_MS));
+    timer = env.setTimeout(wait, coarseDelay(left - spinMs));
   };
   const lateBy = clock.now() - at;
   if (lateBy > 0) {

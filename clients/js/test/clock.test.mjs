@@ -170,6 +170,61 @@ test("actAt runs at the time, not before, and says when it was late", () => {
   assert.equal(calls.length, 2);
 });
 
+/**
+ * Timers as browsers and node keep them: a delay's fraction dropped, and
+ * from the fifth nested timer on, no delay under 4 ms. Counts the timers set.
+ */
+function browserTimers(sim) {
+  let depth = 0;
+  let set = 0;
+  const env = {
+    setTimeout: (fn, ms) => {
+      set++;
+      const nesting = depth + 1;
+      const delay = nesting >= 5 ? Math.max(4, Math.trunc(ms)) : Math.trunc(ms);
+      return sim.env.setTimeout(() => {
+        depth = nesting;
+        try {
+          fn();
+        } finally {
+          depth = 0;
+        }
+      }, delay);
+    },
+    clearTimeout: sim.env.clearTimeout,
+  };
+  return { env, get set() { return set; } };
+}
+
+test("a moment with a fraction of a millisecond takes one coarse timer, not a chain of them", () => {
+  for (const fraction of [0, 0.05, 0.3, 0.5, 0.7, 0.95]) {
+    const sim = simulated();
+    const timers = browserTimers(sim);
+    const calls = [];
+    const at = sim.now + 296 + fraction;
+    scheduleAt(sim.clock, at, (r) => calls.push({ ...r, now: sim.now }), { env: timers.env });
+    sim.run();
+    assert.equal(calls.length, 1, `fraction ${fraction}`);
+    assert.equal(timers.set, 1, `fraction ${fraction}: ${timers.set} timers for one wait`);
+    assert.ok(calls[0].late >= 0 && calls[0].late < 0.2, `fraction ${fraction}: ${JSON.stringify(calls[0])}`);
+    // The read-out is no longer than the spin and the timer's millisecond.
+    assert.ok(at - calls[0].now <= 0 && calls[0].now - (at - 5.1) > 0, JSON.stringify(calls[0]));
+  }
+  // A timer that fires a millisecond early still leads to the read-out.
+  const sim = simulated();
+  const timers = browserTimers(sim);
+  const early = {
+    setTimeout: (fn, ms) => timers.env.setTimeout(fn, Math.max(0, ms - 1)),
+    clearTimeout: timers.env.clearTimeout,
+  };
+  const calls = [];
+  scheduleAt(sim.clock, sim.now + 100.4, (r) => calls.push(r), { env: early });
+  sim.run();
+  assert.equal(calls.length, 1);
+  assert.equal(timers.set, 1, `${timers.set} timers`);
+  assert.ok(calls[0].late < 0.2, JSON.stringify(calls[0]));
+});
+
 test("the last look is asked once, as the coarse wait ends, and the read-out aims at what it says", () => {
   const sim = simulated();
   const calls = [];
