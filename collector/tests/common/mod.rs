@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use skewscope_os::test_listening::{free_port, start_on_free_ports, until_listening};
 
 /// A two-worker tokio runtime, as the 2-core server has: for tests that
 /// drive async code from a plain `#[test]` (those re-run in a namespace).
@@ -242,31 +243,25 @@ pub fn fastapi() -> (Reaped, std::net::SocketAddr) {
 }
 
 /// A FastAPI app of bench/peers/fastapi (`module:app`) on a free loopback
-/// port, with `env` set.
+/// port, with `env` set, once it listens there itself (a port taken
+/// meanwhile by another test's server is tried again on a fresh one).
 pub fn fastapi_app(app: &str, env: &[(&str, &str)]) -> (Reaped, std::net::SocketAddr) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new("python3")
-        .args(["-m", "uvicorn", app, "--app-dir"])
-        .arg(peers().join("fastapi"))
-        .envs(env.iter().copied())
-        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-        .args(["--log-level", "warning"])
-        .spawn()
-        .expect("python3 with uvicorn (./test installs it)");
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !skewscope_os::test_listening::accepts(addr) {
-        assert!(
-            Instant::now() < deadline,
-            "uvicorn never listened on {addr}"
+    start_on_free_ports("uvicorn", || {
+        let port = free_port();
+        let mut child = Reaped(
+            Command::new("python3")
+                .args(["-m", "uvicorn", app, "--app-dir"])
+                .arg(peers().join("fastapi"))
+                .envs(env.iter().copied())
+                .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+                .args(["--log-level", "warning"])
+                .spawn()
+                .expect("python3 with uvicorn (./test installs it)"),
         );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (Reaped(child), addr)
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        until_listening(addr, &mut child.0, "uvicorn", Duration::from_secs(30))?;
+        Ok((child, addr))
+    })
 }
 
 /// The Go (gorilla/websocket) broadcaster of bench/peers/go, built once
@@ -297,28 +292,22 @@ pub fn go_peer_binary() -> PathBuf {
     bin
 }
 
-/// The Go broadcaster on a free loopback port, once it listens.
+/// The Go broadcaster on a free loopback port, once it listens there
+/// itself.
 pub fn go_peer() -> (Reaped, std::net::SocketAddr) {
     let bin = go_peer_binary();
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let child = Command::new(bin)
-        .args(["-listen", &addr.to_string()])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let peer = Reaped(child);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !skewscope_os::test_listening::accepts(addr) {
-        assert!(
-            Instant::now() < deadline,
-            "the go peer never listened on {addr}"
+    start_on_free_ports("the go peer", || {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let mut peer = Reaped(
+            Command::new(&bin)
+                .args(["-listen", &addr.to_string()])
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
         );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (peer, addr)
+        until_listening(addr, &mut peer.0, "the go peer", Duration::from_secs(30))?;
+        Ok((peer, addr))
+    })
 }
 
 /// libfaketime's multi-threaded build (the probe runs several threads), for
