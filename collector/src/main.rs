@@ -440,18 +440,7 @@ fn audit(args: AuditArgs) -> anyhow::Result<u8> {
     let token = args
         .token_file
         .as_deref()
-        .map(|p| {
-            let token = std::fs::read_to_string(p)
-                .map(|t| t.trim().to_owned())
-                .with_context(|| format!("cannot read --token-file {}", p.display()))?;
-            if token.is_empty() {
-                anyhow::bail!(
-                    "--token-file {} is empty; put the agent's token in it (the file the agent was given with its --token-file)",
-                    p.display()
-                );
-            }
-            Ok(token)
-        })
+        .map(audit::options::read_token_file)
         .transpose()?;
     let options = AuditOptions {
         agent,

@@ -16,8 +16,9 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{SKEWSCOPE, fastapi, go_peer};
+use common::{SKEWSCOPE, fastapi, go_peer, start_agent_with};
 use serde_json::Value;
+use skewscope_os::test_namespace::in_own_namespace;
 
 /// The stages the tests sweep: small, for a loaded 2-core machine.
 const STAGES: &str = "5,50,200";
@@ -333,6 +334,95 @@ fn go_every_stage_receives_every_broadcast_once_and_compares() {
         .output()
         .unwrap();
     assert!(!refused.status.success());
+}
+
+/// The server's own side: an agent taps FastAPI's port, and `--agent`
+/// joins its log into every stage, which then has the server's fan-out
+/// span for every measured broadcast, as the tap saw the copies leave. An
+/// agent that taps nothing gives no span, and the stage says why. In a
+/// user and network namespace of the test's own (the capture needs
+/// CAP_NET_RAW there).
+#[test]
+fn an_agent_tapping_the_server_gives_each_stage_its_fan_out_span() {
+    if !in_own_namespace("an_agent_tapping_the_server_gives_each_stage_its_fan_out_span") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, addr) = fastapi();
+    let port = addr.port().to_string();
+    let (_agent, agent_addr, _) = start_agent_with(
+        &dir.path().join("tapping"),
+        "127.0.0.1:0",
+        &["--tap-port", &port, "--tap-interface", "lo"],
+    );
+    let agent = format!("http://{agent_addr}");
+    let url = format!("ws://{addr}/ws");
+    let trigger = format!("http://{addr}/start_test");
+    let html = dir.path().join("tapped.html");
+    let (output, text, result) = sweep(
+        &[],
+        &[
+            "--url",
+            &url,
+            "--trigger",
+            &trigger,
+            "--stages",
+            "5,50",
+            "--agent",
+            &agent,
+            "--html",
+            html.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(output.status.success(), "{text}");
+    assert_every_receipt_once(&result, &[5, 50]);
+    assert_eq!(result["settings"]["agent"], agent.as_str());
+    for stage in result["stages"].as_array().unwrap() {
+        let at = format!("{stage:#}");
+        let tap = &stage["figures"]["tap"];
+        assert_eq!(u(&tap["port"]), u64::from(addr.port()), "{at}");
+        assert_eq!(u(&tap["broadcasts"]), BROADCASTS, "{at}");
+        // The stage's connections, each seen getting its copies.
+        assert_eq!(u(&tap["clients"]), u(&stage["opened"]), "{at}");
+        let span = &tap["fanout_span_ns"];
+        assert_eq!(u(&span["count"]), BROADCASTS, "{at}");
+        assert!(u(&span["p50"]) <= u(&span["p99"]) && u(&span["p99"]) <= u(&span["max"]));
+        assert_eq!(u(&tap["ring_drops"]), 0, "{at}");
+        assert!(stage["tap_short"].is_null(), "{at}");
+    }
+    assert!(text.contains("fan-out p50"), "{text}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains("server&#39;s fan-out span p99 (tap)"),
+        "the span's curve is on the page"
+    );
+
+    // An agent that taps nothing: every receipt as before, no span, and
+    // the stage says why.
+    let (_plain, plain_addr, _) = start_agent_with(&dir.path().join("plain"), "127.0.0.1:0", &[]);
+    let (output, text, result) = sweep(
+        &[],
+        &[
+            "--url",
+            &url,
+            "--trigger",
+            &trigger,
+            "--stages",
+            "5",
+            "--agent",
+            &format!("http://{plain_addr}"),
+        ],
+        dir.path(),
+    );
+    assert!(output.status.success(), "{text}");
+    assert_every_receipt_once(&result, &[5]);
+    let stage = &result["stages"][0];
+    assert!(stage["figures"]["tap"].is_null(), "{stage:#}");
+    let short = stage["tap_short"].as_str().unwrap();
+    assert!(short.contains("joined as no tap of this server"), "{short}");
+    assert!(short.contains("did not tap"), "{short}");
+    assert!(text.contains(short), "{text}");
 }
 
 #[test]

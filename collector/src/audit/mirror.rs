@@ -76,6 +76,28 @@ impl Mirror {
         Ok((files, fetched))
     }
 
+    /// Copies what is new of this agent run's own segments only (its hub's
+    /// or its tap's records, its time exchanges), no probe run's: what a
+    /// sweep joins with the logs of its own connections. Returns the local
+    /// copies, in the order of their names.
+    pub fn sync_segments(
+        &self,
+        api: &AgentApi,
+        status: &Status,
+    ) -> Result<Vec<PathBuf>, SyncError> {
+        let prefix = format!("{}-", status.segment_stem);
+        let mut files = Vec::new();
+        for log in status.logs.iter().filter(|l| l.name.starts_with(&prefix)) {
+            self.sync(api, &log.name, log.bytes)?;
+            let path = self.path_of(&log.name);
+            if path.exists() {
+                files.push(path);
+            }
+        }
+        files.sort();
+        Ok(files)
+    }
+
     /// A mirror in `dir` (created); logs already there are continued.
     pub fn new(dir: &Path) -> anyhow::Result<Mirror> {
         std::fs::create_dir_all(dir.join("probes"))

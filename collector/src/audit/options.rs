@@ -94,7 +94,7 @@ pub fn agent_url(text: &str) -> Result<String, String> {
         "ws" | "wss" => {
             let http = if scheme == "wss" { "https" } else { "http" };
             return Err(format!(
-                "--agent {text}: give the agent's HTTP address, {}: the audit asks it over HTTP on the port the probes' {scheme}:// URL uses",
+                "--agent {text}: give the agent's HTTP address, {}: skewscope asks it over HTTP on the port the probes' {scheme}:// URL uses",
                 suggest(http)
             ));
         }
@@ -112,11 +112,27 @@ pub fn agent_url(text: &str) -> Result<String, String> {
     }
     if rest.len() > host.len() && rest[host.len()..] != *"/" {
         return Err(format!(
-            "--agent {text}: give only the agent's address, {} (the audit knows its paths)",
+            "--agent {text}: give only the agent's address, {} (skewscope knows its paths)",
             suggest(&scheme)
         ));
     }
     Ok(format!("{scheme}://{host}"))
+}
+
+/// The agent's bearer token from `--token-file`, trimmed: an unreadable
+/// or empty file is an error that says what to put there.
+pub fn read_token_file(path: &std::path::Path) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let token = std::fs::read_to_string(path)
+        .map(|t| t.trim().to_owned())
+        .with_context(|| format!("cannot read --token-file {}", path.display()))?;
+    if token.is_empty() {
+        anyhow::bail!(
+            "--token-file {} is empty; put the agent's token in it (the file the agent was given with its --token-file)",
+            path.display()
+        );
+    }
+    Ok(token)
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@ use anyhow::{Context, bail};
 use skewscope_core::units::parse_duration;
 
 use super::options::{
-    ProbeSettings, Settings, SweepOptions, TriggerRequest, TriggerSettings, WARMUP_TRIES,
-    parse_stages, recorded_protocol, rerun_line,
+    AgentAccess, ProbeSettings, Settings, SweepOptions, TriggerRequest, TriggerSettings,
+    WARMUP_TRIES, parse_stages, recorded_protocol, rerun_line,
 };
 
 /// The help's sections, by what a person came to do.
@@ -21,6 +21,7 @@ mod heading {
     pub const TRIGGER: &str = "What makes it broadcast";
     pub const STAGES: &str = "Stages";
     pub const KNEE: &str = "The knee";
+    pub const TAP: &str = "The server's own side (an agent tapping it)";
     pub const OUTPUT: &str = "Output";
 }
 
@@ -113,6 +114,18 @@ pub struct SweepArgs {
     #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_duration, help_heading = heading::KNEE)]
     pub max_skew_p99: Duration,
 
+    /// A skewscope agent that taps this server (its --tap-port is the
+    /// server's port), http://HOST:PORT: each stage then has the server's
+    /// fan-out span, from the copies the tap saw leave it, and the stage's
+    /// connections exchange time with it.
+    #[arg(long, value_name = "URL", help_heading = heading::TAP)]
+    pub agent: Option<String>,
+
+    /// File holding that agent's bearer token (the file it was given with
+    /// its --token-file).
+    #[arg(long, value_name = "FILE", requires = "agent", help_heading = heading::TAP)]
+    pub token_file: Option<PathBuf>,
+
     /// What to call this server beside others (`skewscope sweep-compare`);
     /// its URL by default.
     #[arg(long, value_name = "NAME", help_heading = heading::OUTPUT)]
@@ -162,6 +175,18 @@ impl SweepArgs {
                 .filter_map(|h| h.split_once(':').map(|(n, _)| n.trim().to_owned()))
                 .collect()
         };
+        let agent = match &self.agent {
+            None => None,
+            Some(given) => Some(AgentAccess {
+                url: crate::audit::options::agent_url(given).map_err(anyhow::Error::msg)?,
+                token: self
+                    .token_file
+                    .as_deref()
+                    .map(crate::audit::options::read_token_file)
+                    .transpose()?,
+                token_file: self.token_file.clone(),
+            }),
+        };
         let protocol = recorded_protocol(&self.protocol);
         // The probe's own flags make its configuration: the same checks,
         // the same defaults, as `skewscope-probe` with these flags.
@@ -175,8 +200,14 @@ impl SweepArgs {
             ca_file: self.ca_file.clone(),
             insecure: self.insecure,
             connect_timeout: self.connect_timeout,
-            // One host: the probe's clock is the truth, nothing to exchange.
-            no_time_exchange: true,
+            // One host and no agent: the probe's clock is the truth,
+            // nothing to exchange. With the tapping agent, its clock is the
+            // reference (it may run on the server's machine).
+            no_time_exchange: agent.is_none(),
+            time_server: agent
+                .as_ref()
+                .map(|a| super::tap::TapAgent::time_server(&a.url)),
+            token_file: self.token_file.clone(),
             protocol: self.protocol,
             ..probe::cli::Args::default()
         }
@@ -207,6 +238,7 @@ impl SweepArgs {
             max_skew_p99_ns: self.max_skew_p99.as_nanos() as u64,
             server_pid: self.server_pid,
             warmup_tries: WARMUP_TRIES,
+            agent: agent.as_ref().map(|a| a.url.clone()),
         };
         Ok(SweepOptions {
             settings,
@@ -220,6 +252,7 @@ impl SweepArgs {
             ca_file: self.ca_file,
             keep: self.keep,
             command: rerun_line(command),
+            agent,
         })
     }
 }

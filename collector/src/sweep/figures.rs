@@ -3,12 +3,15 @@
 //! HDR summaries, the latency from the trigger times. Nothing here derives
 //! a statistic of its own; it only adds the counts a load test needs that
 //! a report of probe logs alone cannot know (how many broadcasts were
-//! asked for, how many connections listened).
+//! asked for, how many connections listened). Given the segments of an
+//! agent that tapped the server, the same engine joins them too, and the
+//! stage has the server's fan-out span.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use skewscope_core::analysis::join::Window;
+use skewscope_core::analysis::report::ReferenceKind;
 use skewscope_core::analysis::stats::Summary;
 
 use crate::inputs;
@@ -44,17 +47,54 @@ pub struct StageFigures {
     pub latency_from_trigger_ns: Option<Summary>,
     /// Receipts without a kernel stamp (their userspace one is used).
     pub without_kernel_stamp: u64,
+    /// What the agent's tap of the server saw of these broadcasts, when
+    /// the sweep was given one (`--agent`) and it tapped this server
+    /// (absent from sweeps saved before the sweep joined a tap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tap: Option<StageTap>,
+}
+
+/// The server's side of a stage, from the packets the agent's tap saw
+/// leave it: the fan-out span the receive skew is made of, in part.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageTap {
+    /// The server's port the tap followed.
+    pub port: u16,
+    /// Measured broadcasts the tap recorded leaving the server.
+    pub broadcasts: u64,
+    /// Clients it saw their copies go to (the stage's connections, and
+    /// any other client of the server).
+    pub clients: u64,
+    /// Per broadcast: the first byte of its last copy on the wire − that
+    /// of its first, on the agent's clock. The part of the receive skew
+    /// the server made before any network or client had a say.
+    pub fanout_span_ns: Option<Summary>,
+    /// Packets the kernel dropped from the tap's ring since it started
+    /// (cumulative: a stage's own are its figure less the stage before's).
+    /// Copies in dropped packets are missing from the span.
+    pub ring_drops: u64,
 }
 
 /// The figures of the stage logged at `log`: the broadcasts first received
 /// after `triggers[0]` (the warm-up's come before it), paired with
 /// `triggers` (wall-clock ns, sorted), `listening` connections expected to
-/// receive each.
-pub fn measure(log: &Path, triggers: &[u64], listening: u32) -> anyhow::Result<StageFigures> {
+/// receive each. `tapped` are copies of the segments of an agent that
+/// tapped the server (none without `--agent`): the report's engine then
+/// joins each receipt to the copy the tap saw leave, and the figures carry
+/// the tap's; when the agent's log joins as no tap of this server, the
+/// reason is returned beside them.
+pub fn measure(
+    log: &Path,
+    triggers: &[u64],
+    listening: u32,
+    tapped: &[PathBuf],
+) -> anyhow::Result<(StageFigures, Option<String>)> {
     let Some(&first) = triggers.first() else {
         anyhow::bail!("no broadcast was asked for");
     };
-    let read = inputs::read_inputs(&[log.to_owned()])?;
+    let mut files = vec![log.to_owned()];
+    files.extend_from_slice(tapped);
+    let read = inputs::read_inputs(&files)?;
     let scope = Scope {
         window: Some(Window::FirstReceiptBetween {
             from_wall_ns: first,
@@ -67,7 +107,27 @@ pub fn measure(log: &Path, triggers: &[u64], listening: u32) -> anyhow::Result<S
     // A trigger no broadcast was paired with went unheard by everyone.
     let unheard = from_trigger.map_or(triggers.len() as u64, |t| t.unused_triggers);
     let heard = triggers.len() as u64 - unheard;
-    Ok(StageFigures {
+    let is_tap = report
+        .reference
+        .as_ref()
+        .is_some_and(|r| r.kind == ReferenceKind::Tap);
+    let tap = match (&report.tap, is_tap) {
+        (Some(t), true) => Some(StageTap {
+            port: t.port,
+            broadcasts: t.broadcasts,
+            clients: t.clients,
+            fanout_span_ns: report.fanout_ns,
+            ring_drops: t.counters.as_ref().map_or(0, |c| c.ring_drops),
+        }),
+        _ => None,
+    };
+    let not_tapped = (!tapped.is_empty() && tap.is_none()).then(|| {
+        report.reference.as_ref().map_or_else(
+            || "the agent's log joined no tap".to_owned(),
+            |r| r.why.clone(),
+        )
+    });
+    let figures = StageFigures {
         triggered: triggers.len() as u32,
         heard,
         unexplained: report.broadcasts.saturating_sub(heard),
@@ -80,5 +140,7 @@ pub fn measure(log: &Path, triggers: &[u64], listening: u32) -> anyhow::Result<S
         skew_userspace_ns: report.skew_userspace_ns,
         latency_from_trigger_ns: from_trigger.and_then(|t| t.latency_ns),
         without_kernel_stamp: report.receipts_without_kernel_stamp,
-    })
+        tap,
+    };
+    Ok((figures, not_tapped))
 }

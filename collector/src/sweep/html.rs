@@ -56,11 +56,20 @@ pub fn page(result: &SweepResult, made: &str) -> String {
         class: class.to_owned(),
         points: points(result, of, f),
     };
-    let skew = [
+    let mut skew = vec![
         pick("p50", "s0", |s| s.p50, Of::Skew),
         pick("p99", "s1", |s| s.p99, Of::Skew),
         pick("max", "s2 dashed", |s| s.max, Of::Skew),
     ];
+    let tapped = result.settings.agent.is_some();
+    if tapped {
+        skew.push(pick(
+            "server's fan-out span p99 (tap)",
+            "s3",
+            |s| s.p99,
+            Of::FanoutSpan,
+        ));
+    }
     section(
         &mut out,
         "sweep-skew",
@@ -72,8 +81,13 @@ pub fn page(result: &SweepResult, made: &str) -> String {
             "receive skew",
         ),
         &format!(
-            "Each stage's broadcasts: how far apart its connections received each one (last receipt − first, on this host's one clock), at p50, p99 and the largest. The dashed line is the threshold, {}. Both axes are logarithmic.",
-            short_duration(result.settings.max_skew_p99_ns)
+            "Each stage's broadcasts: how far apart its connections received each one (last receipt − first, on this host's one clock), at p50, p99 and the largest. The dashed line is the threshold, {}. Both axes are logarithmic.{}",
+            short_duration(result.settings.max_skew_p99_ns),
+            if tapped {
+                " The server's fan-out span is how far apart it sent the copies (its last copy's first byte on the wire − its first's, as the agent's tap saw them): the part of the skew the server made before the network or the clients had a say."
+            } else {
+                ""
+            }
         ),
     );
     key(&mut out, &skew);
@@ -159,6 +173,7 @@ pub fn compare_page(results: &[SweepResult], made: &str) -> String {
 enum Of {
     Skew,
     Latency,
+    FanoutSpan,
 }
 
 /// (clients, ns) of each measured stage.
@@ -171,6 +186,7 @@ fn points(result: &SweepResult, of: Of, f: fn(&Summary) -> i64) -> Vec<(u32, u64
             let summary = match of {
                 Of::Skew => figures.skew_ns,
                 Of::Latency => figures.latency_from_trigger_ns,
+                Of::FanoutSpan => figures.tap.as_ref()?.fanout_span_ns,
             }?;
             Some((s.opened, f(&summary).max(0) as u64))
         })
@@ -323,8 +339,13 @@ fn key(out: &mut String, curves: &[Curve]) {
 
 fn stages_table(out: &mut String, r: &SweepResult) {
     out.push_str(
-        r#"<div class="wide"><table class="stages"><tr><th>clients</th><th>opened</th><th>refused</th><th>dropped</th><th>receipts / expected</th><th>missing</th><th>skew p50</th><th>p99</th><th>max</th><th>from trigger p50</th><th>p99</th><th>server CPU / broadcast</th><th>own CPU / receipt</th><th>notes</th></tr>"#,
+        r#"<div class="wide"><table class="stages"><tr><th>clients</th><th>opened</th><th>refused</th><th>dropped</th><th>receipts / expected</th><th>missing</th><th>skew p50</th><th>p99</th><th>max</th><th>from trigger p50</th><th>p99</th><th>server CPU / broadcast</th><th>own CPU / receipt</th>"#,
     );
+    let tapped = r.settings.agent.is_some();
+    if tapped {
+        out.push_str("<th>server's fan-out span p50</th><th>p99</th>");
+    }
+    out.push_str("<th>notes</th></tr>");
     let q = |s: Option<Summary>, f: fn(&Summary) -> i64| {
         s.map_or("–".to_owned(), |s| short_duration(f(&s).max(0) as u64))
     };
@@ -340,13 +361,14 @@ fn stages_table(out: &mut String, r: &SweepResult) {
             s.cut.as_deref(),
             s.stopped.as_deref(),
             compressed.as_deref(),
+            s.tap_short.as_deref(),
         ]
         .into_iter()
         .flatten()
         .collect();
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td{}>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td{}>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{}<td>{}</td></tr>",
             thousands(u64::from(s.connections)),
             thousands(u64::from(s.opened)),
             s.refused,
@@ -369,6 +391,16 @@ fn stages_table(out: &mut String, r: &SweepResult) {
             )),
             s.probe_cpu
                 .map_or("–".to_owned(), |c| format!("{:.1} µs", c.per_receipt_us)),
+            if tapped {
+                let span = super::text::fanout_span(s);
+                format!(
+                    "<td>{}</td><td>{}</td>",
+                    q(span, |s| s.p50),
+                    q(span, |s| s.p99)
+                )
+            } else {
+                String::new()
+            },
             escape(&notes.join("; ")),
         );
     }
@@ -420,6 +452,13 @@ fn settings(out: &mut String, r: &SweepResult) {
         (
             "threshold",
             format!("skew p99 {}", short_duration(s.max_skew_p99_ns)),
+        ),
+        (
+            "server's own side",
+            s.agent.as_ref().map_or_else(
+                || "not tapped (no --agent)".to_owned(),
+                |a| format!("the agent at {a} tapped it"),
+            ),
         ),
         (
             "probe",

@@ -11,8 +11,8 @@
 //! limit, then for each [`stage`] (its connections a probe in this
 //! process, its log followed by [`follow`], its broadcasts asked for by
 //! [`trigger`], its figures by the report's engine in [`figures`], the
-//! server's CPU by [`server_cpu`], its own by [`probe_cpu`]), then the
-//! [`knee`]. [`options`] and
+//! server's CPU by [`server_cpu`], its own by [`probe_cpu`], the server's
+//! fan-out span by the agent that taps it, [`tap`]), then the [`knee`]. [`options`] and
 //! [`args`] say what was asked, [`environment`] where it ran, [`result`]
 //! is the JSON's shape; [`text`], [`html`] and [`compare`] show it.
 
@@ -29,6 +29,7 @@ pub mod probe_cpu;
 pub mod result;
 pub mod server_cpu;
 pub mod stage;
+pub mod tap;
 pub mod text;
 pub mod trigger;
 
@@ -60,8 +61,21 @@ pub fn run(options: &SweepOptions, say: &dyn Fn(&str)) -> anyhow::Result<SweepRe
     let room = skewscope_os::files::socket_room().context("cannot read the open-file limit")?;
     let (planned, skipped) = plan::plan(&settings.stages, room.sockets(), room.limit);
     let http = crate::audit::agent_api::http_client(options.ca_file.as_deref())?;
-    let trigger = Trigger::new(options.trigger.clone(), http);
+    let trigger = Trigger::new(options.trigger.clone(), http.clone());
     let (dir, _temp) = crate::work_dir::kept_or_temporary(options.keep.as_deref())?;
+    let tap = options
+        .agent
+        .as_ref()
+        .map(|a| {
+            tap::TapAgent::connect(
+                &a.url,
+                a.token.clone(),
+                a.token_file.clone(),
+                http.clone(),
+                &dir,
+            )
+        })
+        .transpose()?;
     // The probe's warnings go to stderr; the result is the output.
     let _ = skewscope_os::logging::init(None, "warn");
     // The connections run on the probe's own threads; this runtime runs
@@ -86,6 +100,7 @@ pub fn run(options: &SweepOptions, say: &dyn Fn(&str)) -> anyhow::Result<SweepRe
         runtime: &runtime,
         dir: &dir,
         say,
+        tap: tap.as_ref(),
     };
     let mut stages = Vec::new();
     for (i, stage) in planned.iter().enumerate() {

@@ -43,6 +43,11 @@ pub struct Settings {
     pub server_pid: Option<u32>,
     /// Warm-up broadcasts a stage may send before measuring.
     pub warmup_tries: u32,
+    /// The agent that tapped the server (`--agent`), whose log gave each
+    /// stage the server's fan-out span (absent from sweeps saved before
+    /// the sweep joined a tap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 /// How the probe opens each connection, as recorded.
@@ -108,6 +113,19 @@ pub struct SweepOptions {
     pub keep: Option<PathBuf>,
     /// How to rerun this sweep (the command line, secrets hidden).
     pub command: String,
+    /// The agent tapping the server, when given (`--agent`).
+    pub agent: Option<AgentAccess>,
+}
+
+/// How to reach the agent that taps the server.
+#[derive(Clone, Debug)]
+pub struct AgentAccess {
+    /// Its address, `http://HOST:PORT`.
+    pub url: String,
+    /// Its bearer token (`--token-file`).
+    pub token: Option<String>,
+    /// The file the token was read from, named when the agent refuses it.
+    pub token_file: Option<PathBuf>,
 }
 
 impl SweepOptions {

@@ -82,6 +82,10 @@ pub struct StageResult {
     /// `probe_cpu` (absent from sweeps saved before it was counted).
     #[serde(default)]
     pub compressed: Compressed,
+    /// With `--agent`: why the stage has no fan-out span from the tap, or
+    /// has it for fewer broadcasts than were heard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tap_short: Option<String>,
     /// Why the stage ended before its last broadcast, if it did; the sweep
     /// then stops there.
     pub stopped: Option<String>,

@@ -16,6 +16,7 @@ use super::plan::{PlannedStage, thousands};
 use super::probe_cpu::ProbeCpuMeter;
 use super::result::StageResult;
 use super::server_cpu::CpuMeter;
+use super::tap::TapAgent;
 use super::trigger::Trigger;
 
 /// How often the log is looked at while waiting on it (the probe hands
@@ -41,6 +42,8 @@ pub struct StageContext<'a> {
     pub dir: &'a Path,
     /// Progress, a line at a time.
     pub say: &'a dyn Fn(&str),
+    /// The agent tapping the server, when given (`--agent`).
+    pub tap: Option<&'a TapAgent>,
 }
 
 /// A stage run: its result, the server's `Server:` header if a trigger's
@@ -75,6 +78,7 @@ pub fn run(ctx: &StageContext, stage: &PlannedStage) -> StageRun {
             server_cpu: None,
             probe_cpu: None,
             compressed: Compressed::default(),
+            tap_short: None,
             stopped: None,
             log: ctx.options.keep.as_ref().map(|_| out.display().to_string()),
         },
@@ -180,11 +184,17 @@ fn measure(
     }
     let broadcasts = measured?;
     if !broadcasts.triggers.is_empty() {
-        run.result.figures = Some(figures::measure(
-            out,
-            &broadcasts.triggers,
-            broadcasts.listening,
-        )?);
+        run.result.figures = Some(match ctx.tap {
+            None => figures::measure(out, &broadcasts.triggers, broadcasts.listening, &[])?.0,
+            Some(tap) => {
+                let tapped = tap.figures(out, &broadcasts.triggers, broadcasts.listening)?;
+                if let Some(short) = &tapped.short {
+                    (ctx.say)(&format!("sweep: {short}"));
+                }
+                run.result.tap_short = tapped.short;
+                tapped.figures
+            }
+        });
     }
     if let Some(why) = &run.result.stopped {
         anyhow::bail!("{why}");

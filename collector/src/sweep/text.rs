@@ -31,9 +31,10 @@ pub fn render(result: &SweepResult) -> String {
         _ => "server: it names itself nowhere (no Server: header, no --server-pid)".to_owned(),
     };
     let _ = writeln!(out, "{server}\n");
-    let _ = writeln!(out, "{}", header());
+    let tapped = s.agent.is_some();
+    let _ = writeln!(out, "{}", header(tapped));
     for stage in &result.stages {
-        let _ = writeln!(out, "{}", row(stage));
+        let _ = writeln!(out, "{}", row(stage, tapped));
     }
     let notes = notes(result);
     if !notes.is_empty() {
@@ -67,9 +68,9 @@ pub fn render(result: &SweepResult) -> String {
     out
 }
 
-/// The table's head.
-fn header() -> String {
-    format!(
+/// The table's head; with the server's fan-out span when a tap gave it.
+fn header(tapped: bool) -> String {
+    let head = format!(
         "{:>8} {:>8} {:>7} {:>7} {:>17} {:>7} {:>4}   {:>9} {:>9} {:>9}   {:>16} {:>9}   {:>12} {:>14}",
         "clients",
         "opened",
@@ -85,18 +86,23 @@ fn header() -> String {
         "p99",
         "server CPU/b",
         "own CPU/receipt",
-    )
+    );
+    if tapped {
+        format!("{head}   {:>14} {:>9}", "fan-out p50", "p99")
+    } else {
+        head
+    }
 }
 
 /// One stage's line.
-fn row(stage: &StageResult) -> String {
+fn row(stage: &StageResult, tapped: bool) -> String {
     let f = stage.figures.as_ref();
     let q = |s: Option<Summary>, pick: fn(&Summary) -> i64| {
         s.map_or("–".to_owned(), |s| short_duration(pick(&s).max(0) as u64))
     };
     let skew = f.and_then(|f| f.skew_ns);
     let latency = f.and_then(|f| f.latency_from_trigger_ns);
-    format!(
+    let line = format!(
         "{:>8} {:>8} {:>7} {:>7} {:>17} {:>7} {:>4}   {:>9} {:>9} {:>9}   {:>16} {:>9}   {:>12} {:>14}",
         thousands(u64::from(stage.connections)),
         thousands(u64::from(stage.opened)),
@@ -121,7 +127,22 @@ fn row(stage: &StageResult) -> String {
         stage
             .probe_cpu
             .map_or("–".to_owned(), |c| format!("{:.1} µs", c.per_receipt_us)),
-    )
+    );
+    if tapped {
+        let span = fanout_span(stage);
+        format!(
+            "{line}   {:>14} {:>9}",
+            q(span, |s| s.p50),
+            q(span, |s| s.p99)
+        )
+    } else {
+        line
+    }
+}
+
+/// The server's fan-out span in a stage, where a tap measured it.
+pub fn fanout_span(stage: &StageResult) -> Option<Summary> {
+    stage.figures.as_ref()?.tap.as_ref()?.fanout_span_ns
 }
 
 /// What the table cannot say: cuts, refusals, drops, late warm-ups,
@@ -174,6 +195,14 @@ fn notes(result: &SweepResult) -> Vec<String> {
         if let Some(note) = stage.compressed.note(stage.opened) {
             notes.push(format!("{at} {note}"));
         }
+        if let Some(short) = &stage.tap_short {
+            notes.push(format!("{at} {short}"));
+        }
+        if let Some(drops) = ring_drops_in(result, stage) {
+            notes.push(format!(
+                "{at} the tap's ring dropped {drops} packet(s): copies in them are missing from the fan-out span (give the agent a larger --tap-ring-bytes)"
+            ));
+        }
         if let Some(why) = &stage.stopped {
             notes.push(format!("{at} the sweep stopped: {why}"));
         }
@@ -186,4 +215,20 @@ fn notes(result: &SweepResult) -> Vec<String> {
         ));
     }
     notes
+}
+
+/// Packets the tap's ring dropped during `stage` (its cumulative count
+/// less the stage before's), when any.
+fn ring_drops_in(result: &SweepResult, stage: &StageResult) -> Option<u64> {
+    let drops = |s: &StageResult| s.figures.as_ref()?.tap.as_ref().map(|t| t.ring_drops);
+    let now = drops(stage)?;
+    let before = result
+        .stages
+        .iter()
+        .take_while(|s| !std::ptr::eq(*s, stage))
+        .filter_map(drops)
+        .last()
+        .unwrap_or(0);
+    let new = now.saturating_sub(before);
+    (new > 0).then_some(new)
 }
