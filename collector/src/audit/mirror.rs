@@ -41,7 +41,7 @@ const RECENT: Duration = Duration::from_secs(2);
 
 impl Mirror {
     /// Copies what is new of this agent run's segments and of every probe
-    /// run of this audit (see [`Mirror::is_current`]); returns the local
+    /// run of this audit (uploading, or stored to, since it began); returns the local
     /// copies to read and the bytes fetched.
     pub fn sync_run(
         &self,

@@ -17,7 +17,7 @@ pub struct AuditOutcome {
     pub verdict: Verdict,
     /// The full report of the audited broadcasts.
     pub report: Report,
-    /// Its plot series, when [`AuditOptions::figures`] asked for them.
+    /// Its plot series, when [`crate::audit::AuditOptions::figures`] asked for them.
     #[serde(skip)]
     pub figures: Option<skewscope_core::analysis::figures::Figures>,
 }

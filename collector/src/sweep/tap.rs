@@ -17,7 +17,7 @@ use crate::audit::mirror::Mirror;
 /// agent's log (it writes them at least every 100 ms once a broadcast's
 /// copies are all out; a stage of 10,000 connections takes longer to
 /// follow).
-const TAP_WAIT: Duration = Duration::from_secs(20);
+pub const TAP_WAIT: Duration = Duration::from_secs(20);
 /// Pause between looks at the agent's log while waiting.
 const TAP_POLL: Duration = Duration::from_millis(200);
 
