@@ -60,6 +60,7 @@ pub const UNAUTHORIZED_ENDPOINTS: &[&str] = &[
     "start_test",
     "ingest",
     "audit",
+    "sweep",
     "metrics",
     "other",
 ];
@@ -73,6 +74,7 @@ impl AgentCounters {
             "/ingest" => "ingest",
             "/metrics" => "metrics",
             p if p.starts_with("/audit/") => "audit",
+            p if p == "/sweep" || p.starts_with("/sweep/") => "sweep",
             _ => "other",
         };
         self.unauthorized

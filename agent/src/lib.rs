@@ -38,6 +38,7 @@ mod recorder;
 mod segments;
 mod server;
 mod start_steps;
+mod sweep_board;
 mod tap;
 mod time_port;
 pub mod tls;
@@ -169,6 +170,7 @@ impl RunningAgent {
             ingest_worker,
             quiet: hub.quiet(),
             audit,
+            sweep_board: sweep_board::SweepBoard::default(),
             tls: tls.clone(),
         });
         let (stop, stopped) = watch::channel(false);

@@ -1,4 +1,4 @@
-//! Bearer tokens: `/publish`, `/start_test`, `/ingest` and `/audit/…` ask
+//! Bearer tokens: `/publish`, `/start_test`, `/ingest`, `/audit/…` and `/sweep…` ask
 //! for `--token-file`'s, `/metrics` for `--metrics-token-file`'s.
 
 use crate::server::conn::Conn;

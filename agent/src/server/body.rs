@@ -10,8 +10,34 @@
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use super::http::Request;
+
 /// The most of one body read before the thread is given to the others.
 pub const BITE: u64 = 16 * 1024;
+
+/// The body's length as its `Content-Length` declares it, or the status
+/// and the reason to refuse it: a body must say its length, once, in
+/// digits only ("+5", "-1" and "0x10" are what request smuggling uses),
+/// and a chunked one is refused.
+pub fn declared_length(request: &Request) -> Result<usize, (u16, &'static str)> {
+    if request.header("transfer-encoding").is_some() {
+        return Err((411, "send the body with Content-Length\n"));
+    }
+    let lengths: Vec<&str> = request
+        .headers
+        .iter()
+        .filter(|(n, _)| n == "content-length")
+        .map(|(_, v)| v.trim())
+        .collect();
+    match lengths.as_slice() {
+        [] => Err((411, "Content-Length required\n")),
+        [one] if !one.is_empty() && one.bytes().all(|b| b.is_ascii_digit()) => one
+            .parse::<usize>()
+            .map_err(|_| (413, "Content-Length too large\n")),
+        [_] => Err((400, "Content-Length must be digits only\n")),
+        _ => Err((400, "more than one Content-Length\n")),
+    }
+}
 
 /// Reads `missing` more bytes into `body` (which grows with what arrives:
 /// nothing is reserved for bytes not sent), [`BITE`] at a time, yielding

@@ -58,6 +58,8 @@ pub struct Context {
     pub pending: Arc<tokio::sync::Semaphore>,
     /// `/clock` sessions open, at most `--max-clock-sessions` (one permit each).
     pub clock_sessions: Arc<tokio::sync::Semaphore>,
+    /// Where a sweep from several machines meets its workers (`/sweep`).
+    pub sweep_board: crate::sweep_board::SweepBoard,
     /// The TLS every connection is served under (`--tls-cert`), if any.
     pub tls: Option<Arc<crate::tls::ServerTls>>,
 }

@@ -4,7 +4,7 @@
 //! the request timeout, and every handler then serves a [`conn::Conn`].
 //! [`http`] parses and writes HTTP/1.1 heads; [`upgrade`] is the WebSocket
 //! handshake; [`context`] what every handler is handed; [`auth`] the bearer
-//! tokens; [`publish`] and [`audit`] their endpoints.
+//! tokens; [`publish`], [`audit`] and [`sweep`] their endpoints.
 
 pub mod audit;
 pub mod auth;
@@ -15,6 +15,7 @@ pub mod conn;
 pub mod context;
 pub mod http;
 pub mod publish;
+pub mod sweep;
 pub mod upgrade;
 
 use std::net::SocketAddr;
@@ -218,13 +219,30 @@ async fn handle(
                 audit::log(&mut stream, &request, &context.audit).await
             }
         }
+        (method @ ("GET" | "PUT" | "POST" | "DELETE"), path @ ("/sweep" | "/sweep/plan" | "/sweep/worker"))
+            if matches!(
+                (method, path),
+                ("GET", "/sweep") | ("PUT" | "DELETE", "/sweep/plan") | ("POST", "/sweep/worker")
+            ) =>
+        {
+            if authorized(&mut stream, &request, context).await {
+                match (method, path) {
+                    ("GET", _) => sweep::view(&mut stream, context).await,
+                    ("PUT", _) => sweep::pin_plan(stream, request, context).await,
+                    ("DELETE", _) => sweep::take_down_plan(&mut stream, context).await,
+                    _ => sweep::report(stream, request, context).await,
+                }
+            }
+        }
         (
             _,
             path @ ("/healthz" | "/metrics" | "/skewscope-clock.js" | "/probe" | "/probe.js"
-            | "/probe.css" | "/publish" | "/start_test" | "/audit/status" | "/audit/log"),
+            | "/probe.css" | "/publish" | "/start_test" | "/audit/status" | "/audit/log"
+            | "/sweep" | "/sweep/plan" | "/sweep/worker"),
         ) => {
             let allowed = match path {
-                "/publish" => "POST",
+                "/publish" | "/sweep/worker" => "POST",
+                "/sweep/plan" => "PUT or DELETE",
                 "/start_test" => "GET or POST",
                 _ => "GET",
             };
@@ -242,7 +260,7 @@ async fn handle(
                 &mut stream,
                 404,
                 "",
-                "not found; try /ws, /clock, /skewscope-clock.js, /probe, /publish, /start_test, /healthz, /metrics, /ingest or /audit/status\n",
+                "not found; try /ws, /clock, /skewscope-clock.js, /probe, /publish, /start_test, /healthz, /metrics, /ingest, /audit/status or /sweep\n",
             )
             .await
         }
@@ -276,7 +294,10 @@ pub fn parameters_of(path: &str) -> Option<&'static [&'static str]> {
         | "/skewscope-clock.js"
         | "/probe.js"
         | "/probe.css"
-        | "/audit/status" => &[],
+        | "/audit/status"
+        | "/sweep"
+        | "/sweep/plan"
+        | "/sweep/worker" => &[],
         _ => return None,
     })
 }

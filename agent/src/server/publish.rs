@@ -220,28 +220,9 @@ pub async fn publish(mut stream: Conn, request: Request, context: &Context) {
         Ok(s) => s,
         Err(msg) => return respond(&mut stream, 400, "", &msg).await,
     };
-    if request.header("transfer-encoding").is_some() {
-        return respond(&mut stream, 411, "", "send the body with Content-Length\n").await;
-    }
-    let lengths: Vec<&str> = request
-        .headers
-        .iter()
-        .filter(|(n, _)| n == "content-length")
-        .map(|(_, v)| v.trim())
-        .collect();
-    let len = match lengths.as_slice() {
-        [] => return respond(&mut stream, 411, "", "Content-Length required\n").await,
-        // Digits only: "+5", "-1" and "0x10" are what request smuggling uses.
-        [one] if !one.is_empty() && one.bytes().all(|b| b.is_ascii_digit()) => {
-            match one.parse::<usize>() {
-                Ok(len) => len,
-                Err(_) => return respond(&mut stream, 413, "", "Content-Length too large\n").await,
-            }
-        }
-        [_] => {
-            return respond(&mut stream, 400, "", "Content-Length must be digits only\n").await;
-        }
-        _ => return respond(&mut stream, 400, "", "more than one Content-Length\n").await,
+    let len = match super::body::declared_length(&request) {
+        Ok(len) => len,
+        Err((status, msg)) => return respond(&mut stream, status, "", msg).await,
     };
     if len > context.max_publish {
         let msg = format!(
