@@ -167,6 +167,17 @@ enum Command {
     #[cfg(feature = "demo")]
     #[command(verbatim_doc_comment)]
     Sweep(Box<collector::sweep::args::SweepArgs>),
+    /// Open connections for a sweep run from another machine
+    /// (`skewscope sweep --workers N --agent URL`): waits on that agent's
+    /// board, opens its share of each stage as the sweep says, exchanges
+    /// time with the agent and uploads every record to it. Stop it with
+    /// SIGINT or SIGTERM (it closes what it holds first), or give --once.
+    ///
+    ///   skewscope sweep-worker --agent http://10.0.0.2:8080 \
+    ///       --token-file /etc/skewscope/agent.token --name rack-2
+    #[cfg(feature = "demo")]
+    #[command(verbatim_doc_comment)]
+    SweepWorker(Box<collector::sweep::worker::WorkerArgs>),
     /// Put saved sweeps (`skewscope sweep --json`) side by side: one table
     /// of skew and latency per stage with a column each, their knees, and
     /// what differed between the runs besides the server.
@@ -369,6 +380,8 @@ fn run(command: Command) -> anyhow::Result<u8> {
         #[cfg(feature = "demo")]
         Command::Sweep(args) => sweep(*args),
         #[cfg(feature = "demo")]
+        Command::SweepWorker(args) => sweep_worker(&args),
+        #[cfg(feature = "demo")]
         Command::SweepCompare { files, html } => sweep_compare(&files, html.as_deref()),
         Command::JsonSchema => {
             print!("{}", collector::report_schema());
@@ -543,6 +556,21 @@ fn sweep(args: collector::sweep::args::SweepArgs) -> anyhow::Result<u8> {
     // Nothing measured: the sweep could not do what it is for.
     let measured = result.stages.iter().any(|s| s.figures.is_some());
     Ok(if measured { 0 } else { 2 })
+}
+
+/// `skewscope sweep-worker`: what it does on stderr, until stopped.
+#[cfg(feature = "demo")]
+fn sweep_worker(args: &collector::sweep::worker::WorkerArgs) -> anyhow::Result<u8> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    collector::sweep::worker::stop_on_signals(stop.clone())?;
+    // A stderr nobody reads any more must not stop the worker (eprintln!
+    // would panic on it): its lines are said, or lost, never fatal.
+    let say = |line: &str| {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "{line}");
+    };
+    collector::sweep::worker::run(args, &stop, &say)?;
+    Ok(0)
 }
 
 /// `skewscope sweep-compare`: saved results side by side.

@@ -23,7 +23,7 @@ fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
 }
 
 /// The protocol flags of `skewscope-probe`.
-#[derive(Debug, clap::Args, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, clap::Args, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProtocolArgs {
     /// What the server speaks over the connection: ws (plain WebSocket

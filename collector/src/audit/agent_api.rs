@@ -161,6 +161,7 @@ pub struct Piece {
 }
 
 /// The agent, at a base URL like `http://server:8080`.
+#[derive(Clone)]
 pub struct AgentApi {
     base: String,
     token: Option<String>,
@@ -236,13 +237,68 @@ impl AgentApi {
         }
     }
 
+    /// `METHOD PATH` with `body` as JSON, expecting 200 and a JSON answer
+    /// of at most 1 MiB: the calls a sweep and its workers make to the
+    /// agent's board (`/sweep…`).
+    pub fn call_json<T: serde::de::DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&impl serde::Serialize>,
+    ) -> Result<T, ApiError> {
+        let url = format!("{}{path}", self.base);
+        let body = body
+            .map(|b| serde_json::to_vec(b).expect("our own types serialise"))
+            .unwrap_or_default();
+        let answer = self.request(method, &url, &body, 1 << 20)?.1;
+        serde_json::from_slice(&answer).map_err(|e| ApiError::Unexpected {
+            url,
+            detail: e.to_string(),
+        })
+    }
+
     /// A GET expecting 200: the file-size header if any, and the body.
     fn get(&self, url: &str, limit: u64) -> Result<(Option<u64>, Vec<u8>), ApiError> {
-        let mut request = self.http.get(url);
-        if let Some(token) = &self.token {
-            request = request.header("Authorization", format!("Bearer {token}"));
-        }
-        let mut response = request.call().map_err(|source| ApiError::Unreachable {
+        self.request("GET", url, &[], limit)
+    }
+
+    /// A request expecting 200 (a body sent with all but GET and DELETE):
+    /// the file-size header if any, and the body.
+    fn request(
+        &self,
+        method: &str,
+        url: &str,
+        body: &[u8],
+        limit: u64,
+    ) -> Result<(Option<u64>, Vec<u8>), ApiError> {
+        let bearer = self.token.as_ref().map(|t| format!("Bearer {t}"));
+        let result = match method {
+            "PUT" | "POST" => {
+                let mut request = if method == "PUT" {
+                    self.http.put(url)
+                } else {
+                    self.http.post(url)
+                };
+                if let Some(b) = &bearer {
+                    request = request.header("Authorization", b);
+                }
+                request
+                    .header("Content-Type", "application/json")
+                    .send(body)
+            }
+            _ => {
+                let mut request = if method == "DELETE" {
+                    self.http.delete(url)
+                } else {
+                    self.http.get(url)
+                };
+                if let Some(b) = &bearer {
+                    request = request.header("Authorization", b);
+                }
+                request.call()
+            }
+        };
+        let mut response = result.map_err(|source| ApiError::Unreachable {
             url: url.to_owned(),
             source,
         })?;

@@ -10,9 +10,10 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use skewscope_core::units::parse_duration;
 
+use super::board::Connect;
 use super::options::{
     AgentAccess, ProbeSettings, Settings, SweepOptions, TriggerRequest, TriggerSettings,
-    WARMUP_TRIES, parse_stages, recorded_protocol, rerun_line,
+    WARMUP_TRIES, WorkersWanted, parse_stages, recorded_protocol, rerun_line,
 };
 
 /// The help's sections, by what a person came to do.
@@ -22,6 +23,7 @@ mod heading {
     pub const STAGES: &str = "Stages";
     pub const KNEE: &str = "The knee";
     pub const TAP: &str = "The server's own side (an agent tapping it)";
+    pub const MACHINES: &str = "Several machines";
     pub const OUTPUT: &str = "Output";
 }
 
@@ -126,6 +128,20 @@ pub struct SweepArgs {
     #[arg(long, value_name = "FILE", requires = "agent", help_heading = heading::TAP)]
     pub token_file: Option<PathBuf>,
 
+    /// Open each stage's connections from this machine and N others, each
+    /// running `skewscope sweep-worker --agent URL` against the --agent
+    /// given here: the sweep waits for N idle workers on the agent's board,
+    /// shares each stage between the machines within their open-file
+    /// limits, and places every machine's receipts on the agent's clock
+    /// (each exchanges time with it), so the skew is across machines, with
+    /// bounds.
+    #[arg(long, value_name = "N", requires = "agent", value_parser = clap::value_parser!(u32).range(1..=256), help_heading = heading::MACHINES)]
+    pub workers: Option<u32>,
+
+    /// How long to wait for the --workers to be on the agent's board.
+    #[arg(long, value_name = "D", default_value = "60s", value_parser = parse_duration, requires = "workers", help_heading = heading::MACHINES)]
+    pub workers_wait: Duration,
+
     /// What to call this server beside others (`skewscope sweep-compare`);
     /// its URL by default.
     #[arg(long, value_name = "NAME", help_heading = heading::OUTPUT)]
@@ -188,6 +204,32 @@ impl SweepArgs {
             }),
         };
         let protocol = recorded_protocol(&self.protocol);
+        // What a worker needs to connect as this machine does (header
+        // values read here, from this machine's files).
+        let workers = match self.workers {
+            None => None,
+            Some(count) => Some(WorkersWanted {
+                count,
+                wait: self.workers_wait,
+                connect: Connect {
+                    url: self.url.clone(),
+                    protocol: self.protocol.clone(),
+                    headers: self
+                        .header
+                        .iter()
+                        .map(|h| {
+                            header(h)
+                                .map(|(n, v)| format!("{n}: {v}"))
+                                .with_context(|| format!("--header {h:?}"))
+                        })
+                        .collect::<anyhow::Result<Vec<_>>>()?,
+                    subprotocols: self.subprotocol.clone(),
+                    deflate: !self.no_deflate,
+                    connect_timeout_ms: self.connect_timeout.as_millis() as u64,
+                    insecure: self.insecure,
+                },
+            }),
+        };
         // The probe's own flags make its configuration: the same checks,
         // the same defaults, as `skewscope-probe` with these flags.
         let config = probe::cli::Args {
@@ -239,6 +281,7 @@ impl SweepArgs {
             server_pid: self.server_pid,
             warmup_tries: WARMUP_TRIES,
             agent: agent.as_ref().map(|a| a.url.clone()),
+            workers: self.workers.unwrap_or(0),
         };
         Ok(SweepOptions {
             settings,
@@ -253,6 +296,7 @@ impl SweepArgs {
             keep: self.keep,
             command: rerun_line(command),
             agent,
+            workers,
         })
     }
 }

@@ -7,9 +7,10 @@
 //! agent that tapped the server, the same engine joins them too, and the
 //! stage has the server's fan-out span.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+use skewscope_core::analysis::clock_figures::BoundedSummary;
 use skewscope_core::analysis::join::Window;
 use skewscope_core::analysis::report::ReferenceKind;
 use skewscope_core::analysis::stats::Summary;
@@ -40,9 +41,17 @@ pub struct StageFigures {
     pub duplicates: u64,
     /// Receive skew per broadcast: its last receipt − its first, all on
     /// this host's one clock (the kernel's RX stamp where there is one).
+    /// With workers (several machines' clocks), each receipt placed on
+    /// the agent's clock first: the estimates of `skew_bounds_ns`.
     pub skew_ns: Option<Summary>,
-    /// The same at the probe's userspace stamps.
+    /// The same at the probe's userspace stamps (one machine only).
     pub skew_userspace_ns: Option<Summary>,
+    /// With workers: the skew placed on the agent's clock with its lower
+    /// and upper bounds per broadcast (every machine's clock known only
+    /// within its time exchange's bound). Absent for one machine, whose
+    /// one clock needs no bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skew_bounds_ns: Option<BoundedSummary>,
     /// Per receipt: its arrival − the time its broadcast was asked for.
     pub latency_from_trigger_ns: Option<Summary>,
     /// Receipts without a kernel stamp (their userspace one is used).
@@ -75,25 +84,28 @@ pub struct StageTap {
     pub ring_drops: u64,
 }
 
-/// The figures of the stage logged at `log`: the broadcasts first received
-/// after `triggers[0]` (the warm-up's come before it), paired with
-/// `triggers` (wall-clock ns, sorted), `listening` connections expected to
-/// receive each. `tapped` are copies of the segments of an agent that
-/// tapped the server (none without `--agent`): the report's engine then
-/// joins each receipt to the copy the tap saw leave, and the figures carry
-/// the tap's; when the agent's log joins as no tap of this server, the
-/// reason is returned beside them.
+/// The figures of the stage logged at `logs` (this machine's, then each
+/// worker's): the broadcasts first received after `triggers[0]` (the
+/// warm-up's come before it), paired with `triggers` (wall-clock ns,
+/// sorted), `listening` connections expected to receive each. `agent` are
+/// copies of the agent's segments (none without `--agent`): when it tapped
+/// the server, the report's engine joins each receipt to the copy the tap
+/// saw leave, and the figures carry the tap's; when its log joins as no
+/// tap of this server, the reason is returned beside them. With several
+/// logs, each machine's receipts are placed on the agent's clock (every
+/// machine exchanged time with it) and the skew is of those.
 pub fn measure(
-    log: &Path,
+    logs: &[PathBuf],
     triggers: &[u64],
     listening: u32,
-    tapped: &[PathBuf],
+    agent: &[PathBuf],
 ) -> anyhow::Result<(StageFigures, Option<String>)> {
     let Some(&first) = triggers.first() else {
         anyhow::bail!("no broadcast was asked for");
     };
-    let mut files = vec![log.to_owned()];
-    files.extend_from_slice(tapped);
+    let across_machines = logs.len() > 1;
+    let mut files = logs.to_vec();
+    files.extend_from_slice(agent);
     let read = inputs::read_inputs(&files)?;
     let scope = Scope {
         window: Some(Window::FirstReceiptBetween {
@@ -121,7 +133,7 @@ pub fn measure(
         }),
         _ => None,
     };
-    let not_tapped = (!tapped.is_empty() && tap.is_none()).then(|| {
+    let not_tapped = (!agent.is_empty() && tap.is_none()).then(|| {
         report.reference.as_ref().map_or_else(
             || "the agent's log joined no tap".to_owned(),
             |r| r.why.clone(),
@@ -136,8 +148,21 @@ pub fn measure(
         receipts: report.receipts,
         missing: report.missing + unheard * u64::from(listening),
         duplicates: report.duplicates,
-        skew_ns: report.skew_ns,
-        skew_userspace_ns: report.skew_userspace_ns,
+        skew_ns: if across_machines {
+            report.skew_corrected_ns.map(|b| b.estimate)
+        } else {
+            report.skew_ns
+        },
+        skew_userspace_ns: if across_machines {
+            None
+        } else {
+            report.skew_userspace_ns
+        },
+        skew_bounds_ns: if across_machines {
+            report.skew_corrected_ns
+        } else {
+            None
+        },
         latency_from_trigger_ns: from_trigger.and_then(|t| t.latency_ns),
         without_kernel_stamp: report.receipts_without_kernel_stamp,
         tap,

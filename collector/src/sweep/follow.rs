@@ -17,6 +17,8 @@ pub struct StageLog {
     /// Whether each connection is open now (opened, and not closed).
     open: Vec<bool>,
     opened: u32,
+    /// Of those, connections a skewscope agent's hub named.
+    named_by_hub: u32,
     failed: u32,
     closed: u32,
     first_failure: Option<String>,
@@ -65,6 +67,7 @@ impl StageLog {
             receipts: vec![0; connections as usize],
             open: vec![false; connections as usize],
             opened: 0,
+            named_by_hub: 0,
             failed: 0,
             closed: 0,
             first_failure: None,
@@ -87,6 +90,7 @@ impl StageLog {
                         *open = true;
                     }
                     self.opened += 1;
+                    self.named_by_hub += u32::from(o.agent_conn.is_some());
                 }
                 ProbeRecord::ConnectionFailed(f) => {
                     self.failed += 1;
@@ -134,6 +138,12 @@ impl StageLog {
     /// connection is open a moment before its record reaches the file).
     pub fn opened(&self) -> u32 {
         self.opened
+    }
+
+    /// Connections a skewscope agent's hub named as it took them in: the
+    /// server is such a hub.
+    pub fn named_by_hub(&self) -> u32 {
+        self.named_by_hub
     }
 
     /// Whether every open connection, and at least one, has received

@@ -12,11 +12,16 @@
 //! process, its log followed by [`follow`], its broadcasts asked for by
 //! [`trigger`], its figures by the report's engine in [`figures`], the
 //! server's CPU by [`server_cpu`], its own by [`probe_cpu`], the server's
-//! fan-out span by the agent that taps it, [`tap`]), then the [`knee`]. [`options`] and
+//! fan-out span by the agent that taps it, [`tap`]), then the [`knee`].
+//! With `--workers`, other machines running `skewscope sweep-worker`
+//! ([`worker`]) open part of each stage: the sweep meets them on the
+//! agent's board ([`board`], [`workers`]) and reads every machine's log
+//! as one ([`stage_logs`]). [`options`] and
 //! [`args`] say what was asked, [`environment`] where it ran, [`result`]
 //! is the JSON's shape; [`text`], [`html`] and [`compare`] show it.
 
 pub mod args;
+pub mod board;
 pub mod compare;
 pub mod environment;
 pub mod figures;
@@ -29,9 +34,12 @@ pub mod probe_cpu;
 pub mod result;
 pub mod server_cpu;
 pub mod stage;
+pub mod stage_logs;
 pub mod tap;
 pub mod text;
 pub mod trigger;
+pub mod worker;
+pub mod workers;
 
 use std::time::Instant;
 
@@ -59,7 +67,6 @@ pub fn run(options: &SweepOptions, say: &dyn Fn(&str)) -> anyhow::Result<SweepRe
         );
     }
     let room = skewscope_os::files::socket_room().context("cannot read the open-file limit")?;
-    let (planned, skipped) = plan::plan(&settings.stages, room.sockets(), room.limit);
     let http = crate::audit::agent_api::http_client(options.ca_file.as_deref())?;
     let trigger = Trigger::new(options.trigger.clone(), http.clone());
     let (dir, _temp) = crate::work_dir::kept_or_temporary(options.keep.as_deref())?;
@@ -76,15 +83,44 @@ pub fn run(options: &SweepOptions, say: &dyn Fn(&str)) -> anyhow::Result<SweepRe
             )
         })
         .transpose()?;
-    // The probe's warnings go to stderr; the result is the output.
-    let _ = skewscope_os::logging::init(None, "warn");
-    // The connections run on the probe's own threads; this runtime runs
-    // only its helpers and the waits.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .context("cannot start the runtime")?;
+    let workers = match (&options.workers, &options.agent) {
+        (None, _) => None,
+        (Some(w), Some(agent)) => {
+            let api = crate::audit::agent_api::AgentApi::new(
+                &agent.url,
+                agent.token.clone(),
+                http.clone(),
+            )
+            .token_from(agent.token_file.clone());
+            Some(workers::Workers::gather(
+                api,
+                &dir,
+                w.count,
+                w.wait,
+                w.connect.clone(),
+                say,
+            )?)
+        }
+        (Some(_), None) => {
+            anyhow::bail!("--workers needs --agent: the workers meet the sweep on its board")
+        }
+    };
+    let local_room = room.sockets().saturating_sub(plan::STAGE_OVERHEAD);
+    let others: u64 = workers
+        .as_ref()
+        .map_or(0, |w| w.rooms().iter().map(|&r| u64::from(r)).sum());
+    let (mut planned, skipped) = plan::plan(&settings.stages, room.sockets() + others, room.limit);
+    if let Some(w) = &workers {
+        // The room is every machine's: say so where a stage is cut.
+        for stage in planned.iter_mut().filter(|s| s.cut.is_some()) {
+            stage.cut = Some(format!(
+                "cut to {} connections: this machine and its {} worker(s) hold that many together (each its open-file limit; raise it with ulimit -Hn, or LimitNOFILE= in a unit)",
+                thousands(u64::from(stage.connections)),
+                w.names().len()
+            ));
+        }
+    }
+    let runtime = probe_runtime()?;
     let mut environment =
         environment::gather(room.limit, settings.server_pid, options.command.clone());
     let mut not_run: Vec<NotRun> = skipped
@@ -101,6 +137,8 @@ pub fn run(options: &SweepOptions, say: &dyn Fn(&str)) -> anyhow::Result<SweepRe
         dir: &dir,
         say,
         tap: tap.as_ref(),
+        workers: workers.as_ref(),
+        local_room: u32::try_from(local_room).unwrap_or(u32::MAX),
     };
     let mut stages = Vec::new();
     for (i, stage) in planned.iter().enumerate() {
@@ -150,6 +188,18 @@ pub fn run(options: &SweepOptions, say: &dyn Fn(&str)) -> anyhow::Result<SweepRe
         knee,
         took_ms: begun.elapsed().as_millis() as u64,
     })
+}
+
+/// The runtime a sweep's (or a worker's) probes run on: the connections
+/// run on the probe's own threads, this runtime only its helpers and the
+/// waits. The probe's warnings go to stderr; the result is the output.
+pub(crate) fn probe_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    let _ = skewscope_os::logging::init(None, "warn");
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")
 }
 
 /// A stage's outcome in one progress line.

@@ -48,6 +48,11 @@ pub struct Settings {
     /// the sweep joined a tap).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// Workers on other machines that opened part of each stage
+    /// (`--workers`; 0, and absent from results saved before it, for this
+    /// machine alone).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub workers: u32,
 }
 
 /// How the probe opens each connection, as recorded.
@@ -115,6 +120,19 @@ pub struct SweepOptions {
     pub command: String,
     /// The agent tapping the server, when given (`--agent`).
     pub agent: Option<AgentAccess>,
+    /// The other machines asked for (`--workers`), if any.
+    pub workers: Option<WorkersWanted>,
+}
+
+/// Other machines' connections for each stage (`--workers N`).
+#[derive(Clone, Debug)]
+pub struct WorkersWanted {
+    /// How many workers the sweep waits for.
+    pub count: u32,
+    /// How long it waits for them (`--workers-wait`).
+    pub wait: std::time::Duration,
+    /// How their connections are made: the sweep's own flags.
+    pub connect: super::board::Connect,
 }
 
 /// How to reach the agent that taps the server.
@@ -138,6 +156,11 @@ impl SweepOptions {
     pub fn settle(&self) -> Duration {
         Duration::from_millis(self.settings.settle_ms)
     }
+}
+
+/// Whether a count is zero: a field left out of the JSON then.
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// `--stages`: connection counts separated by commas, each a number or

@@ -86,11 +86,27 @@ pub struct StageResult {
     /// has it for fewer broadcasts than were heard.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tap_short: Option<String>,
+    /// With `--workers`: each other machine's share of the stage and how
+    /// it ended (this machine opened the rest). Empty for one machine.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub machines: Vec<MachineShare>,
     /// Why the stage ended before its last broadcast, if it did; the sweep
     /// then stops there.
     pub stopped: Option<String>,
     /// The stage's probe log, when kept (`--keep`).
     pub log: Option<String>,
+}
+
+/// One worker's part of a stage.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MachineShare {
+    /// The worker's name.
+    pub name: String,
+    /// Connections it was asked to open.
+    pub connections: u32,
+    /// What it said last: how many it opened, then whether its records
+    /// all reached the agent.
+    pub state: String,
 }
 
 /// A stage asked that did not run.

@@ -9,15 +9,19 @@ use std::time::{Duration, Instant};
 
 use probe::{MAX_HANDSHAKES_IN_FLIGHT, RunningProbe};
 
+use std::collections::BTreeMap;
+
 use super::figures;
-use super::follow::{Compressed, StageLog};
+use super::follow::Compressed;
 use super::options::{SweepOptions, WARMUP_TRIES};
 use super::plan::{PlannedStage, thousands};
 use super::probe_cpu::ProbeCpuMeter;
-use super::result::StageResult;
+use super::result::{MachineShare, StageResult};
 use super::server_cpu::CpuMeter;
+use super::stage_logs::StageLogs;
 use super::tap::TapAgent;
 use super::trigger::Trigger;
+use super::workers::Workers;
 
 /// How often the log is looked at while waiting on it (the probe hands
 /// its records to the file at least every 100 ms).
@@ -28,7 +32,7 @@ const STOP_WAIT: Duration = Duration::from_secs(60);
 /// writes at least every 100 ms).
 const LOG_WAIT: Duration = Duration::from_secs(10);
 /// Added to the connect bound: the last handshakes' own time.
-const CONNECT_SLACK: Duration = Duration::from_secs(30);
+pub const CONNECT_SLACK: Duration = Duration::from_secs(30);
 
 /// What a stage is run with.
 pub struct StageContext<'a> {
@@ -44,6 +48,10 @@ pub struct StageContext<'a> {
     pub say: &'a dyn Fn(&str),
     /// The agent tapping the server, when given (`--agent`).
     pub tap: Option<&'a TapAgent>,
+    /// The other machines' workers (`--workers`), if any.
+    pub workers: Option<&'a Workers>,
+    /// Connections this machine can hold in a stage.
+    pub local_room: u32,
 }
 
 /// A stage run: its result, the server's `Server:` header if a trigger's
@@ -79,6 +87,7 @@ pub fn run(ctx: &StageContext, stage: &PlannedStage) -> StageRun {
             probe_cpu: None,
             compressed: Compressed::default(),
             tap_short: None,
+            machines: Vec::new(),
             stopped: None,
             log: ctx.options.keep.as_ref().map(|_| out.display().to_string()),
         },
@@ -108,13 +117,32 @@ fn measure(
     out: &Path,
     run: &mut StageRun,
 ) -> anyhow::Result<()> {
+    // This machine's share first, then each worker's.
+    let (local, remote) = match ctx.workers {
+        None => (stage.connections, BTreeMap::new()),
+        Some(workers) => {
+            let mut rooms = vec![ctx.local_room];
+            rooms.extend(workers.rooms());
+            let shares = super::board::share(stage.connections, &rooms);
+            let remote: BTreeMap<String, u32> = workers
+                .names()
+                .into_iter()
+                .zip(shares[1..].iter().copied())
+                .collect();
+            (shares[0], remote)
+        }
+    };
     let mut config = ctx.options.probe.clone();
-    config.connections = stage.connections;
+    config.connections = local;
     config.out = out.to_owned();
     config.name = format!("sweep-{}", stage.connections);
     let begun = Instant::now();
     let probe = ctx.runtime.block_on(RunningProbe::start(config))?;
-    let mut log = StageLog::open(out, stage.connections)?;
+    let workers = ctx.workers.filter(|_| remote.values().any(|&n| n > 0));
+    if let Some(workers) = workers {
+        workers.open(stage.connections, &remote)?;
+    }
+    let mut log = StageLogs::open(out, local, workers.map(|w| (w, stage.connections, &remote)))?;
     // Every attempt ends, opened or failed, within its connect timeout
     // once through the handshake gate.
     let rounds = u32::try_from(stage.connections as usize / MAX_HANDSHAKES_IN_FLIGHT + 1)
@@ -122,22 +150,56 @@ fn measure(
     let bound = ctx.options.probe.connect_timeout * rounds + CONNECT_SLACK;
     let attempts = ctx
         .runtime
-        .block_on(async { tokio::time::timeout(bound, probe.connected()).await });
+        .block_on(async { tokio::time::timeout(bound, probe.connected()).await })
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "the connections were still being opened after {}",
+                humantime::format_duration(Duration::from_secs(bound.as_secs()))
+            )
+        });
+    // The workers' attempts, beside this machine's.
+    let attempts = attempts.and_then(|mut attempts| {
+        if let Some(workers) = workers {
+            let states = workers.wait_done(begun + bound)?;
+            for (name, state) in &states {
+                let share = remote.get(name).copied().unwrap_or(0);
+                if let super::board::WorkerState::Open { opened, failed } = state {
+                    attempts.opened += opened;
+                    attempts.failed += failed;
+                }
+                run.result.machines.push(MachineShare {
+                    name: name.clone(),
+                    connections: share,
+                    state: state.to_string(),
+                });
+            }
+            if let Some((name, why)) = states.iter().find_map(|(n, s)| match s {
+                super::board::WorkerState::Failed { why } => Some((n, why)),
+                _ => None,
+            }) {
+                anyhow::bail!("worker {name}: {why}");
+            }
+        }
+        Ok(attempts)
+    });
     run.result.connect_ms = begun.elapsed().as_millis() as u64;
+    // The workers' records come through their uploads; a worker that dies
+    // meanwhile is named by the wait (after SILENT_FOR) before it ends.
+    let log_wait = match workers {
+        Some(_) => LOG_WAIT + super::workers::SILENT_FOR,
+        None => LOG_WAIT,
+    };
     log.catch_up()?;
     if let Ok(attempts) = &attempts {
         // The probe writes its records at least every 100 ms: wait for the
         // failures to be there, so the first refusal's reason is said.
-        wait_for(&mut log, LOG_WAIT, |log| log.failed().0 >= attempts.failed)?;
+        wait_for(&mut log, log_wait, |log| log.failed().0 >= attempts.failed)?;
     }
     let (refused, first_refusal) = log.failed();
     run.result.refused = refused;
     run.result.first_refusal = first_refusal.map(str::to_owned);
     let measured = match attempts {
-        Err(_) => Err(anyhow::anyhow!(
-            "the connections were still being opened after {}",
-            humantime::format_duration(Duration::from_secs(bound.as_secs()))
-        )),
+        Err(e) => Err(e),
         Ok(attempts) => {
             run.result.opened = attempts.opened;
             (ctx.say)(&format!(
@@ -155,11 +217,24 @@ fn measure(
                     "no connection opened: {}",
                     first_refusal.unwrap_or("no reason given")
                 ))
-            } else if !wait_for(&mut log, LOG_WAIT, |log| log.opened() >= attempts.opened)? {
+            } else if !wait_for(&mut log, log_wait, |log| log.opened() >= attempts.opened)? {
                 Err(anyhow::anyhow!(
-                    "the probe's log did not show its {} open connections within {}",
+                    "the {} did not show its {} open connections within {}",
+                    if workers.is_some() {
+                        "logs (this machine's, and the workers' as uploaded to the agent)"
+                    } else {
+                        "probe's log"
+                    },
                     attempts.opened,
-                    humantime::format_duration(LOG_WAIT)
+                    humantime::format_duration(log_wait)
+                ))
+            } else if workers.is_some() && log.named_by_hub() > 0 {
+                // Across machines the receipts are joined as another
+                // server's, on the agent's clock; a hub's own broadcasts
+                // are joined by their ids, from one machine's view.
+                Err(anyhow::anyhow!(
+                    "the server is a skewscope agent's hub (it named {} of the connections): sweep it from one machine (without --workers), or audit it across devices with `skewscope audit`; --workers sweeps other servers",
+                    log.named_by_hub()
                 ))
             } else {
                 broadcast(ctx, &mut log, run)
@@ -173,6 +248,7 @@ fn measure(
     run.result.dropped = dropped;
     run.result.first_drop = first_drop.map(str::to_owned);
     probe.stop();
+    let closing = workers.map(|w| w.close(stage.connections));
     let stopped = ctx
         .runtime
         .block_on(async { tokio::time::timeout(STOP_WAIT, probe.finish()).await });
@@ -182,11 +258,40 @@ fn measure(
             humantime::format_duration(STOP_WAIT)
         ));
     }
+    if let (Some(workers), Some(closing)) = (workers, closing) {
+        // Their logs are whole on the agent once they say they closed.
+        let closed = closing.and_then(|()| workers.wait_done(Instant::now() + STOP_WAIT));
+        match closed {
+            Ok(states) => {
+                for share in &mut run.result.machines {
+                    if let Some(state) = states.get(&share.name) {
+                        share.state = state.to_string();
+                    }
+                }
+            }
+            Err(e) => (ctx.say)(&format!("sweep: {e:#}; its receipts may be missing")),
+        }
+        log.read_last()?;
+    }
     let broadcasts = measured?;
     if !broadcasts.triggers.is_empty() {
-        run.result.figures = Some(match ctx.tap {
-            None => figures::measure(out, &broadcasts.triggers, broadcasts.listening, &[])?.0,
-            Some(tap) => {
+        run.result.figures = Some(match (ctx.workers, ctx.tap) {
+            (Some(workers), _) => {
+                let mut logs = vec![out.to_owned()];
+                logs.extend(log.worker_copies());
+                let segments = workers.agent_segments()?;
+                figures::measure(&logs, &broadcasts.triggers, broadcasts.listening, &segments)?.0
+            }
+            (None, None) => {
+                figures::measure(
+                    &[out.to_owned()],
+                    &broadcasts.triggers,
+                    broadcasts.listening,
+                    &[],
+                )?
+                .0
+            }
+            (None, Some(tap)) => {
                 let tapped = tap.figures(out, &broadcasts.triggers, broadcasts.listening)?;
                 if let Some(short) = &tapped.short {
                     (ctx.say)(&format!("sweep: {short}"));
@@ -205,7 +310,7 @@ fn measure(
 /// Warms up, then asks for the stage's broadcasts one at a time.
 fn broadcast(
     ctx: &StageContext,
-    log: &mut StageLog,
+    log: &mut StageLogs,
     run: &mut StageRun,
 ) -> anyhow::Result<Broadcasts> {
     let options = ctx.options;
@@ -223,7 +328,7 @@ fn broadcast(
     let mut reached = false;
     while !reached && run.result.warmups < WARMUP_TRIES {
         log.catch_up()?;
-        let before = log.receipts().to_vec();
+        let before = log.receipts();
         send(run).map_err(|e| anyhow::anyhow!("the warm-up's trigger failed: {e}"))?;
         run.result.warmups += 1;
         reached = wait_for(log, settle, |log| log.each_received_since(&before))?;
@@ -235,7 +340,7 @@ fn broadcast(
             humantime::format_duration(settle)
         );
     }
-    let open: Vec<usize> = log.open_connections().collect();
+    let open: Vec<usize> = log.open_connections();
     let counts = log.receipts();
     let most = open.iter().map(|&c| counts[c]).max().unwrap_or(0);
     run.result.never_warmed = open.iter().filter(|&&c| counts[c] == 0).count() as u32;
@@ -260,8 +365,13 @@ fn broadcast(
     let mut incomplete = 0u32;
     for k in 1..=options.settings.broadcasts {
         log.catch_up()?;
-        let before = log.receipts().to_vec();
-        let at = skewscope_os::clock::now().wall_ns;
+        let before = log.receipts();
+        // With workers, every receipt is placed on the agent's clock: the
+        // trigger's time is read on it too.
+        let at = match ctx.workers {
+            Some(workers) => workers.agent_now_ns()?,
+            None => skewscope_os::clock::now().wall_ns,
+        };
         if let Err(e) = send(run) {
             run.result.stopped = Some(format!(
                 "the trigger of broadcast {k} of {} failed: {e}",
@@ -300,9 +410,9 @@ fn broadcast(
 
 /// Waits until `done` says so of the log, or `limit` passes: whether it did.
 fn wait_for(
-    log: &mut StageLog,
+    log: &mut StageLogs,
     limit: Duration,
-    done: impl Fn(&StageLog) -> bool,
+    done: impl Fn(&StageLogs) -> bool,
 ) -> anyhow::Result<bool> {
     let deadline = Instant::now() + limit;
     loop {

@@ -71,7 +71,8 @@ impl TapAgent {
         triggers: &[u64],
         listening: u32,
     ) -> anyhow::Result<TappedFigures> {
-        let (mut figures, _) = figures::measure(log, triggers, listening, &[])?;
+        let logs = [log.to_owned()];
+        let (mut figures, _) = figures::measure(&logs, triggers, listening, &[])?;
         let deadline = Instant::now() + TAP_WAIT;
         loop {
             let status = self
@@ -82,7 +83,7 @@ impl TapAgent {
                 .mirror
                 .sync_segments(&self.api, &status)
                 .with_context(|| format!("cannot copy the log of the agent at {}", self.url))?;
-            let (joined, not_tapped) = figures::measure(log, triggers, listening, &segments)?;
+            let (joined, not_tapped) = figures::measure(&logs, triggers, listening, &segments)?;
             let seen = joined.tap.as_ref().map_or(0, |t| t.broadcasts);
             let complete = not_tapped.is_none() && seen >= figures.heard;
             if not_tapped.is_some() || complete || Instant::now() >= deadline {

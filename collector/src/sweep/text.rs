@@ -30,7 +30,15 @@ pub fn render(result: &SweepResult) -> String {
         (Some(h), _, _) => format!("server: {h}"),
         _ => "server: it names itself nowhere (no Server: header, no --server-pid)".to_owned(),
     };
-    let _ = writeln!(out, "{server}\n");
+    let _ = writeln!(out, "{server}");
+    if s.workers > 0 {
+        let _ = writeln!(
+            out,
+            "connections from this machine and {} worker(s) (skewscope sweep-worker), every receipt placed on the agent's clock",
+            s.workers
+        );
+    }
+    out.push('\n');
     let tapped = s.agent.is_some();
     let _ = writeln!(out, "{}", header(tapped));
     for stage in &result.stages {
@@ -190,6 +198,34 @@ fn notes(result: &SweepResult) -> Vec<String> {
             notes.push(format!(
                 "{at} {} message(s) that no trigger explains (the server's own, or copies joined out of order)",
                 f.unexplained
+            ));
+        }
+        if !stage.machines.is_empty() {
+            let theirs: u32 = stage.machines.iter().map(|m| m.connections).sum();
+            notes.push(format!(
+                "{at} this machine asked for {}; {}",
+                thousands(u64::from(stage.connections.saturating_sub(theirs))),
+                stage
+                    .machines
+                    .iter()
+                    .map(|m| format!(
+                        "{} {} ({})",
+                        m.name,
+                        thousands(u64::from(m.connections)),
+                        m.state
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ));
+        }
+        if let Some(b) = stage.figures.as_ref().and_then(|f| f.skew_bounds_ns) {
+            notes.push(format!(
+                "{at} the skew across machines is on the agent's clock, each machine's known within its time exchange's bound: p99 {} (between {} and {}), max {} (at most {})",
+                short_duration(b.estimate.p99.max(0) as u64),
+                short_duration(b.lo.p99.max(0) as u64),
+                short_duration(b.hi.p99.max(0) as u64),
+                short_duration(b.estimate.max.max(0) as u64),
+                short_duration(b.hi.max.max(0) as u64),
             ));
         }
         if let Some(note) = stage.compressed.note(stage.opened) {

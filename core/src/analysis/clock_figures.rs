@@ -3,7 +3,7 @@
 //! that contains the truth, skew within one device (no clock error), and the
 //! split of latency into fan-out position, network and device delivery.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::analysis::join::{Joined, JoinedReceipt};
 use crate::analysis::placing::PlacedBroadcast;
@@ -16,7 +16,8 @@ use crate::record::ClockState;
 /// A distribution of estimates with the distributions of their lower and upper
 /// bounds. Since every estimate's interval contains its true value, each
 /// percentile of `lo` and `hi` brackets that percentile of the truth.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+// Read back from JSON too: a saved sweep across machines holds one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BoundedSummary {
     /// The estimates.
     #[serde(flatten)]
