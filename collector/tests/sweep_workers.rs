@@ -185,12 +185,20 @@ fn two_workers_share_each_stage_and_the_skew_across_machines_holds_the_truth() {
     let w1 = worker(&agent_url, &token, "w1", dir.path(), false);
     let w2 = worker(&agent_url, &token, "w2", dir.path(), true);
     let keep = dir.path().join("keep");
+    let html = dir.path().join("sweep.html");
     let args = fastapi_sweep(
         &server,
         &agent_url,
         &token,
         "2",
-        &["--stages", "6,30", "--keep", keep.to_str().unwrap()],
+        &[
+            "--stages",
+            "6,30",
+            "--keep",
+            keep.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+        ],
     );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (out, result) = sweep(&args, dir.path());
@@ -202,6 +210,15 @@ fn two_workers_share_each_stage_and_the_skew_across_machines_holds_the_truth() {
         "{stdout}"
     );
 
+    // The page says what each machine did and the skew's bounds.
+    let page = std::fs::read_to_string(&html).unwrap();
+    for says in [
+        "each machine&#39;s receipts placed on the agent&#39;s clock",
+        "this machine asked for 2; w1 2 (closed,",
+        "the skew across machines is on the agent&#39;s clock",
+    ] {
+        assert!(page.contains(says), "{says}");
+    }
     let stages = result["stages"].as_array().unwrap();
     assert_eq!(stages.len(), 2, "{result:#}");
     for (stage, n) in stages.iter().zip([6u64, 30]) {

@@ -81,7 +81,12 @@ pub fn page(result: &SweepResult, made: &str) -> String {
             "receive skew",
         ),
         &format!(
-            "Each stage's broadcasts: how far apart its connections received each one (last receipt − first, on this host's one clock), at p50, p99 and the largest. The dashed line is the threshold, {}. Both axes are logarithmic.{}",
+            "Each stage's broadcasts: how far apart its connections received each one (last receipt − first, {}), at p50, p99 and the largest. The dashed line is the threshold, {}. Both axes are logarithmic.{}",
+            if result.settings.workers > 0 {
+                "each machine's receipts placed on the agent's clock: the stages' notes give the bounds"
+            } else {
+                "on this host's one clock"
+            },
             short_duration(result.settings.max_skew_p99_ns),
             if tapped {
                 " The server's fan-out span is how far apart it sent the copies (its last copy's first byte on the wire − its first's, as the agent's tap saw them): the part of the skew the server made before the network or the clients had a say."
@@ -357,9 +362,13 @@ fn stages_table(out: &mut String, r: &SweepResult) {
             .skew_p99_ns()
             .is_some_and(|p| p > r.settings.max_skew_p99_ns);
         let compressed = s.compressed.note(s.opened);
+        let machines = super::text::machines_note(s);
+        let bounds = super::text::bounds_note(s);
         let notes: Vec<&str> = [
             s.cut.as_deref(),
             s.stopped.as_deref(),
+            machines.as_deref(),
+            bounds.as_deref(),
             compressed.as_deref(),
             s.tap_short.as_deref(),
         ]

@@ -200,33 +200,11 @@ fn notes(result: &SweepResult) -> Vec<String> {
                 f.unexplained
             ));
         }
-        if !stage.machines.is_empty() {
-            let theirs: u32 = stage.machines.iter().map(|m| m.connections).sum();
-            notes.push(format!(
-                "{at} this machine asked for {}; {}",
-                thousands(u64::from(stage.connections.saturating_sub(theirs))),
-                stage
-                    .machines
-                    .iter()
-                    .map(|m| format!(
-                        "{} {} ({})",
-                        m.name,
-                        thousands(u64::from(m.connections)),
-                        m.state
-                    ))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ));
-        }
-        if let Some(b) = stage.figures.as_ref().and_then(|f| f.skew_bounds_ns) {
-            notes.push(format!(
-                "{at} the skew across machines is on the agent's clock, each machine's known within its time exchange's bound: p99 {} (between {} and {}), max {} (at most {})",
-                short_duration(b.estimate.p99.max(0) as u64),
-                short_duration(b.lo.p99.max(0) as u64),
-                short_duration(b.hi.p99.max(0) as u64),
-                short_duration(b.estimate.max.max(0) as u64),
-                short_duration(b.hi.max.max(0) as u64),
-            ));
+        for note in [machines_note(stage), bounds_note(stage)]
+            .into_iter()
+            .flatten()
+        {
+            notes.push(format!("{at} {note}"));
         }
         if let Some(note) = stage.compressed.note(stage.opened) {
             notes.push(format!("{at} {note}"));
@@ -251,6 +229,43 @@ fn notes(result: &SweepResult) -> Vec<String> {
         ));
     }
     notes
+}
+
+/// With workers: what each machine was asked for and how it ended.
+pub fn machines_note(stage: &StageResult) -> Option<String> {
+    if stage.machines.is_empty() {
+        return None;
+    }
+    let theirs: u32 = stage.machines.iter().map(|m| m.connections).sum();
+    Some(format!(
+        "this machine asked for {}; {}",
+        thousands(u64::from(stage.connections.saturating_sub(theirs))),
+        stage
+            .machines
+            .iter()
+            .map(|m| format!(
+                "{} {} ({})",
+                m.name,
+                thousands(u64::from(m.connections)),
+                m.state
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    ))
+}
+
+/// With workers: the skew's bounds across the machines' clocks.
+pub fn bounds_note(stage: &StageResult) -> Option<String> {
+    let b = stage.figures.as_ref()?.skew_bounds_ns?;
+    let d = |ns: i64| short_duration(ns.max(0) as u64);
+    Some(format!(
+        "the skew across machines is on the agent's clock, each machine's known within its time exchange's bound: p99 {} (between {} and {}), max {} (at most {})",
+        d(b.estimate.p99),
+        d(b.lo.p99),
+        d(b.hi.p99),
+        d(b.estimate.max),
+        d(b.hi.max),
+    ))
 }
 
 /// Packets the tap's ring dropped during `stage` (its cumulative count
