@@ -49,15 +49,6 @@ fn mono_ns() -> u64 {
     t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }
 
-fn quantiles(mut v: Vec<u64>) -> (u64, u64, u64) {
-    if v.is_empty() {
-        return (0, 0, 0);
-    }
-    v.sort_unstable();
-    let at = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
-    (at(0.5), at(0.99), v[v.len() - 1])
-}
-
 /// A reader thread: every datagram with the moment it was read, until
 /// `stop` (checked between 50 ms read timeouts).
 type Reader = std::thread::JoinHandle<Vec<(u64, Vec<u8>)>>;
@@ -228,13 +219,13 @@ fn run_kind(
         .map(|(at, bytes)| Ok((at, serde_json::from_slice(&bytes)?)))
         .collect::<anyhow::Result<_>>()?;
     let on_time: Vec<&(u64, ActNotice)> = notices.iter().filter(|(_, n)| !n.late).collect();
-    let (timer50, timer99, _) = quantiles(
+    let (timer50, timer99, _) = crate::format::quantiles(
         on_time
             .iter()
             .map(|(_, n)| n.done_mono_ns - n.target_mono_ns)
             .collect(),
     );
-    let (app50, app99, _) = quantiles(
+    let (app50, app99, _) = crate::format::quantiles(
         on_time
             .iter()
             .map(|(at, n)| at.saturating_sub(n.target_mono_ns))
@@ -244,13 +235,13 @@ fn run_kind(
         socket: kind,
         notices: notices.len(),
         actions: count(|r| matches!(r, ProbeRecord::Action(_))),
-        notice_ns: quantiles(
+        notice_ns: crate::format::quantiles(
             notices
                 .iter()
                 .map(|(at, n)| at.saturating_sub(n.done_mono_ns))
                 .collect(),
         ),
-        floor_ns: quantiles(floor),
+        floor_ns: crate::format::quantiles(floor),
         timer_ns: (timer50, timer99),
         app_ns: (app50, app99),
     })

@@ -14,10 +14,19 @@
 //! hindsight is the p99.9 of those over the measured copies: the shortest
 //! one lead that would have left at most one action in a thousand late.
 //! Printed: late actions under `lead=auto`, the leads it chose, and those
-//! against that best fixed lead.
+//! against that best fixed lead; and per broadcast, how far apart its
+//! copies were read (receive skew) against how far apart the devices
+//! acted on it (action skew): a lead that leaves a device too little time
+//! to plan and wake makes the second wider than the first.
+//!
+//! `loopback` is no link at all (the probes connect to the agent
+//! directly), and `--busy N` runs N busy loops beside the run: the host
+//! stalls alone, which is where a lead chosen too short shows.
 
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use skewscope_core::record::{MessageKey, ProbeRecord};
@@ -31,11 +40,60 @@ const WARM_UP_BROADCASTS: usize = 80;
 /// Between two broadcasts.
 const INTERVAL: Duration = Duration::from_millis(200);
 
+/// What the devices' connections and time exchanges go through.
+#[derive(Clone, Debug)]
+pub enum Path {
+    /// Straight to the agent on loopback.
+    Loopback,
+    /// Each device behind its own emulated link.
+    Link(Box<Profile>),
+}
+
+impl Path {
+    /// `loopback`, or the link profile's name.
+    pub fn named(name: &str) -> Option<Path> {
+        match name {
+            "loopback" => Some(Path::Loopback),
+            _ => Profile::named(name).map(|p| Path::Link(Box::new(p))),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Path::Loopback => "loopback",
+            Path::Link(p) => p.name,
+        }
+    }
+}
+
+/// Longest a busy loop spins, whatever happens to the run.
+const BUSY_AT_MOST: Duration = Duration::from_secs(1800);
+
+/// `n` threads spinning until the returned flag is set (or
+/// [`BUSY_AT_MOST`]): a loaded host.
+fn busy_loops(n: usize) -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for _ in 0..n {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let begun = Instant::now();
+            while !stop.load(Ordering::Relaxed) && begun.elapsed() < BUSY_AT_MOST {
+                std::hint::spin_loop();
+            }
+        });
+    }
+    stop
+}
+
 /// One profile's figures (ns unless said).
 #[derive(Clone, Debug, Serialize)]
 pub struct AutoLeadFigures {
-    /// The link.
+    /// The link (`loopback`: none).
     pub profile: &'static str,
+    /// Busy loops beside the run.
+    pub busy: usize,
+    /// Whether the probes acted from a real-time thread (`--act-realtime`).
+    pub realtime: bool,
     /// Broadcasts measured, and their actions.
     pub broadcasts: usize,
     /// …
@@ -50,6 +108,13 @@ pub struct AutoLeadFigures {
     pub every_copy_ns: u64,
     /// Chosen ÷ best fixed: p50 and max.
     pub ratio: (f64, f64),
+    /// Per measured broadcast, its last copy's arrival − its first's
+    /// (kernel stamps, one clock): p50, p99, max.
+    pub receive_skew_ns: (u64, u64, u64),
+    /// Per measured broadcast, its last action − its first: p50, p99, max.
+    pub action_skew_ns: (u64, u64, u64),
+    /// Measured broadcasts whose action skew exceeded their receive skew.
+    pub acted_wider: usize,
     /// Every late action, to tell a lead too short (the copy needed more
     /// than it was given) from a device that misplaced its moment.
     pub late_actions: Vec<LateAction>,
@@ -80,16 +145,36 @@ pub struct LateAction {
     pub offset_bound_ns: Option<u64>,
 }
 
-/// Runs every profile: `broadcasts` measured broadcasts each.
-pub fn run(profiles: &[Profile], broadcasts: usize) -> anyhow::Result<Vec<AutoLeadFigures>> {
-    profiles
+/// Runs every path: `broadcasts` measured broadcasts each, with `busy`
+/// busy loops beside each run.
+pub fn run(
+    paths: &[Path],
+    broadcasts: usize,
+    busy: usize,
+    realtime: bool,
+) -> anyhow::Result<Vec<AutoLeadFigures>> {
+    paths
         .iter()
-        .map(|p| run_profile(*p, broadcasts))
+        .map(|p| {
+            let stop = busy_loops(busy);
+            let figures = run_profile(p, broadcasts, busy, realtime);
+            stop.store(true, Ordering::Relaxed);
+            figures
+        })
         .collect()
 }
 
-fn run_profile(profile: Profile, broadcasts: usize) -> anyhow::Result<AutoLeadFigures> {
-    eprintln!("bench: auto-lead: {}", profile.name);
+fn run_profile(
+    path: &Path,
+    broadcasts: usize,
+    busy: usize,
+    realtime: bool,
+) -> anyhow::Result<AutoLeadFigures> {
+    eprintln!(
+        "bench: auto-lead: {} (busy loops: {busy}{})",
+        path.name(),
+        if realtime { ", --act-realtime" } else { "" }
+    );
     let dir = tempfile::tempdir()?;
     let (agent, addr) = start_agent(dir.path())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -98,19 +183,27 @@ fn run_profile(profile: Profile, broadcasts: usize) -> anyhow::Result<AutoLeadFi
     let mut links = Vec::new();
     let mut probes = Vec::new();
     for i in 0..2u64 {
-        let link = Link::start(profile, 301 + i, "127.0.0.1:0".parse()?, addr, None)?;
+        let via = match path {
+            Path::Loopback => addr,
+            Path::Link(profile) => {
+                let link = Link::start(**profile, 301 + i, "127.0.0.1:0".parse()?, addr, None)?;
+                let via = link.addr();
+                links.push(link);
+                via
+            }
+        };
         let log = dir.path().join(format!("device-{i}.sklog"));
         let child = Command::new(sibling("skewscope-probe")?)
-            .args(["--url", &format!("ws://{}/ws", link.addr())])
+            .args(["--url", &format!("ws://{via}/ws")])
             .args(["--name", &format!("device-{i}"), "--connections", "3"])
             .args(["--duration", "600s", "--act-at", "/at_ns"])
             .args(["--upload", &format!("http://{addr}")])
+            .args(realtime.then_some("--act-realtime"))
             .arg("--out")
             .arg(&log)
             .stderr(Stdio::null())
             .spawn()?;
         probes.push((Reaped(child), log));
-        links.push(link);
     }
     for (_, log) in &probes {
         wait_for("probe connected", Duration::from_secs(60), || {
@@ -210,6 +303,41 @@ fn run_profile(profile: Profile, broadcasts: usize) -> anyhow::Result<AutoLeadFi
             }
         }
     }
+    // Per measured broadcast: its copies' arrivals and its actions, every
+    // device's (one clock: the host's).
+    let mut spread: std::collections::BTreeMap<u64, (Vec<u64>, Vec<u64>)> = Default::default();
+    for (_, log) in &probes {
+        for r in probe_records(log) {
+            match r {
+                ProbeRecord::Receipt(rc) => {
+                    if let MessageKey::Seq(seq) = rc.key
+                        && measured.contains(&seq)
+                    {
+                        let arrival = rc.at.wall_ns - rc.kernel_delay_ns.unwrap_or(0);
+                        spread.entry(seq).or_default().0.push(arrival);
+                    }
+                }
+                ProbeRecord::Action(a) => {
+                    if let MessageKey::Seq(seq) = a.key
+                        && measured.contains(&seq)
+                    {
+                        spread.entry(seq).or_default().1.push(a.done.wall_ns);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let width = |v: &[u64]| v.iter().max().zip(v.iter().min()).map(|(a, b)| a - b);
+    let (mut receive_skew, mut action_skew, mut acted_wider) = (Vec::new(), Vec::new(), 0);
+    for (arrivals, acted) in spread.values() {
+        if let (Some(r), Some(a)) = (width(arrivals), width(acted)) {
+            receive_skew.push(r);
+            action_skew.push(a);
+            acted_wider += usize::from(a > r);
+        }
+    }
+
     // What a rule could have known of each late one: the needs read
     // before its broadcast was built.
     let mut late_actions: Vec<LateAction> = late_actions
@@ -235,7 +363,9 @@ fn run_profile(profile: Profile, broadcasts: usize) -> anyhow::Result<AutoLeadFi
     let p50 = chosen[chosen.len() / 2];
     let max = *chosen.last().expect("not empty");
     Ok(AutoLeadFigures {
-        profile: profile.name,
+        profile: path.name(),
+        busy,
+        realtime,
         broadcasts,
         actions,
         late,
@@ -246,12 +376,19 @@ fn run_profile(profile: Profile, broadcasts: usize) -> anyhow::Result<AutoLeadFi
             p50 as f64 / best_fixed.max(1) as f64,
             max as f64 / best_fixed.max(1) as f64,
         ),
+        receive_skew_ns: crate::format::quantiles(receive_skew),
+        action_skew_ns: crate::format::quantiles(action_skew),
+        acted_wider,
         late_actions,
     })
 }
 
 fn ms(ns: u64) -> String {
     format!("{:.2}", ns as f64 / 1e6)
+}
+
+fn ms3(ns: u64) -> String {
+    format!("{:.3}", ns as f64 / 1e6)
 }
 
 /// Prints the figures side by side.
@@ -288,6 +425,24 @@ pub fn print(figures: &[AutoLeadFigures]) {
             ms(f.best_fixed_ns),
             ms(f.every_copy_ns),
             format!("{:.2}/{:.2}", f.ratio.0, f.ratio.1)
+        );
+    }
+    println!(
+        "\nper broadcast, its copies' spread (receive skew) against its actions' (action skew), ms:"
+    );
+    println!(
+        "{:<12} {:>5} {:>24} {:>24} {:>22}",
+        "profile", "busy", "receive p50/p99/max", "action p50/p99/max", "acted wider than read"
+    );
+    for f in figures {
+        let three = |(a, b, c): (u64, u64, u64)| format!("{}/{}/{}", ms3(a), ms3(b), ms3(c));
+        println!(
+            "{:<12} {:>5} {:>24} {:>24} {:>22}",
+            f.profile,
+            f.busy,
+            three(f.receive_skew_ns),
+            three(f.action_skew_ns),
+            format!("{} of {}", f.acted_wider, f.broadcasts)
         );
     }
     for f in figures.iter().filter(|f| !f.late_actions.is_empty()) {

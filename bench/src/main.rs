@@ -76,13 +76,22 @@ enum Command {
     /// `lead=auto` over emulated links: late actions, and the leads it
     /// chose against the best fixed lead in hindsight.
     AutoLead {
-        /// Link profiles (wired, good-wifi, busy-wifi, asymmetric, dozing).
+        /// Link profiles (wired, good-wifi, busy-wifi, asymmetric, dozing),
+        /// or loopback: no link, the probes straight to the agent.
         #[arg(
             long,
             value_delimiter = ',',
             default_value = "wired,good-wifi,busy-wifi,asymmetric,dozing"
         )]
         profiles: Vec<String>,
+        /// Busy loops beside each run (2: one per core of this machine),
+        /// so the host itself stalls.
+        #[arg(long, default_value_t = 0)]
+        busy: usize,
+        /// The probes act from a real-time thread (their --act-realtime;
+        /// needs root or CAP_SYS_NICE), as a device under load should.
+        #[arg(long)]
+        act_realtime: bool,
         /// Broadcasts measured per profile, after 80 of warm-up: 334 make
         /// over 2,000 actions (6 connections), ten times what a p99.9
         /// needs to be seen once.
@@ -448,10 +457,19 @@ fn main() -> anyhow::Result<()> {
         }
         Command::AutoLead {
             profiles,
+            busy,
+            act_realtime,
             broadcasts,
             json,
         } => {
-            let figures = auto_lead::run(&link_profiles(&profiles)?, broadcasts)?;
+            let paths = profiles
+                .iter()
+                .map(|n| {
+                    auto_lead::Path::named(n)
+                        .ok_or_else(|| anyhow::anyhow!("no link profile {n:?} (or loopback)"))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let figures = auto_lead::run(&paths, broadcasts, busy, act_realtime)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&figures)?);
             } else {
