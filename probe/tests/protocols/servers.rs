@@ -308,6 +308,26 @@ pub fn stomp_publish(port: u16, destination: &str) -> std::thread::JoinHandle<()
             )
             .unwrap();
         }
-        s.write_all(b"DISCONNECT\n\n\0").unwrap();
+        // STOMP's graceful end (1.2, "Graceful Disconnect"): a DISCONNECT
+        // with a receipt, and the broker's RECEIPT before the socket
+        // closes, so every SEND before it was taken. Closed at once, a
+        // loaded broker could drop the last SEND with the connection: one
+        // payload short on every subscriber, seen once in a soak.
+        s.write_all(b"DISCONNECT\nreceipt:bye\n\n\0").unwrap();
+        let mut receipt = Vec::new();
+        loop {
+            s.read_exact(&mut byte).unwrap();
+            if byte[0] == 0 {
+                // A frame ends; heart-beat newlines before it are skipped.
+                let frame = String::from_utf8_lossy(&receipt).trim_start().to_owned();
+                if frame.starts_with("RECEIPT") {
+                    assert!(frame.contains("receipt-id:bye"), "{frame}");
+                    break;
+                }
+                receipt.clear();
+            } else {
+                receipt.push(byte[0]);
+            }
+        }
     })
 }
