@@ -488,3 +488,55 @@ fn workers_that_never_come_a_namesake_or_a_hub_across_machines_are_refused_with_
     let err = rest.join().unwrap();
     assert!(status.success(), "{err}");
 }
+
+#[test]
+fn a_plan_past_a_workers_room_is_refused_by_the_worker_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_agent, agent_url, token) = agent(dir.path());
+    let mut w = worker(&agent_url, &token, "w1", dir.path(), false);
+    let mut said = std::io::BufReader::new(w.0.stderr.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut said, &mut first).unwrap();
+    assert!(first.contains("on the board of"), "{first}");
+    let rest = std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut said, &mut rest);
+        rest
+    });
+    // A plan no sweep would make (it shares within each room), as a
+    // broken or hostile one might pin it.
+    let token_text = std::fs::read_to_string(&token).unwrap().trim().to_owned();
+    let http = collector::audit::agent_api::http_client(None).unwrap();
+    let api = collector::audit::agent_api::AgentApi::new(&agent_url, Some(token_text), http);
+    let plan = serde_json::json!({
+        "sweep": "t1", "seq": 1, "step": "open", "stage": 4_000_000_000u32,
+        "shares": {"w1": 4_000_000_000u32},
+        "connect": {"url": "ws://127.0.0.1:9/ws", "protocol": {}, "headers": [],
+                    "subprotocols": [], "deflate": true, "connect_timeout_ms": 1000,
+                    "insecure": false}
+    });
+    let _: Value = api.call_json("PUT", "/sweep/plan", Some(&plan)).unwrap();
+    let mut state = Value::Null;
+    common::wait_for("w1 acting on the plan", Duration::from_secs(30), || {
+        let view: Value = api.call_json("GET", "/sweep", None::<&Value>).unwrap();
+        let status = &view["workers"][0]["status"];
+        state = status["state"].clone();
+        status["acted_on"] == serde_json::json!(["t1", 1])
+    });
+    assert_eq!(state["state"], "failed", "{state}");
+    assert!(
+        state["why"]
+            .as_str()
+            .unwrap()
+            .contains("asked for 4000000000 connections; this machine has room for"),
+        "{state}"
+    );
+    // Taken down: the worker, --once, exits; it opened nothing.
+    let _: Value = api
+        .call_json("DELETE", "/sweep/plan", None::<&Value>)
+        .unwrap();
+    let (status, _) = exited(w);
+    let err = rest.join().unwrap();
+    assert!(status.success(), "{err}");
+    assert!(!err.contains("opening"), "{err}");
+}
