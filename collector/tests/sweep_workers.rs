@@ -125,6 +125,24 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// Waits until worker `name` says it is on the board (its first line),
+/// then reads the rest of what it says on a thread of its own, so it can
+/// go on saying it: the rest, once it exits.
+fn once_on_the_board(w: &mut Reaped, name: &str) -> std::thread::JoinHandle<String> {
+    let mut said = std::io::BufReader::new(w.0.stderr.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut said, &mut first).unwrap();
+    assert!(
+        first.contains(&format!("sweep-worker {name}: on the board of")),
+        "{first}"
+    );
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut said, &mut rest);
+        rest
+    })
+}
+
 /// Waits (bounded) for a worker to exit; its stderr and status.
 fn exited(mut worker: Reaped) -> (std::process::ExitStatus, String) {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -440,19 +458,7 @@ fn workers_that_never_come_a_namesake_or_a_hub_across_machines_are_refused_with_
     // A second worker under a name a live one has is refused (once the
     // first is on the board: it says so on its first line).
     let mut w = worker(&agent_url, &token, "w1", dir.path(), false);
-    let mut said = std::io::BufReader::new(w.0.stderr.take().unwrap());
-    let mut first = String::new();
-    std::io::BufRead::read_line(&mut said, &mut first).unwrap();
-    assert!(
-        first.contains("sweep-worker w1: on the board of"),
-        "{first}"
-    );
-    // The rest is read on, so the worker can go on saying what it does.
-    let rest = std::thread::spawn(move || {
-        let mut rest = String::new();
-        let _ = std::io::Read::read_to_string(&mut said, &mut rest);
-        rest
-    });
+    let rest = once_on_the_board(&mut w, "w1");
     let namesake = Command::new(SKEWSCOPE)
         .args([
             "sweep-worker",
@@ -494,15 +500,7 @@ fn a_plan_past_a_workers_room_is_refused_by_the_worker_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let (_agent, agent_url, token) = agent(dir.path());
     let mut w = worker(&agent_url, &token, "w1", dir.path(), false);
-    let mut said = std::io::BufReader::new(w.0.stderr.take().unwrap());
-    let mut first = String::new();
-    std::io::BufRead::read_line(&mut said, &mut first).unwrap();
-    assert!(first.contains("on the board of"), "{first}");
-    let rest = std::thread::spawn(move || {
-        let mut rest = String::new();
-        let _ = std::io::Read::read_to_string(&mut said, &mut rest);
-        rest
-    });
+    let rest = once_on_the_board(&mut w, "w1");
     // A plan no sweep would make (it shares within each room), as a
     // broken or hostile one might pin it.
     let token_text = std::fs::read_to_string(&token).unwrap().trim().to_owned();

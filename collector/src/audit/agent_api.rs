@@ -271,33 +271,23 @@ impl AgentApi {
         body: &[u8],
         limit: u64,
     ) -> Result<(Option<u64>, Vec<u8>), ApiError> {
-        let bearer = self.token.as_ref().map(|t| format!("Bearer {t}"));
-        let result = match method {
-            "PUT" | "POST" => {
-                let mut request = if method == "PUT" {
-                    self.http.put(url)
-                } else {
-                    self.http.post(url)
-                };
-                if let Some(b) = &bearer {
-                    request = request.header("Authorization", b);
-                }
-                request
-                    .header("Content-Type", "application/json")
-                    .send(body)
-            }
-            _ => {
-                let mut request = if method == "DELETE" {
-                    self.http.delete(url)
-                } else {
-                    self.http.get(url)
-                };
-                if let Some(b) = &bearer {
-                    request = request.header("Authorization", b);
-                }
-                request.call()
-            }
-        };
+        let mut request = ureq::http::Request::builder().method(method).uri(url);
+        if let Some(token) = &self.token {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        // A body only where there is one: ureq refuses one on a GET.
+        let result = if body.is_empty() {
+            request.body(()).map(|r| self.http.run(r))
+        } else {
+            request
+                .header("Content-Type", "application/json")
+                .body(body)
+                .map(|r| self.http.run(r))
+        }
+        .map_err(|e| ApiError::Unexpected {
+            url: url.to_owned(),
+            detail: format!("cannot make the request: {e}"),
+        })?;
         let mut response = result.map_err(|source| ApiError::Unreachable {
             url: url.to_owned(),
             source,
