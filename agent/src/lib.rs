@@ -159,7 +159,7 @@ impl RunningAgent {
                     .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
             )),
             publish_budget: Arc::new(tokio::sync::Semaphore::new(publish_budget_bytes)),
-            stamping: Arc::new(tokio::sync::Semaphore::new(1)),
+            body_work: Arc::new(tokio::sync::Semaphore::new(1)),
             clock_sessions: Arc::new(tokio::sync::Semaphore::new(
                 config
                     .max_clock_sessions

@@ -29,6 +29,16 @@ fn state_message() -> String {
     format!(r#"{{"scene":"lobby","cues":[{}]}}"#, cues.join(","))
 }
 
+/// A state message of about 300 KB: past the size the agent makes ready to
+/// send on its request thread, so it is encoded and compressed on a
+/// blocking thread.
+fn large_state_message() -> String {
+    let cues: Vec<String> = (0..8_000)
+        .map(|n| format!(r#"{{"light":{n},"level":{},"fade_ms":250}}"#, (n * 7) % 100))
+        .collect();
+    format!(r#"{{"scene":"atrium","cues":[{}]}}"#, cues.join(","))
+}
+
 /// Random bytes: they do not shrink, so everyone gets the plain frame.
 fn noise(len: usize) -> Vec<u8> {
     let mut x = 0x9e37_79b9_7f4a_7c15_u64;
@@ -63,7 +73,7 @@ async fn compressed_and_plain_probes_get_the_same_broadcasts_and_join() {
         );
         config.name = name.into();
         config.connections = 2;
-        config.count = Some(3);
+        config.count = Some(4);
         config.deflate = deflate;
         config.time_exchange = false;
         let probe = RunningProbe::start(config).await.unwrap();
@@ -101,7 +111,12 @@ async fn compressed_and_plain_probes_get_the_same_broadcasts_and_join() {
         health.body
     );
     assert_eq!(start_test(agent.addr, None).await.unwrap().status, 200);
-    for body in [state_message().into_bytes(), noise(2000)] {
+    assert!(large_state_message().len() > 256 * 1024);
+    for body in [
+        state_message().into_bytes(),
+        noise(2000),
+        large_state_message().into_bytes(),
+    ] {
         let r = request(agent.addr, "POST", "/publish", &body, None)
             .await
             .unwrap();
@@ -138,7 +153,7 @@ async fn compressed_and_plain_probes_get_the_same_broadcasts_and_join() {
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(summary.receipts, 6, "every broadcast on both connections");
+        assert_eq!(summary.receipts, 8, "every broadcast on both connections");
     }
     let log = agent.log_path.clone();
     agent.shutdown().await.unwrap();
@@ -164,7 +179,7 @@ async fn compressed_and_plain_probes_get_the_same_broadcasts_and_join() {
     // joins its broadcast, and nobody missed one.
     let joined = skewscope_core::analysis::join::join(Some(&agent_records), &[&offers, &declines]);
     assert_eq!(joined.unmatched, 0);
-    assert_eq!(joined.broadcasts.len(), 3);
+    assert_eq!(joined.broadcasts.len(), 4);
     for b in &joined.broadcasts {
         assert_eq!(b.receipts.len(), 4, "{b:?}");
         assert!(b.missing.is_empty(), "{b:?}");

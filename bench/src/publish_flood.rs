@@ -7,9 +7,10 @@
 //! broadcast (`/publish`, no lead) every 20 ms whose receipt it times. A
 //! quiet phase, then `rounds` floods of [`BODIES`] bodies of 1,000,000
 //! bytes sent at once to `/publish?lead=1s`, each followed by a second of
-//! quiet. Printed: the `/clock` round trip and the small broadcasts'
-//! publish-to-receipt latency, quiet and while a flood's bodies are in
-//! flight, and the agent's peak memory.
+//! quiet. Printed: the `/clock` round trip, split into where it was spent
+//! ([`ClockSamples`]), and the small broadcasts' publish-to-receipt
+//! latency, quiet and while a flood's bodies are in flight, and the agent's
+//! peak memory.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -50,6 +51,35 @@ struct Samples {
     flooding: Vec<i64>,
 }
 
+/// A `/clock` round trip and where it was spent, from the agent's stamps
+/// (`t2` the kernel's receipt of the request, `t3` just before the reply is
+/// written) and the client's kernel stamp of the reply: all on this host's
+/// one wall clock.
+#[derive(Default)]
+struct ClockSamples {
+    /// Request written → reply read, as the client's process sees it.
+    round_trip: Samples,
+    /// Request written → the client's kernel has the reply: the round trip a
+    /// client on another device sees, whose process does not share these
+    /// two cores with the agent and the floods.
+    at_kernel: Samples,
+    /// Samples whose reply had no usable kernel stamp (only in `round_trip`).
+    unsplit: u64,
+    /// Request written → the agent's kernel has it (`t2 − t1`).
+    up: Samples,
+    /// The agent's kernel has the request → the agent writes the reply
+    /// (`t3 − t2`): subtracted by every client, so it never widens a bound.
+    held: Samples,
+    /// The agent writes the reply → the client's kernel has it.
+    down: Samples,
+    /// The client's kernel has the reply → the client's process reads it:
+    /// the measuring client's own wake-up on these shared cores, which a
+    /// device elsewhere on the LAN does not share with the agent.
+    client_wake: Samples,
+    /// What bounds the client's offset: the round trip less `held`.
+    bounding: Samples,
+}
+
 impl Samples {
     fn push(&mut self, flooding: bool, ns: i64) {
         if flooding {
@@ -67,7 +97,7 @@ pub fn run(rounds: usize) -> anyhow::Result<()> {
     let addr = agent.addr;
     let pid = agent.child.id();
     let stop = Arc::new(AtomicBool::new(false));
-    let clock = Arc::new(Mutex::new(Samples::default()));
+    let clock = Arc::new(Mutex::new(ClockSamples::default()));
     let ticks = Arc::new(Mutex::new(Samples::default()));
     let big_copies = Arc::new(AtomicU64::new(0));
     let clock_thread = {
@@ -102,8 +132,14 @@ pub fn run(rounds: usize) -> anyhow::Result<()> {
     };
     std::thread::sleep(QUIET);
     let rss_quiet = rss_kib(pid)?;
+    // The floods' senders stand in for other machines on the LAN: on these
+    // shared cores they step aside (nice 19), so what the clients measure
+    // is the agent's, not their own bench's, contention.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .on_thread_start(|| {
+            let _ = skewscope_os::priority::lower_this_thread();
+        })
         .enable_all()
         .build()?;
     let body = Arc::new(format!(
@@ -166,7 +202,16 @@ pub fn run(rounds: usize) -> anyhow::Result<()> {
     );
     println!("|---|---|---|---:|");
     for (what, s) in [
-        ("/clock round trip", &*clock),
+        ("/clock round trip", &clock.round_trip),
+        ("  to the client's kernel (t4 − t1)", &clock.at_kernel),
+        ("  request to the agent's kernel (t2 − t1)", &clock.up),
+        ("  held by the agent (t3 − t2)", &clock.held),
+        ("  reply to the client's kernel", &clock.down),
+        ("  the client's own wake-up", &clock.client_wake),
+        (
+            "  round trip less held (what bounds an offset)",
+            &clock.bounding,
+        ),
         ("small broadcast: publish to receipt", &*ticks),
     ] {
         let (q, f) = (Summary::of(&s.quiet), Summary::of(&s.flooding));
@@ -180,6 +225,12 @@ pub fn run(rounds: usize) -> anyhow::Result<()> {
             _ => "-".into(),
         };
         println!("| {what} | {} | {} | {ratio} |", cell(&q), cell(&f));
+    }
+    if clock.unsplit > 0 {
+        println!(
+            "\n{} /clock sample(s) without a usable kernel stamp: in the round trip only",
+            clock.unsplit
+        );
     }
     println!(
         "\nagent memory: {rss_quiet} KiB quiet, {} KiB at its peak",
@@ -195,21 +246,32 @@ fn on_own_runtime(f: impl std::future::Future<Output = anyhow::Result<()>>) -> a
         .block_on(f)
 }
 
-/// Exchanges on `/clock` every [`CLOCK_EVERY`] until `stop`.
+/// Exchanges on `/clock` every [`CLOCK_EVERY`] until `stop`, reading the
+/// socket with kernel receive stamps so the round trip splits into where it
+/// was spent ([`ClockSamples`]).
 async fn clock_client(
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
-    samples: Arc<Mutex<Samples>>,
+    samples: Arc<Mutex<ClockSamples>>,
 ) -> anyhow::Result<()> {
-    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/clock")).await?;
+    use skewscope_os::clock::kernel_realtime_ns;
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
+    let (stamped, last_rx) = skewscope_os::rx_stamp::RxStamped::new(tcp);
+    let (mut ws, _) =
+        tokio_tungstenite::client_async(format!("ws://{addr}/clock"), stamped).await?;
     let mut id = 0u64;
     while !stop.load(Ordering::Relaxed) {
+        if id > 0 {
+            tokio::time::sleep(CLOCK_EVERY).await;
+        }
         id += 1;
         let flooding = FLOODING.load(Ordering::SeqCst);
         let sent = Instant::now();
+        let t1 = kernel_realtime_ns();
         ws.send(Message::text(format!(r#"{{"id": {id}, "t1": {id}}}"#)))
             .await?;
-        loop {
+        let reply = loop {
             let m = tokio::time::timeout(Duration::from_secs(30), ws.next())
                 .await
                 .context("no /clock reply in 30 s")?
@@ -219,13 +281,36 @@ async fn clock_client(
             }
             let reply: serde_json::Value = serde_json::from_str(m.to_text()?)?;
             if reply["id"].as_u64() == Some(id) {
-                break;
+                break reply;
             }
-        }
+        };
         let rtt = sent.elapsed().as_nanos() as i64;
+        let read_at = kernel_realtime_ns();
+        let stamp = |name: &str| {
+            reply[name]
+                .as_i64()
+                .with_context(|| format!("a /clock reply without {name}"))
+        };
+        let (t2, t3) = (stamp("t2_ns")?, stamp("t3_ns")?);
         let flooding = flooding || FLOODING.load(Ordering::SeqCst);
-        samples.lock().expect("not poisoned").push(flooding, rtt);
-        tokio::time::sleep(CLOCK_EVERY).await;
+        {
+            let mut s = samples.lock().expect("not poisoned");
+            s.round_trip.push(flooding, rtt);
+            // Now and then the kernel's stamp is missing or a hair after
+            // the clock read: that sample is left out of the split, counted.
+            let Some(wake) = last_rx.delay_ns(read_at) else {
+                s.unsplit += 1;
+                continue;
+            };
+            let wake = wake as i64;
+            let t4 = read_at as i64 - wake;
+            s.at_kernel.push(flooding, t4 - t1 as i64);
+            s.up.push(flooding, t2 - t1 as i64);
+            s.held.push(flooding, t3 - t2);
+            s.down.push(flooding, t4 - t3);
+            s.client_wake.push(flooding, wake);
+            s.bounding.push(flooding, rtt - (t3 - t2));
+        }
     }
     Ok(())
 }

@@ -92,7 +92,18 @@ impl AgentProcess {
             nix::sys::signal::Signal::SIGTERM,
         )?;
         self.child.wait()?;
-        Ok(self.log)
+        Ok(std::mem::take(&mut self.log))
+    }
+}
+
+/// A bench that fails half way leaves no agent behind (one left running
+/// was taken for the next run's agent by whoever looked it up by name).
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 

@@ -49,6 +49,17 @@ pub struct Broadcasted {
     pub clients: u32,
 }
 
+/// A payload encoded for the shards but not yet sent: what
+/// [`Hub::ready_to_send`] makes and [`Hub::send`] sends.
+#[derive(Debug)]
+pub struct ReadyBroadcast {
+    frame: Arc<[u8]>,
+    compressed: Option<Arc<[u8]>>,
+    hash: u64,
+    len: u32,
+    text: bool,
+}
+
 /// The fan-out engine's front door, shared by every HTTP task.
 pub struct Hub {
     shards: Mutex<Vec<ShardHandle>>,
@@ -224,12 +235,6 @@ impl Hub {
         self.recorder.record(record);
     }
 
-    /// Broadcasts a payload: a text frame if it is UTF-8, else binary.
-    pub async fn publish(&self, payload: &[u8]) -> Broadcasted {
-        let text = std::str::from_utf8(payload).is_ok();
-        self.broadcast(payload, text, None).await
-    }
-
     /// Broadcasts the built-in test message with the next sequence number;
     /// with a `lead`, its time to act is the moment it is built plus the
     /// lead (microseconds before the start is stamped).
@@ -251,9 +256,24 @@ impl Hub {
     /// span is the agent's sending, not its copying of a large payload (a
     /// 1 MiB `/publish` takes hundreds of µs to copy and hash).
     async fn broadcast(&self, payload: &[u8], text: bool, seq: Option<u64>) -> Broadcasted {
-        let id = self.next_broadcast.fetch_add(1, Ordering::Relaxed);
+        let ready = self.ready(payload.to_vec(), text);
+        self.send(ready, seq).await
+    }
+
+    /// Makes `payload` ready to broadcast: its frame, its compressed frame
+    /// for the clients that agreed to permessage-deflate, its hash. Work
+    /// that grows with the payload and touches no shard, so a caller with a
+    /// large one runs it off the thread that serves every request
+    /// ([`Hub::send`] then takes a moment whatever the size).
+    pub fn ready_to_send(&self, payload: Vec<u8>) -> ReadyBroadcast {
+        let text = std::str::from_utf8(&payload).is_ok();
+        self.ready(payload, text)
+    }
+
+    fn ready(&self, payload: Vec<u8>, text: bool) -> ReadyBroadcast {
         let opcode = OpCode::Data(if text { Data::Text } else { Data::Binary });
-        let frame: Arc<[u8]> = encode(Frame::message(payload.to_vec(), opcode, true)).into();
+        let hash = payload_hash(&payload);
+        let len = payload.len() as u32;
         // Compressed once for every client that agreed, if one is here; RSV1
         // marks it. One that joins meanwhile gets the plain frame, which is
         // always allowed.
@@ -266,12 +286,33 @@ impl Hub {
                 let deflated = deflater
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .compress(payload)?;
+                    .compress(&payload)?;
                 let mut message = Frame::message(deflated, opcode, true);
                 message.header_mut().rsv1 = true;
                 Some(Arc::<[u8]>::from(encode(message)))
             });
-        let hash = payload_hash(payload);
+        let frame: Arc<[u8]> = encode(Frame::message(payload, opcode, true)).into();
+        ReadyBroadcast {
+            frame,
+            compressed,
+            hash,
+            len,
+            text,
+        }
+    }
+
+    /// Stamps the start of a broadcast made ready by
+    /// [`Hub::ready_to_send`], records it and hands it to every shard;
+    /// returns once every shard has written it.
+    pub async fn send(&self, ready: ReadyBroadcast, seq: Option<u64>) -> Broadcasted {
+        let ReadyBroadcast {
+            frame,
+            compressed,
+            hash,
+            len,
+            text,
+        } = ready;
+        let id = self.next_broadcast.fetch_add(1, Ordering::Relaxed);
         self.broadcasts.inc();
         let start = skewscope_os::clock::now();
         // Recorded before any shard can record its sends for it.
@@ -280,7 +321,7 @@ impl Hub {
                 id,
                 seq,
                 hash,
-                len: payload.len() as u32,
+                len,
                 text,
                 at: start,
             }));
@@ -425,7 +466,7 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let sent = runtime.block_on(hub.publish(b"after the crash"));
+        let sent = runtime.block_on(hub.send(hub.ready_to_send(b"after the crash".to_vec()), None));
         assert_eq!(sent.clients, 4);
         hub.shutdown();
         drop(peers);
@@ -451,7 +492,7 @@ mod tests {
                 .enable_all()
                 .build()
                 .unwrap();
-            runtime.block_on(publisher.publish(b"stall here"));
+            runtime.block_on(publisher.send(publisher.ready_to_send(b"stall here".to_vec()), None));
         });
         let strict = Duration::from_millis(200);
         let deadline = Instant::now() + Duration::from_secs(20);

@@ -28,10 +28,11 @@ pub struct Context {
     pub max_publish: usize,
     /// Body bytes all `/publish` requests in flight may hold together.
     pub publish_budget: Arc<tokio::sync::Semaphore>,
-    /// `/publish?lead=` bodies stamped at once: one, on a blocking thread,
-    /// so a queue of large bodies parses one at a time off the runtime's
-    /// thread while `/clock`, uploads and accepts go on.
-    pub stamping: Arc<tokio::sync::Semaphore>,
+    /// Large `/publish` bodies stamped or made ready to send at once: one,
+    /// on a blocking thread, so a queue of large bodies is parsed, copied
+    /// and hashed one at a time off the runtime's thread while `/clock`,
+    /// uploads and accepts go on.
+    pub body_work: Arc<tokio::sync::Semaphore>,
     /// Most WebSocket clients at once (`--max-clients`).
     pub max_clients: Option<usize>,
     /// Subprotocols the hub answers (`--subprotocol`).

@@ -19,7 +19,7 @@ use skewscope_core::lead::LeadChoice;
 use skewscope_core::record::{AgentRecord, AutoLeadBasis, LeadChosen};
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::engine::hub::Broadcasted;
+use crate::engine::hub::{Broadcasted, ReadyBroadcast};
 use crate::server::context::Context;
 use crate::server::http::{Request, respond};
 
@@ -260,7 +260,10 @@ pub async fn publish(mut stream: Conn, request: Request, context: &Context) {
         }
     }
     let Some(stamping) = stamping else {
-        let sent = context.hub.publish(&body).await;
+        let Some(ready) = ready_to_send(context, body).await else {
+            return respond(&mut stream, 500, "", "preparing the broadcast failed\n").await;
+        };
+        let sent = context.hub.send(ready, None).await;
         return respond(&mut stream, 200, "", &outcome_json(sent)).await;
     };
     // The moment the message is built, as for the test message: the
@@ -268,35 +271,40 @@ pub async fn publish(mut stream: Conn, request: Request, context: &Context) {
     let at = skewscope_os::clock::now()
         .wall_ns
         .saturating_add(stamping.lead.duration.as_nanos() as u64);
-    // Parsing and writing a body grows with it: one at a time, on a
-    // blocking thread, never on the thread that serves every request.
+    // Parsing, writing and encoding a body grow with it: one at a time, on
+    // a blocking thread, never on the thread that serves every request.
     let stamped = {
-        let Ok(_turn) = context.stamping.acquire().await else {
+        let Ok(_turn) = context.body_work.acquire().await else {
             return;
         };
         let (pointer, unit) = (stamping.pointer.clone(), stamping.unit);
+        let (hub, max_publish) = (context.hub.clone(), context.max_publish);
         tokio::task::spawn_blocking(move || {
-            skewscope_core::act_stamp::stamp(&body, &pointer, unit, at)
+            let payload = skewscope_core::act_stamp::stamp(&body, &pointer, unit, at)?;
+            Ok::<_, skewscope_core::act_stamp::StampError>(if payload.len() > max_publish {
+                Err(payload.len())
+            } else {
+                Ok(hub.ready_to_send(payload))
+            })
         })
         .await
     };
-    let payload = match stamped {
-        Ok(Ok(p)) => p,
+    let ready = match stamped {
+        Ok(Ok(Ok(ready))) => ready,
+        Ok(Ok(Err(len))) => {
+            let msg = format!(
+                "the body with its time to act is {len} bytes, over --max-publish {}; nothing was broadcast\n",
+                context.max_publish
+            );
+            return respond(&mut stream, 413, "", &msg).await;
+        }
         Ok(Err(e)) => {
             let msg = format!("{e}; nothing was broadcast\n");
             return respond(&mut stream, 422, "", &msg).await;
         }
         Err(_) => return respond(&mut stream, 500, "", "stamping failed\n").await,
     };
-    if payload.len() > context.max_publish {
-        let msg = format!(
-            "the body with its time to act is {} bytes, over --max-publish {}; nothing was broadcast\n",
-            payload.len(),
-            context.max_publish
-        );
-        return respond(&mut stream, 413, "", &msg).await;
-    }
-    let mut sent = context.hub.publish(&payload).await;
+    let mut sent = context.hub.send(ready, None).await;
     for record in stamping.lead.records(sent.id) {
         context.hub.record(record);
     }
@@ -308,6 +316,26 @@ pub async fn publish(mut stream: Conn, request: Request, context: &Context) {
     out["pointer"] = stamping.pointer.into();
     out["unit"] = stamping.unit.as_str().into();
     respond(&mut stream, 200, "", &(out.to_string() + "\n")).await
+}
+
+/// Bodies up to this size are made ready to send on the thread that serves
+/// every request: a 64 KiB frame's copy and hash take some µs, less than a
+/// blocking thread's hand-off, which would delay the broadcast.
+const READY_HERE_MAX: usize = 64 * 1024;
+
+/// `body` made ready to send: larger than [`READY_HERE_MAX`], on a
+/// blocking thread, one at a time (the stamping's turn), so its copies,
+/// hash and compression (a 1 MiB body's take milliseconds) never hold a
+/// `/clock` reply or another request; `None` when that thread failed.
+async fn ready_to_send(context: &Context, body: Vec<u8>) -> Option<ReadyBroadcast> {
+    if body.len() <= READY_HERE_MAX {
+        return Some(context.hub.ready_to_send(body));
+    }
+    let _turn = context.body_work.acquire().await.ok()?;
+    let hub = context.hub.clone();
+    tokio::task::spawn_blocking(move || hub.ready_to_send(body))
+        .await
+        .ok()
 }
 
 /// What a broadcast reached, as `/publish` and `/start_test` answer it.
