@@ -6,8 +6,8 @@
 //! each shard's loop writes those same buffers.
 
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, TryLockError};
 
 use prometheus_client::metrics::counter::Counter;
 use skewscope_core::identity::{TestMessage, encode_test_message, payload_hash};
@@ -47,6 +47,19 @@ pub struct Broadcasted {
     pub at_wall_ns: Option<u64>,
     /// Clients it was sent to.
     pub clients: u32,
+}
+
+/// `payload` compressed with the shared compressor, or, while another
+/// thread holds it, with one of its own: never waited for, so a small body
+/// readied on the thread that serves every request is not held while a
+/// large one is compressed on a blocking thread (no context is kept
+/// between messages, so either gives the same bytes).
+fn compress_unwaited(shared: &Mutex<MessageDeflater>, payload: &[u8]) -> Option<Vec<u8>> {
+    match shared.try_lock() {
+        Ok(mut deflater) => deflater.compress(payload),
+        Err(TryLockError::Poisoned(p)) => p.into_inner().compress(payload),
+        Err(TryLockError::WouldBlock) => MessageDeflater::default().compress(payload),
+    }
 }
 
 /// A payload encoded for the shards but not yet sent: what
@@ -283,10 +296,7 @@ impl Hub {
             .as_ref()
             .filter(|_| wanted)
             .and_then(|deflater| {
-                let deflated = deflater
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .compress(&payload)?;
+                let deflated = compress_unwaited(deflater, &payload)?;
                 let mut message = Frame::message(deflated, opcode, true);
                 message.header_mut().rsv1 = true;
                 Some(Arc::<[u8]>::from(encode(message)))
@@ -471,6 +481,19 @@ mod tests {
         hub.shutdown();
         drop(peers);
         recorder.finish();
+    }
+
+    #[test]
+    fn a_busy_compressor_is_not_waited_for_and_gives_the_same_bytes() {
+        let payload = br#"{"scene":"lobby","level":50}"#.repeat(100);
+        let shared = Mutex::new(MessageDeflater::default());
+        let free = compress_unwaited(&shared, &payload).expect("it shrinks");
+        // Held, as by a blocking thread compressing a large body: this call
+        // would deadlock if it waited (the holder is this very thread).
+        let held = shared.lock().unwrap();
+        let busy = compress_unwaited(&shared, &payload).expect("it shrinks");
+        drop(held);
+        assert_eq!(busy, free);
     }
 
     #[test]
