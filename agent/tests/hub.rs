@@ -809,6 +809,34 @@ async fn content_length_must_be_one_and_digits_only() {
     agent.shutdown().await.unwrap();
 }
 
+/// Limits raised past 4 GiB still never let one body claim more than the
+/// budget can count: it is refused as too large, not queued as busy, and
+/// nothing is allocated for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_past_what_the_budget_counts_is_refused_as_too_large() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(&dir, |c| {
+        c.max_publish = 1 << 40;
+        c.max_publish_in_flight = 1 << 40;
+    })
+    .await;
+    let mut s = StdTcpStream::connect(agent.addr).unwrap();
+    write!(
+        s,
+        "POST /publish HTTP/1.1\r\nHost: t\r\nContent-Length: 5000000000\r\n\r\nhi"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("4 GiB"), "{answer}");
+    let health = request(agent.addr, "GET", "/healthz", b"", None)
+        .await
+        .unwrap();
+    assert_eq!(health.status, 200);
+    agent.shutdown().await.unwrap();
+}
+
 /// Parses the server's (unmasked) frames in `bytes`: (opcode, payload).
 fn server_frames(mut bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
     let mut out = Vec::new();

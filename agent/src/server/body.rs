@@ -41,22 +41,19 @@ pub fn declared_length(request: &Request) -> Result<usize, (u16, &'static str)> 
 
 /// Reads `missing` more bytes into `body`, [`BITE`] at a time, yielding
 /// between bites. `Ok(false)` when the peer ended before the last byte.
-///
-/// The whole length is reserved at once (the caller has counted it against
-/// the bodies' budget): a body grown by doubling copied itself about once
-/// more on this thread, and an allocation this large is pages the kernel
-/// maps only as bytes arrive, so a body never sent costs no memory.
+/// Into the room the caller reserved, if it did (`/publish`, whose budget
+/// counts each body's declared length); else `body` grows with what
+/// arrives.
 pub async fn read_in_bites<S: AsyncRead + Unpin>(
     stream: &mut S,
     body: &mut Vec<u8>,
     missing: u64,
 ) -> std::io::Result<bool> {
-    body.reserve_exact(usize::try_from(missing).unwrap_or(usize::MAX));
     let want = body.len() as u64 + missing;
     while (body.len() as u64) < want {
         let bite_end = body.len() as u64 + BITE.min(want - body.len() as u64);
-        // Into the reserved room (`read_to_end` would grow the body for a
-        // last probe: one more copy of all of it).
+        // Not `read_to_end`: with the room exactly reserved, it would grow
+        // the body for a last probe, one more copy of all of it.
         while (body.len() as u64) < bite_end {
             let limit = bite_end - body.len() as u64;
             if (&mut *stream).take(limit).read_buf(body).await? == 0 {

@@ -31,12 +31,13 @@ struct Held {
 }
 
 impl Held {
-    /// Takes `len` bytes of the budget, if they are free.
+    /// Takes `len` bytes of the budget, if they are free (a length past
+    /// what the budget can count never is).
     fn take(context: &Context, len: usize) -> Option<Held> {
         let permit = context
             .publish_budget
             .clone()
-            .try_acquire_many_owned(u32::try_from(len).unwrap_or(u32::MAX))
+            .try_acquire_many_owned(u32::try_from(len).ok()?)
             .ok()?;
         let gauge = context.counters.publish_bytes_in_flight.clone();
         let bytes = len as i64;
@@ -231,6 +232,11 @@ pub async fn publish(mut stream: Conn, request: Request, context: &Context) {
         );
         return respond(&mut stream, 413, "", &msg).await;
     }
+    if u32::try_from(len).is_err() {
+        let msg =
+            format!("body of {len} bytes is past 4 GiB, the most the bodies' budget counts\n");
+        return respond(&mut stream, 413, "", &msg).await;
+    }
     // Held for the body's whole life: what requests in flight announced
     // never adds up past the budget, whatever they announce.
     let Some(_held) = Held::take(context, len) else {
@@ -245,7 +251,18 @@ pub async fn publish(mut stream: Conn, request: Request, context: &Context) {
     let mut body = request.rest;
     body.truncate(len);
     if body.len() < len {
-        // Grows with what arrives: nothing is reserved for bytes not sent.
+        // Its room at once, as the budget already counts it: a body grown by
+        // doubling copies itself about once more on this thread. Refused,
+        // not aborted, where the allocator has no room for it.
+        if body.try_reserve_exact(len - body.len()).is_err() {
+            return respond(
+                &mut stream,
+                503,
+                "Retry-After: 1\r\n",
+                "no memory for this body now; try again\n",
+            )
+            .await;
+        }
         // A bite at a time: the thread serves every other request too.
         let missing = (len - body.len()) as u64;
         let read = tokio::time::timeout(
@@ -266,11 +283,6 @@ pub async fn publish(mut stream: Conn, request: Request, context: &Context) {
         let sent = context.hub.send(ready, None).await;
         return respond(&mut stream, 200, "", &outcome_json(sent)).await;
     };
-    // The moment the message is built, as for the test message: the
-    // broadcast's start is stamped microseconds later.
-    let at = skewscope_os::clock::now()
-        .wall_ns
-        .saturating_add(stamping.lead.duration.as_nanos() as u64);
     // Parsing, writing and encoding a body grow with it: one at a time, on
     // a blocking thread, never on the thread that serves every request.
     let stamped = {
@@ -279,17 +291,24 @@ pub async fn publish(mut stream: Conn, request: Request, context: &Context) {
         };
         let (pointer, unit) = (stamping.pointer.clone(), stamping.unit);
         let (hub, max_publish) = (context.hub.clone(), context.max_publish);
+        let lead = stamping.lead.duration;
         tokio::task::spawn_blocking(move || {
+            // The moment the message is built, its turn come, as for the
+            // test message: the broadcast's start is stamped once it is
+            // ready (a 1 MiB body's copies and hash: about a millisecond).
+            let at = skewscope_os::clock::now()
+                .wall_ns
+                .saturating_add(lead.as_nanos() as u64);
             let payload = skewscope_core::act_stamp::stamp(&body, &pointer, unit, at)?;
             Ok::<_, skewscope_core::act_stamp::StampError>(if payload.len() > max_publish {
                 Err(payload.len())
             } else {
-                Ok(hub.ready_to_send(payload))
+                Ok((hub.ready_to_send(payload), at))
             })
         })
         .await
     };
-    let ready = match stamped {
+    let (ready, at) = match stamped {
         Ok(Ok(Ok(ready))) => ready,
         Ok(Ok(Err(len))) => {
             let msg = format!(
