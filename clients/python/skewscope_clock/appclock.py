@@ -72,7 +72,7 @@ def _measure_epoch_offset_ns() -> int:
 
 class AppClock:
     """The app clock of this boot: ``(time.monotonic_ns() + epoch_offset_ns)
-    / 1e6`` ms. Its offset is read from ``STATE/clock-BOOTID.json`` when an
+    / 1_000_000`` ms. Its offset is read from ``STATE/clock-BOOTID.json`` when an
     earlier process of this boot wrote it, else measured and written (the
     first writer wins: two processes starting together agree)."""
 
