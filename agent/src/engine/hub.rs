@@ -260,17 +260,10 @@ impl Hub {
             sent_wall_ns,
             at_wall_ns,
         });
-        let mut sent = self.broadcast(text.as_bytes(), true, Some(seq)).await;
+        let ready = self.ready(text.into_bytes(), true);
+        let mut sent = self.send(ready, Some(seq)).await;
         sent.at_wall_ns = at_wall_ns;
         sent
-    }
-
-    /// Encodes and hashes the payload, then stamps the start: the fan-out
-    /// span is the agent's sending, not its copying of a large payload (a
-    /// 1 MiB `/publish` takes hundreds of µs to copy and hash).
-    async fn broadcast(&self, payload: &[u8], text: bool, seq: Option<u64>) -> Broadcasted {
-        let ready = self.ready(payload.to_vec(), text);
-        self.send(ready, seq).await
     }
 
     /// Makes `payload` ready to broadcast: its frame, its compressed frame
@@ -313,7 +306,9 @@ impl Hub {
 
     /// Stamps the start of a broadcast made ready by
     /// [`Hub::ready_to_send`], records it and hands it to every shard;
-    /// returns once every shard has written it.
+    /// returns once every shard has written it. The start is stamped after
+    /// the encoding and hashing, so the fan-out span is the agent's
+    /// sending, not its copying of a large payload.
     pub async fn send(&self, ready: ReadyBroadcast, seq: Option<u64>) -> Broadcasted {
         let ReadyBroadcast {
             frame,
